@@ -1,0 +1,136 @@
+import envSchema from 'env-schema'
+import { ConfigSchema, type RawConfig } from './schema.js'
+import type { RetentionLimits } from '../store/contract.js'
+
+export interface GatewayConfig {
+  readonly upstreamUrl: URL
+  /** The MCP endpoint path, taken from the upstream URL. */
+  readonly mcpPath: string
+  readonly host: string
+  readonly port: number
+  readonly adminHost: string
+  readonly adminPort: number
+  readonly logLevel: string
+  readonly redisUrl: string | undefined
+  readonly redisKeyPrefix: string
+  readonly retention: RetentionLimits
+  readonly memoryStoreMaxBytes: number
+  readonly maxEventBytes: number
+  readonly maxBodyBytes: number
+  readonly clientBufferMaxBytes: number
+  readonly maxSessions: number
+  readonly standaloneHoldMs: number
+  readonly keepAliveMs: number
+  readonly retryMs: number
+  readonly upstreamHeadersTimeoutMs: number
+  readonly principalHeader: string
+  /** null: any Origin is accepted. */
+  readonly allowedOrigins: ReadonlySet<string> | null
+  readonly shutdownGraceMs: number
+}
+
+export class ConfigError extends Error {
+  readonly problems: readonly string[]
+  constructor (problems: readonly string[]) {
+    super(`invalid configuration:\n${problems.map(p => `  - ${p}`).join('\n')}`)
+    this.name = 'ConfigError'
+    this.problems = problems
+  }
+}
+
+/**
+ * Validate the environment once, reporting every problem together, and return
+ * a frozen configuration. Throws ConfigError.
+ */
+export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  const problems: string[] = []
+  let raw: RawConfig
+  // Only the variables the schema knows are passed, so env-schema's
+  // additionalProperties:false never trips over the rest of the environment.
+  const known: Record<string, string> = {}
+  for (const key of Object.keys(ConfigSchema.properties)) {
+    const value = env[key]
+    if (value !== undefined && value !== '') known[key] = value
+  }
+  try {
+    raw = envSchema<RawConfig>({ schema: ConfigSchema, data: known, env: false })
+  } catch (err) {
+    const errors = (err as { errors?: Array<{ instancePath: string, message?: string, params?: Record<string, unknown> }> }).errors ?? []
+    for (const e of errors) {
+      const name = e.instancePath.replace(/^\//, '') || String(e.params?.missingProperty ?? '')
+      problems.push(`${name}: ${e.message ?? 'is invalid'}`)
+    }
+    if (problems.length === 0) problems.push((err as Error).message)
+    raw = { ...Object.fromEntries(Object.entries(ConfigSchema.properties).map(([k, s]) => [k, (s as { default?: unknown }).default])), ...known } as unknown as RawConfig
+  }
+
+  let upstreamUrl: URL | undefined
+  if (typeof raw.UPSTREAM_URL === 'string') {
+    try {
+      upstreamUrl = new URL(raw.UPSTREAM_URL)
+      if (upstreamUrl.protocol !== 'http:' && upstreamUrl.protocol !== 'https:') {
+        problems.push(`UPSTREAM_URL: must be an http:// or https:// URL, got ${upstreamUrl.protocol}`)
+      }
+      if (upstreamUrl.search !== '' || upstreamUrl.hash !== '') {
+        problems.push('UPSTREAM_URL: must not carry a query or fragment')
+      }
+    } catch {
+      problems.push('UPSTREAM_URL: must be an absolute URL such as http://mcp:3000/mcp')
+    }
+  }
+  if (raw.REDIS_URL !== undefined) {
+    try {
+      const u = new URL(raw.REDIS_URL)
+      if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') problems.push(`REDIS_URL: must use redis:// or rediss://, got ${u.protocol}`)
+    } catch {
+      problems.push('REDIS_URL: must be a URL such as redis://redis:6379')
+    }
+  }
+  if (raw.PORT !== 0 && raw.PORT === raw.ADMIN_PORT && raw.HOST === raw.ADMIN_HOST) {
+    problems.push('ADMIN_PORT: must differ from PORT so admin endpoints never shadow upstream paths')
+  }
+  let allowedOrigins: Set<string> | null = null
+  if (raw.ALLOWED_ORIGINS !== undefined) {
+    allowedOrigins = new Set()
+    for (const o of raw.ALLOWED_ORIGINS.split(',').map(s => s.trim()).filter(Boolean)) {
+      if (o === '*') { allowedOrigins = null; break }
+      try {
+        allowedOrigins.add(new URL(o).origin)
+      } catch {
+        problems.push(`ALLOWED_ORIGINS: "${o}" is not an origin such as https://app.example.com`)
+      }
+    }
+  }
+  if (problems.length > 0 || upstreamUrl === undefined) {
+    throw new ConfigError(problems.length > 0 ? problems : ['UPSTREAM_URL: is required'])
+  }
+
+  return Object.freeze({
+    upstreamUrl,
+    mcpPath: upstreamUrl.pathname,
+    host: raw.HOST,
+    port: raw.PORT,
+    adminHost: raw.ADMIN_HOST,
+    adminPort: raw.ADMIN_PORT,
+    logLevel: raw.LOG_LEVEL,
+    redisUrl: raw.REDIS_URL,
+    redisKeyPrefix: raw.REDIS_KEY_PREFIX,
+    retention: Object.freeze({
+      maxEvents: raw.RETENTION_MAX_EVENTS,
+      maxBytes: raw.RETENTION_MAX_BYTES,
+      ttlMs: raw.RETENTION_TTL_SECONDS * 1000
+    }),
+    memoryStoreMaxBytes: raw.MEMORY_STORE_MAX_BYTES,
+    maxEventBytes: raw.MAX_EVENT_BYTES,
+    maxBodyBytes: raw.MAX_BODY_BYTES,
+    clientBufferMaxBytes: raw.CLIENT_BUFFER_MAX_BYTES,
+    maxSessions: raw.MAX_SESSIONS,
+    standaloneHoldMs: raw.STANDALONE_HOLD_SECONDS * 1000,
+    keepAliveMs: raw.KEEPALIVE_INTERVAL_SECONDS * 1000,
+    retryMs: raw.SSE_RETRY_MS,
+    upstreamHeadersTimeoutMs: raw.UPSTREAM_HEADERS_TIMEOUT_SECONDS * 1000,
+    principalHeader: raw.PRINCIPAL_HEADER.toLowerCase(),
+    allowedOrigins,
+    shutdownGraceMs: raw.SHUTDOWN_GRACE_SECONDS * 1000
+  })
+}

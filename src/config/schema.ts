@@ -1,0 +1,38 @@
+import { Type, type Static } from '@sinclair/typebox'
+
+/**
+ * Every environment variable the gateway reads. The descriptions and defaults
+ * here are the configuration reference: test/unit/config-reference.test.ts
+ * keeps config/REFERENCE.md in step with this schema.
+ */
+export const ConfigSchema = Type.Object({
+  UPSTREAM_URL: Type.String({ description: 'The upstream MCP endpoint (Streamable HTTP), e.g. http://mcp:3000/mcp. The gateway serves the MCP endpoint at the same path and proxies every other path of that origin unchanged.' }),
+  HOST: Type.String({ default: '0.0.0.0', description: 'Address the MCP listener binds.' }),
+  PORT: Type.Integer({ default: 8080, minimum: 0, maximum: 65535, description: 'Port of the MCP listener (clients connect here).' }),
+  ADMIN_HOST: Type.String({ default: '0.0.0.0', description: 'Address the admin listener (/healthz, /readyz, /metrics) binds.' }),
+  ADMIN_PORT: Type.Integer({ default: 9090, minimum: 0, maximum: 65535, description: 'Port of the admin listener; kept apart so it never shadows an upstream path.' }),
+  LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map(l => Type.Literal(l)), { default: 'info', description: 'pino log level.' }),
+
+  REDIS_URL: Type.Optional(Type.String({ description: 'Redis for the event store (redis:// or rediss://, with password if any). Unset: the embedded in-memory store, single process and not durable.' })),
+  REDIS_KEY_PREFIX: Type.String({ default: 'mcpgw:', description: 'Prefix of every Redis key the gateway writes.' }),
+
+  RETENTION_MAX_EVENTS: Type.Integer({ default: 10000, minimum: 1, description: 'Events kept per stream; older events are trimmed and a client resuming before them is told about the gap.' }),
+  RETENTION_MAX_BYTES: Type.Integer({ default: 16777216, minimum: 1024, description: 'Bytes of event data kept per stream (16 MiB).' }),
+  RETENTION_TTL_SECONDS: Type.Integer({ default: 3600, minimum: 1, description: 'A session\'s records expire after this long without activity.' }),
+  MEMORY_STORE_MAX_BYTES: Type.Integer({ default: 268435456, minimum: 1048576, description: 'Embedded store only: process-wide cap on stored event bytes (256 MiB); the oldest streams are evicted first.' }),
+  MAX_EVENT_BYTES: Type.Integer({ default: 4194304, minimum: 1024, description: 'Largest single upstream SSE event accepted (4 MiB). A larger event is not recorded; its stream is closed and the gap is signalled.' }),
+  MAX_BODY_BYTES: Type.Integer({ default: 4194304, minimum: 1024, description: 'Largest client request body forwarded upstream (4 MiB); larger bodies get 413.' }),
+  CLIENT_BUFFER_MAX_BYTES: Type.Integer({ default: 8388608, minimum: 65536, description: 'Bytes that may wait in one client connection\'s send buffer. A slower client is disconnected with a retry hint and resumes from the store.' }),
+  MAX_SESSIONS: Type.Integer({ default: 10000, minimum: 1, description: 'Sessions with a live upstream GET stream held by this process; beyond it a new standalone stream gets 503 with Retry-After.' }),
+
+  STANDALONE_HOLD_SECONDS: Type.Integer({ default: 120, minimum: 0, description: 'How long a session\'s upstream GET stream stays open, still recording, after its last client left.' }),
+  KEEPALIVE_INTERVAL_SECONDS: Type.Integer({ default: 15, minimum: 1, description: 'Interval of SSE keep-alive comments on idle client streams (well under common 60 s proxy idle limits).' }),
+  SSE_RETRY_MS: Type.Integer({ default: 1000, minimum: 0, description: 'The SSE retry hint sent to clients: how long they wait before reconnecting.' }),
+  UPSTREAM_HEADERS_TIMEOUT_SECONDS: Type.Integer({ default: 300, minimum: 1, description: 'How long the upstream may take to send response headers. SSE bodies have no read timeout.' }),
+
+  PRINCIPAL_HEADER: Type.String({ default: 'authorization', description: 'Request header whose hash identifies the principal a session is bound to.' }),
+  ALLOWED_ORIGINS: Type.Optional(Type.String({ description: 'Comma-separated Origin allow-list; a request with another Origin gets 403. Unset: any Origin is accepted (a warning is logged).' })),
+  SHUTDOWN_GRACE_SECONDS: Type.Integer({ default: 25, minimum: 1, description: 'On SIGTERM, how long to finish in-flight upstream answers before exiting.' })
+})
+
+export type RawConfig = Static<typeof ConfigSchema>

@@ -1,0 +1,67 @@
+/**
+ * Every error the gateway answers with, defined once: a stable code, a message
+ * that says what to do, and the HTTP status. Errors on the MCP endpoint are
+ * sent as JSON-RPC error objects (id null), as the transports spec expects.
+ */
+
+export class GatewayError extends Error {
+  readonly code: string
+  readonly statusCode: number
+  /** JSON-RPC error code used in the body on the MCP endpoint. */
+  readonly rpcCode: number
+  readonly headers: Readonly<Record<string, string>>
+
+  constructor (code: string, statusCode: number, message: string, rpcCode = -32000, headers: Record<string, string> = {}) {
+    super(message)
+    this.name = 'GatewayError'
+    this.code = code
+    this.statusCode = statusCode
+    this.rpcCode = rpcCode
+    this.headers = headers
+  }
+}
+
+export const errors = {
+  sessionNotFound: () => new GatewayError('MCPGW_SESSION_NOT_FOUND', 404,
+    'Session not found: it expired, was deleted, or belongs to another principal. Start a new session with initialize.', -32001),
+  sessionRequired: () => new GatewayError('MCPGW_SESSION_REQUIRED', 400,
+    'Bad Request: Mcp-Session-Id header is required for this request.'),
+  badProtocolVersion: (value: string) => new GatewayError('MCPGW_BAD_PROTOCOL_VERSION', 400,
+    `Bad Request: MCP-Protocol-Version "${value.slice(0, 40)}" is not a protocol revision (YYYY-MM-DD).`),
+  badLastEventId: () => new GatewayError('MCPGW_BAD_LAST_EVENT_ID', 400,
+    'Bad Request: Last-Event-ID is not an event id this gateway issued. Reconnect without it to get the live stream.'),
+  originForbidden: () => new GatewayError('MCPGW_ORIGIN_FORBIDDEN', 403,
+    'Forbidden: Origin is not in ALLOWED_ORIGINS.'),
+  notAcceptable: () => new GatewayError('MCPGW_NOT_ACCEPTABLE', 406,
+    'Not Acceptable: a GET on the MCP endpoint must accept text/event-stream.'),
+  storeUnavailable: () => new GatewayError('MCPGW_STORE_UNAVAILABLE', 503,
+    'Service Unavailable: the event store did not answer. Retry shortly.', -32000, { 'retry-after': '1' }),
+  upstreamUnavailable: () => new GatewayError('MCPGW_UPSTREAM_UNAVAILABLE', 502,
+    'Bad Gateway: the upstream MCP server could not be reached.'),
+  upstreamTimeout: () => new GatewayError('MCPGW_UPSTREAM_TIMEOUT', 504,
+    'Gateway Timeout: the upstream MCP server did not answer in time.'),
+  tooManySessions: () => new GatewayError('MCPGW_TOO_MANY_SESSIONS', 503,
+    'Service Unavailable: this gateway holds MAX_SESSIONS standalone streams. Retry shortly.', -32000, { 'retry-after': '5' }),
+  draining: () => new GatewayError('MCPGW_DRAINING', 503,
+    'Service Unavailable: this gateway is shutting down. Retry; another replica will answer.', -32000, { 'retry-after': '1' })
+}
+
+/** The store has no record of the session (never created, expired, deleted or lost). */
+export class SessionGoneError extends Error {
+  constructor (sessionId: string) {
+    super(`no stored session ${sessionId.slice(0, 8)}...`)
+    this.name = 'SessionGoneError'
+  }
+}
+
+/** An upstream SSE event exceeded MAX_EVENT_BYTES. */
+export class EventTooLargeError extends Error {
+  constructor (limit: number) {
+    super(`upstream SSE event exceeds MAX_EVENT_BYTES (${limit})`)
+    this.name = 'EventTooLargeError'
+  }
+}
+
+export function jsonRpcErrorBody (err: GatewayError, id: string | number | null = null): string {
+  return JSON.stringify({ jsonrpc: '2.0', id, error: { code: err.rpcCode, message: err.message } })
+}

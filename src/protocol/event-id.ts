@@ -1,0 +1,51 @@
+/**
+ * Gateway event ids. Opaque to clients, but the gateway reads back from an id
+ * alone which stream to replay, where to resume and whether the store lost the
+ * history behind it (the epoch changed).
+ *
+ *   <epoch>.<streamId>.<seq base 36>
+ *
+ * Visible ASCII only ([0-9a-z.]), so an id is always safe in an SSE `id:` line
+ * and in the Last-Event-ID header. Decoding is strict: anything that is not an
+ * id we could have issued decodes to null.
+ */
+
+export interface EventPosition {
+  readonly epoch: string
+  readonly streamId: string
+  /** The sequence number the id stands for; 0 means "before the first event". */
+  readonly seq: number
+}
+
+const ID_PATTERN = /^([0-9a-z]{1,16})\.([0-9a-z]{1,32})\.([0-9a-z]{1,11})$/
+/** Longer ids are rejected before the regular expression even runs. */
+export const MAX_EVENT_ID_LENGTH = 62
+
+export function encodeEventId (position: EventPosition): string {
+  return `${position.epoch}.${position.streamId}.${position.seq.toString(36)}`
+}
+
+export function decodeEventId (id: string | undefined | null): EventPosition | null {
+  if (typeof id !== 'string' || id.length === 0 || id.length > MAX_EVENT_ID_LENGTH) return null
+  const match = ID_PATTERN.exec(id)
+  if (match === null) return null
+  const seq = Number.parseInt(match[3] as string, 36)
+  if (!Number.isSafeInteger(seq)) return null
+  // Reject non-canonical spellings ("0a" for "a") so one position has one id.
+  if (seq.toString(36) !== match[3]) return null
+  return { epoch: match[1] as string, streamId: match[2] as string, seq }
+}
+
+const ALPHABET = '0123456789abcdefghijklmnopqrstuvwxyz'
+
+/** A random token of [0-9a-z], for epochs and request stream ids. */
+export function randomToken (length: number, random: (size: number) => Uint8Array): string {
+  const bytes = random(length)
+  let out = ''
+  for (let i = 0; i < length; i++) out += ALPHABET[(bytes[i] as number) % 36]
+  return out
+}
+
+export function isStreamId (value: string): boolean {
+  return /^[0-9a-z]{1,32}$/.test(value)
+}

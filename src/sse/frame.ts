@@ -1,0 +1,43 @@
+/**
+ * SSE framing of the gateway's outgoing events (WHATWG HTML, "Server-sent
+ * events"). The upstream's data is written as it came: only line breaks are
+ * re-framed as one `data:` line each.
+ */
+
+/** Event type of the gateway's own gap notices; MCP clients only act on "message". */
+export const GAP_EVENT = 'gateway-gap'
+
+export function formatEvent (id: string, data: string, event?: string): string {
+  let frame = `id: ${id}\n`
+  if (event !== undefined && event !== '' && event !== 'message') frame += `event: ${event}\n`
+  // A data value never holds CR: the parser normalised line endings to \n.
+  if (data.indexOf('\n') === -1) {
+    frame += `data: ${data}\n\n`
+  } else {
+    for (const line of data.split('\n')) frame += `data: ${line}\n`
+    frame += '\n'
+  }
+  return frame
+}
+
+/** The priming event of 2025-11-25: an id to resume from, empty data, a retry hint. */
+export function formatPriming (id: string, retryMs: number): string {
+  return `id: ${id}\nretry: ${retryMs}\ndata: \n\n`
+}
+
+export function formatRetry (retryMs: number): string {
+  return `retry: ${retryMs}\n\n`
+}
+
+export function formatComment (text: string): string {
+  return `: ${text.replace(/[\r\n]+/g, ' ')}\n\n`
+}
+
+/**
+ * A gap notice. It carries data (so no client mistakes it for priming) but a
+ * type other than "message", so MCP clients skip it; no id, so it does not move
+ * the client's resume position.
+ */
+export function formatGap (notice: Record<string, unknown>): string {
+  return `event: ${GAP_EVENT}\ndata: ${JSON.stringify(notice)}\n\n`
+}

@@ -1,0 +1,112 @@
+/**
+ * The event store contract. Every implementation (memory, Redis Streams) passes
+ * the same contract suite in test/store/contract.ts.
+ *
+ * A session owns streams: the standalone stream (the session's GET stream) and
+ * one request stream per POST answered with SSE. Each stream numbers its events
+ * with a contiguous sequence starting at 1, so a gap is visible from the
+ * numbers alone. Every session carries an epoch that changes when the store
+ * loses the session's history; event ids carry it (see protocol/event-id.ts).
+ */
+
+/** One server-to-client event as received from the upstream. */
+export interface EventInput {
+  /** The SSE `data` field exactly as the upstream sent it (lines joined with \n). */
+  readonly data: string
+  /** The SSE `event` field, when the upstream set one. */
+  readonly event?: string | undefined
+  /** The upstream's own event id, kept so the upstream stream can be resumed. */
+  readonly upstreamId?: string | undefined
+}
+
+export interface StoredEvent extends EventInput {
+  readonly seq: number
+}
+
+export interface SessionRecord {
+  readonly epoch: string
+  /** Hash of the principal (auth header) that created the session. */
+  readonly principal: string
+}
+
+export interface StreamState {
+  readonly epoch: string
+  /** Sequence number of the newest event, 0 when none was appended. */
+  readonly lastSeq: number
+  /** Sequence number of the oldest retained event (lastSeq + 1 when empty). */
+  readonly firstSeq: number
+  /** The upstream answer behind this stream is complete: no event follows. */
+  readonly ended: boolean
+}
+
+export interface ReadResult {
+  readonly events: StoredEvent[]
+  readonly state: StreamState
+}
+
+/**
+ * A notification that a stream grew. `events`, when present, are exactly the
+ * events `fromSeq..toSeq` (the appending replica saves its own subscribers a
+ * read); otherwise the subscriber reads them from the store.
+ */
+export interface StreamNotice {
+  readonly streamId: string
+  readonly toSeq: number
+  readonly events?: readonly StoredEvent[]
+  readonly ended: boolean
+}
+
+export type NoticeListener = (notice: StreamNotice) => void
+
+export interface AppendOptions {
+  /** Mark the stream ended after these events (the upstream answer is complete). */
+  readonly end?: boolean
+}
+
+export interface EventStore {
+  /** Human-readable name for logs: "memory" or "redis". */
+  readonly kind: 'memory' | 'redis'
+
+  /** Record a new session bound to `principal`; a fresh epoch is chosen. */
+  createSession (sessionId: string, principal: string): Promise<SessionRecord>
+  /** The session's record, refreshing its time to live; null when unknown or lost. */
+  getSession (sessionId: string): Promise<SessionRecord | null>
+  /** Drop every record of the session. Resolves only once they are gone. */
+  deleteSession (sessionId: string): Promise<void>
+
+  /**
+   * Append events to a stream in one atomic step and return them numbered.
+   * Fails with SessionGoneError when the session is unknown (expired or lost).
+   */
+  append (sessionId: string, streamId: string, events: readonly EventInput[], options?: AppendOptions): Promise<StoredEvent[]>
+  /** Mark a stream ended without appending. */
+  end (sessionId: string, streamId: string): Promise<void>
+
+  /** Up to `limit` events with seq > afterSeq, oldest first, and the stream's state. */
+  read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadResult>
+  /** The stream's state, or null when the store has no record of it. */
+  state (sessionId: string, streamId: string): Promise<StreamState | null>
+
+  /** Where the last client connection of a stream stopped (for clients resuming without an id). */
+  saveCursor (sessionId: string, streamId: string, seq: number): Promise<void>
+  loadCursor (sessionId: string, streamId: string): Promise<number>
+
+  /** Live notices for one stream. Returns the function that unsubscribes. */
+  subscribe (sessionId: string, streamId: string, listener: NoticeListener): () => void
+
+  /** The store answers (used by readiness). */
+  ping (): Promise<void>
+  close (): Promise<void>
+}
+
+export interface RetentionLimits {
+  /** Events kept per stream; older ones are trimmed. */
+  readonly maxEvents: number
+  /** Bytes of event data kept per stream; older events are trimmed. */
+  readonly maxBytes: number
+  /** Records of an idle session expire after this many milliseconds. */
+  readonly ttlMs: number
+}
+
+/** The id of a session's standalone (GET) stream. Request streams use random ids. */
+export const STANDALONE_STREAM = 's'
