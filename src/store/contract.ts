@@ -75,15 +75,31 @@ export interface EventStore {
   deleteSession (sessionId: string): Promise<void>
 
   /**
-   * Append events to a stream in one atomic step and return them numbered.
+   * Create a stream's record (sequence 0, not ended) if it does not exist, and
+   * return its state. A stream must be opened before its first id is handed
+   * out, so that id can be resumed even before any event is appended.
+   * Fails with SessionGoneError when the session is unknown.
+   */
+  openStream (sessionId: string, streamId: string): Promise<StreamState>
+
+  /**
+   * Append events to a stream in one atomic step (one round trip on Redis) and
+   * return them numbered lastSeq+1, lastSeq+2, ... The stream is opened if
+   * needed. Retention (count, bytes, TTL) is applied in the same step; the
+   * newest event is never trimmed. Subscribers of the stream get a notice.
    * Fails with SessionGoneError when the session is unknown (expired or lost).
    */
   append (sessionId: string, streamId: string, events: readonly EventInput[], options?: AppendOptions): Promise<StoredEvent[]>
   /** Mark a stream ended without appending. */
   end (sessionId: string, streamId: string): Promise<void>
 
-  /** Up to `limit` events with seq > afterSeq, oldest first, and the stream's state. */
-  read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadResult>
+  /**
+   * Up to `limit` retained events with seq > afterSeq, oldest first, and the
+   * stream's state; null when the session or stream is unknown. Events trimmed
+   * by retention are simply absent: the caller compares afterSeq + 1 with
+   * state.firstSeq to see a gap.
+   */
+  read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadResult | null>
   /** The stream's state, or null when the store has no record of it. */
   state (sessionId: string, streamId: string): Promise<StreamState | null>
 

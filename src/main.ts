@@ -1,0 +1,40 @@
+import closeWithGrace from 'close-with-grace'
+import { ConfigError, loadConfig, type GatewayConfig } from './config/load.js'
+import { buildGateway, createLogger } from './server.js'
+import { createStore } from './store/create.js'
+import type { FastifyBaseLogger } from 'fastify'
+import { VERSION } from './version.js'
+
+/** Entry point: load config, build, listen; SIGTERM/SIGINT drain and exit. */
+async function main (): Promise<void> {
+  let config: GatewayConfig
+  try {
+    config = loadConfig(process.env)
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`mcp-resumable-gateway: ${err.message}\n`)
+      process.exit(2)
+    }
+    throw err
+  }
+  const logger = createLogger(config.logLevel)
+  const log = logger as unknown as FastifyBaseLogger
+  const store = await createStore(config, log)
+  const gateway = await buildGateway(config, { store, logger })
+  if (config.allowedOrigins === null) log.warn('ALLOWED_ORIGINS is not set: requests from any Origin are accepted')
+
+  // The grace period covers the drain; close-with-grace exits non-zero if it runs out.
+  closeWithGrace({ delay: config.shutdownGraceMs + 2000, logger: log }, async ({ signal, err }) => {
+    if (err !== undefined) log.error({ err }, 'fatal error: shutting down')
+    log.info({ signal }, 'shutting down')
+    await gateway.close()
+  })
+
+  const { url, adminUrl } = await gateway.listen()
+  log.info({ url, adminUrl, upstream: config.upstreamUrl.origin + config.mcpPath, store: store.kind, version: VERSION }, 'gateway listening')
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`mcp-resumable-gateway: failed to start: ${(err as Error).stack ?? String(err)}\n`)
+  process.exit(1)
+})

@@ -1,0 +1,110 @@
+import type { FastifyBaseLogger as Logger } from 'fastify'
+import type { EventStore, StreamNotice } from '../store/contract.js'
+import type { GatewayMetrics } from '../metrics/metrics.js'
+import type { ClientStream } from '../sse/client-stream.js'
+
+export interface FollowOptions {
+  readonly store: EventStore
+  readonly metrics: GatewayMetrics
+  readonly log: Logger
+  readonly client: ClientStream
+  readonly sessionId: string
+  /** Events per store read while catching up (replay is paged, never one huge read). */
+  readonly pageSize: number
+  /** Close the client once the stream has ended and everything was written (request streams). */
+  readonly untilEnded: boolean
+}
+
+/**
+ * Feeds one client stream from the store: history after the client's
+ * position, then live notices. The subscription starts before the first read,
+ * so nothing appended in between is missed; contiguous sequence numbers tell
+ * whether a notice continues what was written or a read must fill a hole.
+ */
+export class StreamFollower {
+  readonly #o: FollowOptions
+  #unsubscribe: (() => void) | undefined
+  #reading = false
+  #dirty = false
+  #stopped = false
+
+  constructor (options: FollowOptions) {
+    this.#o = options
+  }
+
+  /** Replay history, then stay subscribed. Resolves when caught up (live). */
+  async start (): Promise<void> {
+    const { store, client, sessionId } = this.#o
+    this.#unsubscribe = store.subscribe(sessionId, client.streamId, notice => this.#onNotice(notice))
+    client.onClose(() => this.stop())
+    await this.#catchUp(true)
+  }
+
+  stop (): void {
+    this.#stopped = true
+    this.#unsubscribe?.()
+    this.#unsubscribe = undefined
+  }
+
+  #onNotice (notice: StreamNotice): void {
+    const { client } = this.#o
+    if (this.#stopped || client.closed) return
+    if (this.#reading) {
+      this.#dirty = true
+      return
+    }
+    const first = notice.events?.[0]
+    if (notice.events !== undefined && (first === undefined || first.seq <= client.lastSeq + 1)) {
+      client.writeEvents(notice.events)
+    } else if (notice.toSeq > client.lastSeq) {
+      void this.#catchUp(false)
+      return
+    }
+    if (notice.ended && this.#o.untilEnded && client.lastSeq >= notice.toSeq) {
+      this.stop()
+      client.close('completed', false)
+    }
+  }
+
+  async #catchUp (replay: boolean): Promise<void> {
+    const { store, client, sessionId, pageSize, metrics, log } = this.#o
+    this.#reading = true
+    try {
+      for (;;) {
+        this.#dirty = false
+        if (this.#stopped || client.closed) return
+        const result = await metrics.timeStore('read', () => store.read(sessionId, client.streamId, client.lastSeq, pageSize))
+        if (this.#stopped || client.closed) return
+        if (result === null) {
+          // The session was deleted or expired while the client was attached.
+          this.stop()
+          client.close('session_deleted', false)
+          return
+        }
+        const { events, state } = result
+        if (client.lastSeq + 1 < state.firstSeq && state.lastSeq > client.lastSeq) {
+          // Retention overtook this client mid-replay: say so, never skip silently.
+          metrics.gaps.inc({ reason: 'trimmed' })
+          log.warn({ streamId: client.streamId, from: client.lastSeq + 1, to: state.firstSeq - 1 }, 'gap: events trimmed before the client read them')
+          client.writeGap({ reason: 'trimmed', streamId: client.streamId, missingFrom: client.lastSeq + 1, missingTo: state.firstSeq - 1 })
+        }
+        client.writeEvents(events, replay)
+        if (client.closed) return
+        await client.drained()
+        if (events.length === pageSize) continue
+        if (state.ended && this.#o.untilEnded && client.lastSeq >= state.lastSeq) {
+          this.stop()
+          client.close('completed', false)
+          return
+        }
+        if (!this.#dirty) return
+      }
+    } catch (err) {
+      log.error({ err, streamId: client.streamId }, 'store read failed while following a stream: closing the client, it will resume')
+      this.stop()
+      client.close('upstream_error', true)
+    } finally {
+      this.#reading = false
+    }
+  }
+}

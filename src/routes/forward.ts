@@ -1,0 +1,56 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Readable } from 'node:stream'
+import type { GatewayMetrics } from '../metrics/metrics.js'
+import { statusClass } from '../metrics/metrics.js'
+import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
+import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/headers.js'
+
+export interface ForwardDeps {
+  readonly upstream: UpstreamClient
+  readonly metrics: GatewayMetrics
+}
+
+/** The upstream request for a client request, headers cleaned for a proxy hop. */
+export function upstreamHeadersFor (request: FastifyRequest, keepContentLength: boolean): Record<string, string | string[]> {
+  return upstreamRequestHeaders(request.headers, {
+    remoteAddress: request.ip,
+    protocol: request.protocol,
+    host: request.headers.host
+  }, keepContentLength)
+}
+
+/** Send an upstream answer to the client unchanged (status, end-to-end headers, streamed body). */
+export function sendUpstreamResponse (reply: FastifyReply, res: UpstreamResponse): FastifyReply {
+  reply.code(res.statusCode)
+  reply.headers(clientResponseHeaders(res.headers))
+  return reply.send(res.body)
+}
+
+/**
+ * Transparent streaming proxy: for paths other than the MCP endpoint and for
+ * modern-era MCP requests. Closing the client connection aborts the upstream
+ * request (there, disconnect means cancellation).
+ */
+export async function forwardTransparently (deps: ForwardDeps, request: FastifyRequest, reply: FastifyReply, body: Buffer | Readable | undefined): Promise<FastifyReply> {
+  const abort = new AbortController()
+  const onClose = (): void => { if (!reply.raw.writableFinished) abort.abort() }
+  reply.raw.once('close', onClose)
+  const method = request.method
+  const end = deps.metrics.upstreamRequestDuration.startTimer({ method })
+  let res: UpstreamResponse
+  try {
+    res = await deps.upstream.request({
+      method,
+      path: request.url,
+      headers: upstreamHeadersFor(request, !Buffer.isBuffer(body)),
+      body: method === 'GET' || method === 'HEAD' ? undefined : body,
+      signal: abort.signal
+    })
+  } catch (err) {
+    end({ status_class: 'error' })
+    deps.metrics.upstreamErrors.inc({ kind: 'request' })
+    throw err
+  }
+  end({ status_class: statusClass(res.statusCode) })
+  return sendUpstreamResponse(reply, res)
+}

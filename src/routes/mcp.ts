@@ -1,0 +1,312 @@
+import { createHash, randomBytes } from 'node:crypto'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyBaseLogger as Logger } from 'fastify'
+import type { GatewayConfig } from '../config/load.js'
+import { errors, GatewayError } from '../errors.js'
+import type { GatewayMetrics } from '../metrics/metrics.js'
+import { statusClass } from '../metrics/metrics.js'
+import { protocolInfo, type ProtocolInfo } from '../protocol/era.js'
+import { decodeEventId, randomToken, type EventPosition } from '../protocol/event-id.js'
+import { StreamFollower } from '../relay/follower.js'
+import { recordUpstreamStream } from '../relay/recorder.js'
+import type { InFlight } from '../relay/inflight.js'
+import type { SessionHub } from '../relay/session-hub.js'
+import { ClientStream } from '../sse/client-stream.js'
+import { STANDALONE_STREAM, type EventStore, type SessionRecord, type StreamState } from '../store/contract.js'
+import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
+import { clientResponseHeaders, headerValue, mediaType } from '../upstream/headers.js'
+import { forwardTransparently, sendUpstreamResponse, upstreamHeadersFor } from './forward.js'
+
+export interface McpRouteDeps {
+  readonly config: GatewayConfig
+  readonly store: EventStore
+  readonly hub: SessionHub
+  readonly upstream: UpstreamClient
+  readonly metrics: GatewayMetrics
+  readonly inflight: InFlight
+  readonly random?: (size: number) => Uint8Array
+}
+
+/** Header carrying the gap reason when a resume cannot be served in full. */
+export const GAP_HEADER = 'x-mcp-gateway-gap'
+const REPLAY_PAGE = 500
+/** Transports spec: session ids are visible ASCII (0x21-0x7E). */
+const SESSION_ID = /^[\x21-\x7e]{1,256}$/
+
+export function sessionHash (sessionId: string): string {
+  return createHash('sha256').update(sessionId).digest('hex').slice(0, 12)
+}
+
+function principalOf (request: FastifyRequest, header: string): string {
+  const value = headerValue(request.headers[header]) ?? ''
+  return createHash('sha256').update(value).digest('base64url').slice(0, 22)
+}
+
+type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'
+
+/**
+ * The MCP endpoint (Streamable HTTP, transports spec). Legacy-era requests
+ * (MCP-Protocol-Version up to 2025-11-25) get recorded, resumable streams;
+ * modern-era requests are proxied transparently.
+ */
+export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): void {
+  const { config, store, hub, upstream, metrics } = deps
+  const random = deps.random ?? randomBytes
+
+  const streamOptions = (reply: FastifyReply, log: Logger, kind: 'standalone' | 'request' | 'resume', epoch: string, streamId: string, proto: ProtocolInfo): ClientStream =>
+    new ClientStream({
+      reply,
+      kind,
+      epoch,
+      streamId,
+      priming: proto.priming,
+      retryMs: config.retryMs,
+      maxBufferBytes: config.clientBufferMaxBytes,
+      metrics,
+      log
+    })
+
+  async function requireSession (sessionId: string, principal: string): Promise<SessionRecord> {
+    let record: SessionRecord | null
+    try {
+      record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
+    } catch (err) {
+      const e = errors.storeUnavailable()
+      e.cause = err
+      throw e
+    }
+    // Another principal's session looks exactly like a missing one.
+    if (record === null || record.principal !== principal) throw errors.sessionNotFound()
+    return record
+  }
+
+  function sessionIdOf (request: FastifyRequest): string | undefined {
+    const raw = request.headers['mcp-session-id']
+    if (raw === undefined) return undefined
+    const value = headerValue(raw) as string
+    if (Array.isArray(raw) || !SESSION_ID.test(value)) {
+      throw new GatewayError('MCPGW_BAD_SESSION_ID', 400, 'Bad Request: Mcp-Session-Id must be one value of visible ASCII characters.')
+    }
+    return value
+  }
+
+  async function timedUpstream (method: string, fn: () => Promise<UpstreamResponse>): Promise<UpstreamResponse> {
+    const end = metrics.upstreamRequestDuration.startTimer({ method })
+    try {
+      const res = await fn()
+      end({ status_class: statusClass(res.statusCode) })
+      return res
+    } catch (err) {
+      end({ status_class: 'error' })
+      metrics.upstreamErrors.inc({ kind: 'request' })
+      throw err
+    }
+  }
+
+  async function handlePost (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
+    const sessionId = sessionIdOf(request)
+    const principal = principalOf(request, config.principalHeader)
+    if (sessionId !== undefined) await requireSession(sessionId, principal)
+    // Not tied to the client connection: the answer is read to its end and recorded.
+    const res = await timedUpstream('POST', () => upstream.request({
+      method: 'POST',
+      path: request.url,
+      headers: upstreamHeadersFor(request, false),
+      body: request.body as Buffer | undefined
+    }))
+    const issued = headerValue(res.headers['mcp-session-id'])
+    let recordSession = sessionId
+    if (sessionId === undefined && issued !== undefined && SESSION_ID.test(issued)) {
+      // initialize: the upstream issued a session; bind it to this principal.
+      try {
+        await metrics.timeStore('create_session', () => store.createSession(issued, principal))
+      } catch (err) {
+        res.body.destroy()
+        const e = errors.storeUnavailable()
+        e.cause = err
+        throw e
+      }
+      recordSession = issued
+    }
+    if (sessionId !== undefined && res.statusCode === 404) await forgetSession(sessionId, request.log)
+    if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream' || recordSession === undefined) {
+      return sendUpstreamResponse(reply, res)
+    }
+    return await serveRequestStream(request, reply, proto, recordSession, res)
+  }
+
+  async function serveRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, res: UpstreamResponse): Promise<void> {
+    const streamId = randomToken(12, random)
+    const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId })
+    let state: StreamState
+    try {
+      state = await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
+    } catch (err) {
+      res.body.destroy()
+      const e = errors.storeUnavailable()
+      e.cause = err
+      throw e
+    }
+    const client = streamOptions(reply, log, 'request', state.epoch, streamId, proto)
+    hub.attach(sessionId, client)
+    client.open(clientResponseHeaders(res.headers, ['content-type', 'content-length', 'cache-control']), 0)
+    // Subscribe before recording starts, so the first event already finds its reader.
+    await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: true }).start()
+    metrics.upstreamStreamsOpen.inc({ kind: 'request' })
+    void deps.inflight.track(recordUpstreamStream({
+      store, metrics, log, sessionId, streamId, body: res.body, maxEventBytes: config.maxEventBytes, endStreamOnFinish: true
+    })).then(outcome => {
+      metrics.upstreamStreamsOpen.dec({ kind: 'request' })
+      if (outcome !== 'completed') client.close('upstream_error', true)
+    })
+  }
+
+  async function handleGet (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
+    const accept = request.headers.accept
+    if (accept !== undefined && !/text\/event-stream|\*\/\*|text\/\*/.test(accept)) throw errors.notAcceptable()
+    const sessionId = sessionIdOf(request)
+    // Without a session there is nothing to record under: a stateless upstream is proxied as is.
+    if (sessionId === undefined) return await forwardTransparently(deps, request, reply, undefined)
+    const record = await requireSession(sessionId, principalOf(request, config.principalHeader))
+    const lastEventId = request.headers['last-event-id']
+    let position: EventPosition | null = null
+    if (lastEventId !== undefined) {
+      position = Array.isArray(lastEventId) ? null : decodeEventId(lastEventId)
+      if (position === null) {
+        metrics.resumes.inc({ outcome: 'refused' })
+        throw errors.badLastEventId()
+      }
+      if (position.streamId !== STANDALONE_STREAM) return await resumeRequestStream(request, reply, proto, sessionId, record, position)
+    }
+    return await attachStandalone(request, reply, proto, sessionId, record, position)
+  }
+
+  async function attachStandalone (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
+    const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: STANDALONE_STREAM })
+    const headers = upstreamHeadersFor(request, false)
+    // The gateway's ids mean nothing upstream; the upstream GET starts fresh.
+    delete headers['last-event-id']
+    const refusal = await hub.ensurePump(sessionId, headers, log)
+    if (refusal !== null) return sendUpstreamResponse(reply, refusal)
+    let state: StreamState
+    let cursor: number
+    try {
+      state = await metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM))
+      // A client without a position gets what was recorded since the last connection stopped:
+      // nothing recorded in a reconnect gap is dropped for want of a cursor.
+      cursor = position === null ? await metrics.timeStore('load_cursor', () => store.loadCursor(sessionId, STANDALONE_STREAM)) : 0
+    } catch (err) {
+      const e = errors.storeUnavailable()
+      e.cause = err
+      throw e
+    }
+    const start = resumePoint(state, position, record, cursor)
+    const client = streamOptions(reply, log, position === null ? 'standalone' : 'resume', state.epoch, STANDALONE_STREAM, proto)
+    hub.attach(sessionId, client)
+    client.onClose(() => {
+      store.saveCursor(sessionId, STANDALONE_STREAM, client.lastSeq).catch((err: unknown) => log.warn({ err }, 'could not save the stream cursor'))
+    })
+    openWithGap(client, log, position, start)
+    await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: false }).start()
+  }
+
+  async function resumeRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition): Promise<unknown> {
+    const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: position.streamId })
+    let state: StreamState | null
+    try {
+      state = await metrics.timeStore('state', () => store.state(sessionId, position.streamId))
+    } catch (err) {
+      const e = errors.storeUnavailable()
+      e.cause = err
+      throw e
+    }
+    const epoch = state?.epoch ?? record.epoch
+    const client = streamOptions(reply, log, 'resume', epoch, position.streamId, proto)
+    if (state === null) {
+      // Nothing is known of this stream in this session: say so and end the stream.
+      metrics.resumes.inc({ outcome: 'unknown' })
+      metrics.gaps.inc({ reason: 'unknown_stream' })
+      log.warn({ lastEventId: position }, 'gap: resume of a stream this session does not have')
+      reply.header(GAP_HEADER, 'unknown_stream')
+      client.open({}, position.seq, { reason: 'unknown_stream', lastEventId: headerValue(request.headers['last-event-id']) })
+      client.close('completed', false)
+      return
+    }
+    hub.attach(sessionId, client)
+    openWithGap(client, log, position, resumePoint(state, position, record, 0))
+    await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: true }).start()
+  }
+
+  interface StartPoint { readonly after: number, readonly gap?: { reason: GapReason, missingFrom?: number, missingTo?: number } }
+
+  function resumePoint (state: StreamState, position: EventPosition | null, record: SessionRecord, cursor: number): StartPoint {
+    if (position === null) return { after: Math.min(Math.max(cursor, state.firstSeq - 1), state.lastSeq) }
+    if (position.epoch !== state.epoch || position.epoch !== record.epoch) {
+      // The store lost the history this id points into: replay what the new epoch holds.
+      return { after: state.firstSeq - 1, gap: { reason: 'epoch' } }
+    }
+    if (position.seq > state.lastSeq) return { after: state.lastSeq, gap: { reason: 'future_id' } }
+    if (position.seq + 1 < state.firstSeq) {
+      return { after: state.firstSeq - 1, gap: { reason: 'trimmed', missingFrom: position.seq + 1, missingTo: state.firstSeq - 1 } }
+    }
+    return { after: position.seq }
+  }
+
+  function openWithGap (client: ClientStream, log: Logger, position: EventPosition | null, start: StartPoint): void {
+    if (position !== null) metrics.resumes.inc({ outcome: start.gap === undefined ? 'replayed' : 'gap' })
+    if (start.gap !== undefined) {
+      metrics.gaps.inc({ reason: start.gap.reason })
+      log.warn({ gap: start.gap }, 'gap: history cannot fill this resume; the client is told')
+      client.open({ [GAP_HEADER]: start.gap.reason }, start.after, { ...start.gap, streamId: client.streamId })
+    } else {
+      client.open({}, start.after)
+    }
+  }
+
+  async function forgetSession (sessionId: string, log: Logger): Promise<void> {
+    hub.dropSession(sessionId)
+    await metrics.timeStore('delete_session', () => store.deleteSession(sessionId))
+      .catch((err: unknown) => log.warn({ err }, 'could not drop the records of a session the upstream no longer knows'))
+  }
+
+  async function handleDelete (request: FastifyRequest, reply: FastifyReply): Promise<unknown> {
+    const sessionId = sessionIdOf(request)
+    if (sessionId === undefined) return await forwardTransparently(deps, request, reply, undefined)
+    await requireSession(sessionId, principalOf(request, config.principalHeader))
+    const res = await timedUpstream('DELETE', () => upstream.request({
+      method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
+    }))
+    if ((res.statusCode >= 200 && res.statusCode < 300) || res.statusCode === 404) {
+      hub.dropSession(sessionId)
+      try {
+        await metrics.timeStore('delete_session', () => store.deleteSession(sessionId))
+      } catch (err) {
+        // Fail closed: the client retries the DELETE until the records are gone.
+        res.body.destroy()
+        const e = errors.storeUnavailable()
+        e.cause = err
+        throw e
+      }
+    }
+    return sendUpstreamResponse(reply, res)
+  }
+
+  app.route({
+    method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH', 'OPTIONS', 'HEAD'],
+    url: config.mcpPath,
+    sse: { kind: 'manual', heartbeat: true },
+    handler: async (request, reply) => {
+      const versionHeader = request.headers['mcp-protocol-version']
+      const proto = protocolInfo(versionHeader)
+      if (proto === null) throw errors.badProtocolVersion(String(versionHeader))
+      const body = request.body as Buffer | undefined
+      if (proto.era === 'modern') return await forwardTransparently(deps, request, reply, body)
+      switch (request.method) {
+        case 'POST': return await handlePost(request, reply, proto)
+        case 'GET': return await handleGet(request, reply, proto)
+        case 'DELETE': return await handleDelete(request, reply)
+        default: return await forwardTransparently(deps, request, reply, body)
+      }
+    }
+  })
+}

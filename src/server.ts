@@ -1,0 +1,169 @@
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyError } from 'fastify'
+import { fastifySSE } from '@fastify/sse'
+import { randomUUID } from 'node:crypto'
+import type { Readable } from 'node:stream'
+import { pino, type Logger } from 'pino'
+import type { GatewayConfig } from './config/load.js'
+import { errors, GatewayError, jsonRpcErrorBody } from './errors.js'
+import { GatewayMetrics } from './metrics/metrics.js'
+import { InFlight } from './relay/inflight.js'
+import { SessionHub } from './relay/session-hub.js'
+import { registerAdminRoutes } from './routes/admin.js'
+import { forwardTransparently } from './routes/forward.js'
+import { registerMcpRoute } from './routes/mcp.js'
+import type { EventStore } from './store/contract.js'
+import { UpstreamClient } from './upstream/client.js'
+import { VERSION } from './version.js'
+
+export interface GatewayDeps {
+  readonly store: EventStore
+  readonly logger?: Logger
+  readonly metrics?: GatewayMetrics
+  readonly upstream?: UpstreamClient
+  readonly random?: (size: number) => Uint8Array
+}
+
+export interface Gateway {
+  readonly app: FastifyInstance
+  readonly admin: FastifyInstance
+  readonly store: EventStore
+  readonly metrics: GatewayMetrics
+  readonly hub: SessionHub
+  /** Listen on the configured (or given) ports; returns the base URLs. */
+  listen (ports?: { port?: number, adminPort?: number }): Promise<{ url: string, adminUrl: string }>
+  /** Readiness false, client streams closed with a retry hint, in-flight upstream answers finished. */
+  drain (): Promise<void>
+  /** Drain, then close listeners, the upstream client and the store. */
+  close (): Promise<void>
+}
+
+/** Fields never logged in clear: credentials travel through the gateway. */
+export const REDACT_PATHS = [
+  'req.headers.authorization', 'req.headers.cookie', 'req.headers["proxy-authorization"]',
+  'req.headers["x-api-key"]', 'res.headers["set-cookie"]', '*.authorization', '*.cookie'
+]
+
+export function createLogger (level: string): Logger {
+  return pino({ level, redact: { paths: REDACT_PATHS, censor: '[redacted]' } })
+}
+
+/** Build the gateway; it does not listen until `listen()` (tests call this with port 0). */
+export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): Promise<Gateway> {
+  const logger = deps.logger ?? createLogger(config.logLevel)
+  const store = deps.store
+  const metrics = deps.metrics ?? new GatewayMetrics({ version: VERSION, store: store.kind })
+  const upstream = deps.upstream ?? new UpstreamClient({ origin: config.upstreamUrl, headersTimeoutMs: config.upstreamHeadersTimeoutMs })
+  const inflight = new InFlight()
+  let draining = false
+
+  const app = Fastify({
+    loggerInstance: logger as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: config.maxBodyBytes,
+    genReqId: req => {
+      const given = req.headers['x-request-id']
+      return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID()
+    },
+    forceCloseConnections: true,
+    // Upstream answers may take long; nothing here should time a request out.
+    requestTimeout: 0
+  })
+  const hub = new SessionHub({
+    upstream,
+    store,
+    metrics,
+    log: logger as FastifyBaseLogger,
+    mcpPath: config.mcpPath,
+    holdMs: config.standaloneHoldMs,
+    maxEventBytes: config.maxEventBytes,
+    maxSessions: config.maxSessions
+  })
+
+  await app.register(fastifySSE, { heartbeatInterval: config.keepAliveMs })
+
+  app.addHook('onRequest', async (request) => {
+    if (draining) throw errors.draining()
+    const origin = request.headers.origin
+    if (config.allowedOrigins !== null && origin !== undefined && !config.allowedOrigins.has(origin)) {
+      throw errors.originForbidden()
+    }
+  })
+
+  // One log line per request, at its end (for streams, when the stream closes).
+  app.addHook('onResponse', async (request, reply) => {
+    request.log.info({
+      req: { method: request.method, url: request.url },
+      res: { statusCode: reply.statusCode },
+      responseTime: Math.round(reply.elapsedTime)
+    }, 'request completed')
+  })
+
+  app.setErrorHandler(async (err: FastifyError, request, reply) => {
+    const gatewayError = (err as Error) instanceof GatewayError
+      ? err as unknown as GatewayError
+      : new GatewayError(err.code ?? 'MCPGW_INTERNAL', err.statusCode !== undefined && err.statusCode >= 400 ? err.statusCode : 500,
+        err.statusCode !== undefined && err.statusCode < 500 ? err.message : 'Internal error in the gateway.')
+    if (gatewayError.statusCode >= 500) request.log.error({ err }, 'request failed')
+    else request.log.info({ code: gatewayError.code, statusCode: gatewayError.statusCode }, gatewayError.message)
+    if (reply.raw.headersSent) {
+      reply.raw.destroy()
+      return
+    }
+    reply.code(gatewayError.statusCode).headers(gatewayError.headers).type('application/json')
+    return jsonRpcErrorBody(gatewayError)
+  })
+
+  // The MCP endpoint gets whole bodies (they are small JSON-RPC messages, bounded by MAX_BODY_BYTES).
+  await app.register(async mcp => {
+    mcp.removeAllContentTypeParsers()
+    mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
+    registerMcpRoute(mcp, { config, store, hub, upstream, metrics, inflight, random: deps.random })
+  })
+
+  // Every other path of the upstream origin (OAuth metadata and the like) is proxied as it is, streamed.
+  await app.register(async proxy => {
+    proxy.removeAllContentTypeParsers()
+    proxy.addContentTypeParser('*', (_req, payload, done) => { done(null, payload) })
+    proxy.route({
+      method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD'],
+      url: '/*',
+      handler: async (request, reply) => await forwardTransparently({ upstream, metrics }, request, reply, request.body as Readable | undefined)
+    })
+  })
+
+  const admin = Fastify({ loggerInstance: logger.child({ listener: 'admin' }) as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) })
+  registerAdminRoutes(admin, { store, metrics, isDraining: () => draining, pingTimeoutMs: 2000 })
+
+  let drained: Promise<void> | undefined
+  const drain = async (): Promise<void> => {
+    drained ??= (async () => {
+      draining = true
+      logger.info({ clients: hub.clientCount, recording: inflight.size }, 'draining: closing client streams with a retry hint')
+      hub.closeAll('draining')
+      const finished = await inflight.settle(config.shutdownGraceMs)
+      if (!finished) logger.warn({ recording: inflight.size }, 'grace period over: upstream answers still being read are cut')
+    })()
+    return await drained
+  }
+
+  return {
+    app,
+    admin,
+    store,
+    metrics,
+    hub,
+    async listen (ports = {}) {
+      const url = await app.listen({ host: config.host, port: ports.port ?? config.port })
+      const adminUrl = await admin.listen({ host: config.adminHost, port: ports.adminPort ?? config.adminPort })
+      return { url, adminUrl }
+    },
+    drain,
+    async close () {
+      await drain()
+      await app.close()
+      await admin.close()
+      await upstream.close()
+      await store.close()
+    }
+  }
+}

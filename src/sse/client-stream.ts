@@ -1,0 +1,146 @@
+import type {} from '@fastify/sse'
+import type { FastifyReply } from 'fastify'
+import type { ServerResponse } from 'node:http'
+import type { FastifyBaseLogger as Logger } from 'fastify'
+import type { StoredEvent } from '../store/contract.js'
+import { encodeEventId } from '../protocol/event-id.js'
+import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
+import { formatEvent, formatGap, formatPriming, formatRetry } from './frame.js'
+
+export interface ClientStreamOptions {
+  readonly reply: FastifyReply
+  readonly kind: StreamKind
+  readonly epoch: string
+  readonly streamId: string
+  readonly priming: boolean
+  readonly retryMs: number
+  readonly maxBufferBytes: number
+  readonly metrics: GatewayMetrics
+  readonly log: Logger
+}
+
+/**
+ * One client SSE connection. The response head, keep-alive comments and the
+ * connection lifecycle are @fastify/sse's; events are written here as
+ * pre-framed text, one write per batch (the plugin writes one per message).
+ * Writes never wait for the client: the store holds everything, so a client
+ * whose buffer passes the bound is closed with a retry hint and resumes.
+ */
+export class ClientStream {
+  readonly kind: StreamKind
+  readonly streamId: string
+  readonly epoch: string
+  readonly #reply: FastifyReply
+  readonly #raw: ServerResponse
+  readonly #priming: boolean
+  readonly #retryMs: number
+  readonly #maxBufferBytes: number
+  readonly #metrics: GatewayMetrics
+  readonly #log: Logger
+  readonly #onClose: Array<(outcome: CloseOutcome) => void> = []
+  #closed = false
+  #lastSeq = 0
+
+  constructor (options: ClientStreamOptions) {
+    this.kind = options.kind
+    this.streamId = options.streamId
+    this.epoch = options.epoch
+    this.#reply = options.reply
+    this.#raw = options.reply.raw
+    this.#priming = options.priming
+    this.#retryMs = options.retryMs
+    this.#maxBufferBytes = options.maxBufferBytes
+    this.#metrics = options.metrics
+    this.#log = options.log
+    options.metrics.streamsOpened.inc({ kind: this.kind })
+    options.metrics.clientStreamsOpen.inc({ kind: this.kind })
+    const sse = options.reply.sse
+    sse.keepAlive()
+    sse.onClose(() => this.#finish('client_gone'))
+  }
+
+  get closed (): boolean { return this.#closed }
+  /** Sequence number of the last event written to this connection. */
+  get lastSeq (): number { return this.#lastSeq }
+
+  /** Commit the response head (status 200, SSE headers plus `headers`) and the priming event. */
+  open (headers: Record<string, string | string[]>, position: number, gap?: Record<string, unknown>): void {
+    for (const [name, value] of Object.entries(headers)) this.#reply.header(name, value)
+    this.#reply.sse.sendHeaders(200)
+    this.#lastSeq = position
+    let head = ''
+    if (gap !== undefined) head += formatGap(gap)
+    // 2025-11-25 clients get a priming event; older ones must never see empty data.
+    if (this.#priming) head += formatPriming(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq: position }), this.#retryMs)
+    if (head !== '') this.#write(head)
+  }
+
+  /** Write events (contiguous, in order); those at or before lastSeq are skipped. Returns false once closed. */
+  writeEvents (events: readonly StoredEvent[], replayed = false): boolean {
+    if (this.#closed) return false
+    let text = ''
+    let count = 0
+    for (const e of events) {
+      if (e.seq <= this.#lastSeq) continue
+      text += formatEvent(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq: e.seq }), e.data, e.event)
+      this.#lastSeq = e.seq
+      count++
+    }
+    if (count === 0) return true
+    this.#metrics.eventsDelivered.inc(count)
+    if (replayed) this.#metrics.eventsReplayed.inc(count)
+    return this.#write(text)
+  }
+
+  writeGap (notice: Record<string, unknown>): void {
+    if (!this.#closed) this.#write(formatGap(notice))
+  }
+
+  /** Resolves when the connection's buffer has room again (or it closed). */
+  async drained (): Promise<void> {
+    if (this.#closed || !this.#raw.writableNeedDrain) return
+    await new Promise<void>(resolve => {
+      const done = (): void => {
+        this.#raw.off('drain', done)
+        this.#raw.off('close', done)
+        resolve()
+      }
+      this.#raw.on('drain', done)
+      this.#raw.on('close', done)
+    })
+  }
+
+  onClose (listener: (outcome: CloseOutcome) => void): void {
+    if (this.#closed) return
+    this.#onClose.push(listener)
+  }
+
+  /** Close from the gateway's side; with `retry`, the client is told when to come back. */
+  close (outcome: CloseOutcome, retry = true): void {
+    if (this.#closed) return
+    if (retry && !this.#raw.destroyed) this.#raw.write(formatRetry(this.#retryMs))
+    this.#finish(outcome)
+    this.#reply.sse.close()
+  }
+
+  #write (text: string): boolean {
+    this.#raw.write(text)
+    if (this.#raw.writableLength > this.#maxBufferBytes) {
+      this.#metrics.slowClientDisconnects.inc()
+      this.#log.warn({ streamId: this.streamId, buffered: this.#raw.writableLength }, 'client too slow: closing its stream, it resumes from the store')
+      // The buffer is full: a retry hint would queue behind it, so drop the socket.
+      this.#finish('slow_client')
+      this.#raw.destroy()
+      return false
+    }
+    return true
+  }
+
+  #finish (outcome: CloseOutcome): void {
+    if (this.#closed) return
+    this.#closed = true
+    this.#metrics.clientStreamsOpen.dec({ kind: this.kind })
+    this.#metrics.streamsClosed.inc({ kind: this.kind, outcome })
+    for (const listener of this.#onClose.splice(0)) listener(outcome)
+  }
+}

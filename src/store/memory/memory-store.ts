@@ -1,0 +1,273 @@
+import { randomBytes } from 'node:crypto'
+import { SessionGoneError } from '../../errors.js'
+import { randomToken } from '../../protocol/event-id.js'
+import type {
+  AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  SessionRecord, StoredEvent, StreamNotice, StreamState
+} from '../contract.js'
+
+export interface MemoryStoreOptions {
+  readonly retention: RetentionLimits
+  /** Process-wide cap on stored event bytes; the least recently appended streams are evicted first. */
+  readonly maxBytes: number
+  readonly now?: () => number
+  readonly random?: (size: number) => Uint8Array
+  /** How often expired sessions are swept (they are also dropped lazily on access). */
+  readonly sweepIntervalMs?: number
+}
+
+interface MemoryStream {
+  readonly id: string
+  events: StoredEvent[]
+  /** Index of the first live element of `events` (trimming shifts lazily). */
+  head: number
+  lastSeq: number
+  bytes: number
+  ended: boolean
+  cursor: number
+}
+
+interface MemorySession {
+  readonly id: string
+  readonly record: SessionRecord
+  readonly streams: Map<string, MemoryStream>
+  expiresAt: number
+}
+
+/** Bytes an event costs for retention: its data plus the small fields. */
+function eventBytes (e: EventInput): number {
+  return Buffer.byteLength(e.data) + (e.event?.length ?? 0) + (e.upstreamId?.length ?? 0)
+}
+
+/**
+ * The embedded store: one process, not durable, bounded. Per-stream retention
+ * by count and bytes, per-session TTL, and a process-wide byte cap enforced by
+ * evicting the stream that was appended to least recently.
+ */
+export class MemoryEventStore implements EventStore {
+  readonly kind = 'memory' as const
+  readonly #retention: RetentionLimits
+  readonly #maxBytes: number
+  readonly #now: () => number
+  readonly #random: (size: number) => Uint8Array
+  readonly #sessions = new Map<string, MemorySession>()
+  /** Streams in least-recently-appended order (Map keeps insertion order). */
+  readonly #lru = new Map<MemoryStream, MemorySession>()
+  readonly #listeners = new Map<string, Set<NoticeListener>>()
+  readonly #sweeper: NodeJS.Timeout
+  #totalBytes = 0
+
+  constructor (options: MemoryStoreOptions) {
+    this.#retention = options.retention
+    this.#maxBytes = options.maxBytes
+    this.#now = options.now ?? Date.now
+    this.#random = options.random ?? randomBytes
+    this.#sweeper = setInterval(() => this.#sweep(), options.sweepIntervalMs ?? 30_000)
+    this.#sweeper.unref()
+  }
+
+  /** Bytes of event data held, for tests and metrics. */
+  get totalBytes (): number { return this.#totalBytes }
+
+  async createSession (sessionId: string, principal: string): Promise<SessionRecord> {
+    this.#drop(sessionId)
+    const record = { epoch: randomToken(8, this.#random), principal }
+    this.#sessions.set(sessionId, { id: sessionId, record, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs })
+    return record
+  }
+
+  async getSession (sessionId: string): Promise<SessionRecord | null> {
+    const session = this.#live(sessionId)
+    if (session === undefined) return null
+    session.expiresAt = this.#now() + this.#retention.ttlMs
+    return session.record
+  }
+
+  async deleteSession (sessionId: string): Promise<void> {
+    this.#drop(sessionId)
+  }
+
+  async openStream (sessionId: string, streamId: string): Promise<StreamState> {
+    const session = this.#require(sessionId)
+    return this.#stateOf(session, this.#stream(session, streamId))
+  }
+
+  async append (sessionId: string, streamId: string, events: readonly EventInput[], options: AppendOptions = {}): Promise<StoredEvent[]> {
+    const session = this.#require(sessionId)
+    const stream = this.#stream(session, streamId)
+    const stored: StoredEvent[] = []
+    for (const input of events) {
+      const event: StoredEvent = { seq: ++stream.lastSeq, data: input.data, event: input.event, upstreamId: input.upstreamId }
+      stream.events.push(event)
+      const size = eventBytes(event)
+      stream.bytes += size
+      this.#totalBytes += size
+      stored.push(event)
+    }
+    if (options.end === true) stream.ended = true
+    session.expiresAt = this.#now() + this.#retention.ttlMs
+    this.#trim(stream)
+    // Most recently appended last: eviction takes from the front.
+    this.#lru.delete(stream)
+    this.#lru.set(stream, session)
+    this.#evict(stream)
+    this.#notify(sessionId, { streamId, toSeq: stream.lastSeq, events: stored, ended: stream.ended })
+    return stored
+  }
+
+  async end (sessionId: string, streamId: string): Promise<void> {
+    const session = this.#require(sessionId)
+    const stream = this.#stream(session, streamId)
+    stream.ended = true
+    this.#notify(sessionId, { streamId, toSeq: stream.lastSeq, events: [], ended: true })
+  }
+
+  async read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadResult | null> {
+    const session = this.#live(sessionId)
+    const stream = session?.streams.get(streamId)
+    if (session === undefined || stream === undefined) return null
+    const state = this.#stateOf(session, stream)
+    // Sequence numbers are contiguous, so the position of afterSeq + 1 is arithmetic.
+    const from = stream.head + Math.max(0, afterSeq + 1 - state.firstSeq)
+    return { events: stream.events.slice(from, from + limit), state }
+  }
+
+  async state (sessionId: string, streamId: string): Promise<StreamState | null> {
+    const session = this.#live(sessionId)
+    const stream = session?.streams.get(streamId)
+    if (session === undefined || stream === undefined) return null
+    return this.#stateOf(session, stream)
+  }
+
+  async saveCursor (sessionId: string, streamId: string, seq: number): Promise<void> {
+    const session = this.#live(sessionId)
+    const stream = session?.streams.get(streamId)
+    if (stream !== undefined) stream.cursor = seq
+  }
+
+  async loadCursor (sessionId: string, streamId: string): Promise<number> {
+    return this.#live(sessionId)?.streams.get(streamId)?.cursor ?? 0
+  }
+
+  subscribe (sessionId: string, streamId: string, listener: NoticeListener): () => void {
+    const key = `${sessionId}\n${streamId}`
+    let set = this.#listeners.get(key)
+    if (set === undefined) {
+      set = new Set()
+      this.#listeners.set(key, set)
+    }
+    set.add(listener)
+    return () => {
+      set.delete(listener)
+      if (set.size === 0 && this.#listeners.get(key) === set) this.#listeners.delete(key)
+    }
+  }
+
+  async ping (): Promise<void> {}
+
+  async close (): Promise<void> {
+    clearInterval(this.#sweeper)
+    this.#sessions.clear()
+    this.#lru.clear()
+    this.#listeners.clear()
+    this.#totalBytes = 0
+  }
+
+  #notify (sessionId: string, notice: StreamNotice): void {
+    const set = this.#listeners.get(`${sessionId}\n${notice.streamId}`)
+    if (set === undefined) return
+    for (const listener of [...set]) listener(notice)
+  }
+
+  #live (sessionId: string): MemorySession | undefined {
+    const session = this.#sessions.get(sessionId)
+    if (session !== undefined && session.expiresAt <= this.#now()) {
+      this.#drop(sessionId)
+      return undefined
+    }
+    return session
+  }
+
+  #require (sessionId: string): MemorySession {
+    const session = this.#live(sessionId)
+    if (session === undefined) throw new SessionGoneError(sessionId)
+    return session
+  }
+
+  #stream (session: MemorySession, streamId: string): MemoryStream {
+    let stream = session.streams.get(streamId)
+    if (stream === undefined) {
+      stream = { id: streamId, events: [], head: 0, lastSeq: 0, bytes: 0, ended: false, cursor: 0 }
+      session.streams.set(streamId, stream)
+    }
+    return stream
+  }
+
+  #stateOf (session: MemorySession, stream: MemoryStream): StreamState {
+    const retained = stream.events.length - stream.head
+    return {
+      epoch: session.record.epoch,
+      lastSeq: stream.lastSeq,
+      firstSeq: stream.lastSeq - retained + 1,
+      ended: stream.ended
+    }
+  }
+
+  /** Per-stream retention: drop the oldest events beyond the count or byte limit, never the newest. */
+  #trim (stream: MemoryStream): void {
+    const { maxEvents, maxBytes } = this.#retention
+    while (stream.events.length - stream.head > 1 &&
+      (stream.events.length - stream.head > maxEvents || stream.bytes > maxBytes)) {
+      this.#dropOldest(stream)
+    }
+    this.#compact(stream)
+  }
+
+  #dropOldest (stream: MemoryStream): void {
+    const oldest = stream.events[stream.head] as StoredEvent
+    stream.events[stream.head] = undefined as unknown as StoredEvent
+    stream.head++
+    const size = eventBytes(oldest)
+    stream.bytes -= size
+    this.#totalBytes -= size
+  }
+
+  /** Release trimmed slots once they are a large share of the array (amortised O(1)). */
+  #compact (stream: MemoryStream): void {
+    if (stream.head > 1024 && stream.head * 2 > stream.events.length) {
+      stream.events = stream.events.slice(stream.head)
+      stream.head = 0
+    }
+  }
+
+  /** Process-wide cap: empty the least recently appended streams (not the one just written). */
+  #evict (current: MemoryStream): void {
+    for (const stream of this.#lru.keys()) {
+      if (this.#totalBytes <= this.#maxBytes) return
+      if (stream === current) continue
+      while (stream.events.length - stream.head > 0) this.#dropOldest(stream)
+      this.#compact(stream)
+      this.#lru.delete(stream)
+    }
+    // Still over: the current stream alone exceeds the cap; keep only its newest event.
+    while (this.#totalBytes > this.#maxBytes && current.events.length - current.head > 1) this.#dropOldest(current)
+    this.#compact(current)
+  }
+
+  #drop (sessionId: string): void {
+    const session = this.#sessions.get(sessionId)
+    if (session === undefined) return
+    for (const stream of session.streams.values()) {
+      this.#totalBytes -= stream.bytes
+      this.#lru.delete(stream)
+    }
+    this.#sessions.delete(sessionId)
+  }
+
+  #sweep (): void {
+    const now = this.#now()
+    for (const [id, session] of this.#sessions) {
+      if (session.expiresAt <= now) this.#drop(id)
+    }
+  }
+}

@@ -1,0 +1,447 @@
+import { randomBytes } from 'node:crypto'
+import { Redis } from 'ioredis'
+import type { Cluster, RedisOptions } from 'ioredis'
+import type { BaseLogger } from 'pino'
+import { SessionGoneError } from '../../errors.js'
+import { randomToken } from '../../protocol/event-id.js'
+import { STANDALONE_STREAM } from '../contract.js'
+import type {
+  AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  SessionRecord, StoredEvent, StreamNotice, StreamState
+} from '../contract.js'
+import { APPEND, OPEN, READ, RESET, SAVE_CURSOR, TOUCH } from './scripts.js'
+
+type Connection = Redis | Cluster
+type StoreLogger = Pick<BaseLogger, 'warn'>
+
+export interface RedisStoreOptions {
+  /** Command connection. The store owns it from now on: close() quits it. */
+  readonly redis: Connection
+  /** A second connection, used only for SUBSCRIBE. Owned by the store too. */
+  readonly subscriber: Connection
+  /** Prepended to every key and channel; no `{` or `}` (the hash tag is the session's). */
+  readonly keyPrefix: string
+  readonly retention: RetentionLimits
+  /** Tells this replica's notices from the others'; random when absent. */
+  readonly replicaId?: string
+  readonly random?: (size: number) => Uint8Array
+  readonly logger?: StoreLogger
+}
+
+export interface RedisStoreConnectOptions {
+  readonly url: string
+  readonly keyPrefix: string
+  readonly retention: RetentionLimits
+  readonly replicaId?: string
+  readonly random?: (size: number) => Uint8Array
+  readonly logger?: StoreLogger
+  /** Extra ioredis options for both connections. */
+  readonly redisOptions?: RedisOptions
+}
+
+/** A notice as PUBLISHed: no payload, the subscriber reads the events from the store. */
+interface WireNotice {
+  /** Replica that appended. */
+  readonly o: string
+  /** Session epoch. */
+  readonly p: string
+  readonly s: string
+  readonly t: number
+  readonly e: boolean
+}
+
+interface Topic {
+  readonly listeners: Set<NoticeListener>
+  /** Highest toSeq and ended flag already told to the listeners, per epoch. */
+  epoch: string | undefined
+  toSeq: number
+  ended: boolean
+}
+
+interface Channel {
+  readonly sessionId: string
+  readonly topics: Map<string, Topic>
+}
+
+type ReadReply = [string, number, number, number, Array<[string, string[]]>] | null
+
+interface ScriptCommands {
+  mcpgwAppend (...args: Array<string | number>): Promise<[string, number, number] | null>
+  mcpgwOpen (...args: Array<string | number>): Promise<[string, number, number, number] | null>
+  mcpgwRead (...args: Array<string | number>): Promise<ReadReply>
+  mcpgwTouch (...args: Array<string | number>): Promise<[string, string] | null>
+  mcpgwSaveCursor (...args: Array<string | number>): Promise<number>
+  mcpgwReset (...args: Array<string | number>): Promise<number>
+}
+
+const FLAG_EVENT = 1
+const FLAG_UPSTREAM_ID = 2
+/** The session's stream set changing under a reset this often in a row means something is wrong. */
+const RESET_ATTEMPTS = 16
+
+/**
+ * Redis Streams event store: one Redis stream per (session, stream), every key
+ * of a session under the hash tag `{<session>}` (see scripts.ts for the layout).
+ *
+ * Connections: exactly two, whatever the number of sessions and subscribers.
+ * Commands (all short, never blocking) share the command connection; live
+ * notices come over one subscriber connection on which this replica holds one
+ * SUBSCRIBE per session that has local listeners (refcounted). A blocking
+ * XREAD per client would cost a connection per client, and one PSUBSCRIBE to
+ * every session would make every replica receive every other replica's
+ * traffic; per-session channels cost a replica only what its own clients
+ * follow. Plain PUBLISH also works on Redis Cluster (broadcast to all nodes).
+ */
+export class RedisEventStore implements EventStore {
+  readonly kind = 'redis' as const
+  readonly replicaId: string
+  readonly #redis: Connection & ScriptCommands
+  readonly #subscriber: Connection
+  readonly #prefix: string
+  readonly #retention: RetentionLimits
+  readonly #random: (size: number) => Uint8Array
+  readonly #logger: StoreLogger | undefined
+  /** Local listeners by channel name (one channel per session). */
+  readonly #channels = new Map<string, Channel>()
+  readonly #onMessage = (channel: string, message: string): void => this.#receive(channel, message)
+  readonly #onReady = (): void => this.#resubscribe()
+  readonly #onError = (err: Error): void => this.#logger?.warn({ err }, 'event store: redis connection error')
+  #closed = false
+
+  constructor (options: RedisStoreOptions) {
+    if (options.keyPrefix.includes('{') || options.keyPrefix.includes('}')) {
+      throw new TypeError('RedisEventStore: keyPrefix must not contain "{" or "}" (the hash tag is the session id)')
+    }
+    this.#retention = Object.freeze({ ...validRetention(options.retention) })
+    this.#prefix = options.keyPrefix
+    this.#random = options.random ?? randomBytes
+    this.#logger = options.logger
+    this.replicaId = options.replicaId ?? randomToken(12, this.#random)
+
+    const redis = options.redis
+    redis.defineCommand('mcpgwAppend', { numberOfKeys: 2, lua: APPEND })
+    redis.defineCommand('mcpgwOpen', { numberOfKeys: 2, lua: OPEN })
+    redis.defineCommand('mcpgwRead', { numberOfKeys: 2, lua: READ })
+    redis.defineCommand('mcpgwTouch', { numberOfKeys: 2, lua: TOUCH })
+    redis.defineCommand('mcpgwSaveCursor', { numberOfKeys: 2, lua: SAVE_CURSOR })
+    // Variable number of keys: the first argument is the key count.
+    redis.defineCommand('mcpgwReset', { lua: RESET })
+    this.#redis = redis as Connection & ScriptCommands
+    this.#subscriber = options.subscriber
+
+    redis.on('error', this.#onError)
+    this.#subscriber.on('error', this.#onError)
+    this.#subscriber.on('message', this.#onMessage)
+    this.#subscriber.on('ready', this.#onReady)
+  }
+
+  /** Open both connections to `url` and check that Redis answers. */
+  static async connect (options: RedisStoreConnectOptions): Promise<RedisEventStore> {
+    const random = options.random ?? randomBytes
+    const replicaId = options.replicaId ?? randomToken(12, random)
+    // Names make the store's connections visible in CLIENT LIST.
+    const base: RedisOptions = { maxRetriesPerRequest: 3, ...options.redisOptions }
+    const redis = new Redis(options.url, { ...base, connectionName: `mcpgw-${replicaId}-cmd` })
+    const subscriber = new Redis(options.url, { ...base, connectionName: `mcpgw-${replicaId}-sub` })
+    const store = new RedisEventStore({
+      redis,
+      subscriber,
+      keyPrefix: options.keyPrefix,
+      retention: options.retention,
+      replicaId,
+      random,
+      ...(options.logger === undefined ? {} : { logger: options.logger })
+    })
+    try {
+      await store.ping()
+    } catch (err) {
+      await store.close()
+      throw err
+    }
+    return store
+  }
+
+  async createSession (sessionId: string, principal: string): Promise<SessionRecord> {
+    const epoch = randomToken(8, this.#random)
+    await this.#reset(sessionId, epoch, principal)
+    return { epoch, principal }
+  }
+
+  async getSession (sessionId: string): Promise<SessionRecord | null> {
+    const keys = this.#keys(sessionId)
+    const reply = await this.#redis.mcpgwTouch(keys.meta, keys.stream(STANDALONE_STREAM), this.#retention.ttlMs)
+    return reply === null ? null : { epoch: reply[0], principal: reply[1] }
+  }
+
+  async deleteSession (sessionId: string): Promise<void> {
+    await this.#reset(sessionId, '', '')
+  }
+
+  async openStream (sessionId: string, streamId: string): Promise<StreamState> {
+    const keys = this.#keys(sessionId, streamId)
+    const reply = await this.#redis.mcpgwOpen(keys.meta, keys.stream(streamId), streamId, this.#retention.ttlMs)
+    if (reply === null) throw new SessionGoneError(sessionId)
+    return { epoch: reply[0], lastSeq: reply[1], firstSeq: reply[2], ended: reply[3] === 1 }
+  }
+
+  async append (sessionId: string, streamId: string, events: readonly EventInput[], options: AppendOptions = {}): Promise<StoredEvent[]> {
+    const keys = this.#keys(sessionId, streamId)
+    const { maxEvents, maxBytes, ttlMs } = this.#retention
+    const ending = options.end === true
+    const args: Array<string | number> = [
+      keys.meta, keys.stream(streamId),
+      streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId
+    ]
+    for (const event of events) {
+      if (typeof event.data !== 'string') throw new TypeError('event data must be a string')
+      const flags = (event.event === undefined ? 0 : FLAG_EVENT) + (event.upstreamId === undefined ? 0 : FLAG_UPSTREAM_ID)
+      args.push(flags, event.data, event.event ?? '', event.upstreamId ?? '')
+    }
+    const reply = await this.#redis.mcpgwAppend(...args)
+    if (reply === null) throw new SessionGoneError(sessionId)
+    const [epoch, previous, ended] = reply
+    const stored = events.map((event, i): StoredEvent => ({
+      seq: previous + i + 1, data: event.data, event: event.event, upstreamId: event.upstreamId
+    }))
+    if (stored.length > 0 || ending) {
+      // Local listeners get the events themselves: no read back from Redis.
+      this.#deliver(keys.channel, epoch, {
+        streamId, toSeq: previous + stored.length, events: stored.slice(), ended: ended === 1
+      })
+    }
+    return stored
+  }
+
+  async end (sessionId: string, streamId: string): Promise<void> {
+    await this.append(sessionId, streamId, [], { end: true })
+  }
+
+  async read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadResult | null> {
+    if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) throw new RangeError('afterSeq must be a non-negative integer')
+    if (!Number.isSafeInteger(limit) || limit < 0) throw new RangeError('limit must be a non-negative integer')
+    const reply = await this.#read(sessionId, streamId, afterSeq, limit)
+    if (reply === null) return null
+    const [epoch, lastSeq, firstSeq, ended, rows] = reply
+    return { events: rows.map(toStoredEvent), state: { epoch, lastSeq, firstSeq, ended: ended === 1 } }
+  }
+
+  async state (sessionId: string, streamId: string): Promise<StreamState | null> {
+    const reply = await this.#read(sessionId, streamId, 0, 0)
+    if (reply === null) return null
+    return { epoch: reply[0], lastSeq: reply[1], firstSeq: reply[2], ended: reply[3] === 1 }
+  }
+
+  /** A no-op when the session or stream is unknown: there is nothing left to resume. */
+  async saveCursor (sessionId: string, streamId: string, seq: number): Promise<void> {
+    if (!Number.isSafeInteger(seq) || seq < 0) throw new RangeError('seq must be a non-negative integer')
+    const keys = this.#keys(sessionId, streamId)
+    await this.#redis.mcpgwSaveCursor(keys.meta, keys.stream(streamId), streamId, seq, this.#retention.ttlMs)
+  }
+
+  async loadCursor (sessionId: string, streamId: string): Promise<number> {
+    const keys = this.#keys(sessionId, streamId)
+    const value = await this.#redis.hget(keys.meta, `c:${streamId}`)
+    return value === null ? 0 : Number(value)
+  }
+
+  subscribe (sessionId: string, streamId: string, listener: NoticeListener): () => void {
+    const keys = this.#keys(sessionId, streamId)
+    let channel = this.#channels.get(keys.channel)
+    if (channel === undefined) {
+      channel = { sessionId, topics: new Map() }
+      this.#channels.set(keys.channel, channel)
+      this.#listen(keys.channel, channel)
+    }
+    let topic = channel.topics.get(streamId)
+    if (topic === undefined) {
+      topic = { listeners: new Set(), epoch: undefined, toSeq: 0, ended: false }
+      channel.topics.set(streamId, topic)
+    }
+    topic.listeners.add(listener)
+
+    let subscribed = true
+    return () => {
+      if (!subscribed) return
+      subscribed = false
+      topic.listeners.delete(listener)
+      if (topic.listeners.size > 0) return
+      channel.topics.delete(streamId)
+      if (channel.topics.size > 0 || this.#channels.get(keys.channel) !== channel) return
+      this.#channels.delete(keys.channel)
+      if (this.#closed) return
+      this.#subscriber.unsubscribe(keys.channel).catch((err: unknown) => {
+        this.#logger?.warn({ err, channel: keys.channel }, 'event store: UNSUBSCRIBE failed')
+      })
+    }
+  }
+
+  async ping (): Promise<void> {
+    // The subscriber connection matters too: without it no notice arrives.
+    await Promise.all([this.#redis.ping(), this.#subscriber.ping()])
+  }
+
+  async close (): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    this.#channels.clear()
+    this.#subscriber.off('message', this.#onMessage)
+    this.#subscriber.off('ready', this.#onReady)
+    await Promise.all([quit(this.#redis), quit(this.#subscriber)])
+    this.#redis.off('error', this.#onError)
+    this.#subscriber.off('error', this.#onError)
+  }
+
+  #keys (sessionId: string, streamId?: string): { meta: string, channel: string, stream: (id: string) => string } {
+    if (typeof sessionId !== 'string' || sessionId.length === 0) throw new TypeError('session id must be a non-empty string')
+    if (streamId !== undefined && (typeof streamId !== 'string' || streamId.length === 0)) {
+      throw new TypeError('stream id must be a non-empty string')
+    }
+    const tag = `${this.#prefix}{${escapeTag(sessionId)}}`
+    return { meta: `${tag}:m`, channel: `${tag}:n`, stream: (id) => `${tag}:s:${id}` }
+  }
+
+  #read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadReply> {
+    const keys = this.#keys(sessionId, streamId)
+    return this.#redis.mcpgwRead(keys.meta, keys.stream(streamId), streamId, afterSeq, limit)
+  }
+
+  /**
+   * Delete every key of the session and, given an epoch, write a new record.
+   * The script must see the stream keys in KEYS, so they are listed first and
+   * the script refuses (we list again) if a stream appeared in between.
+   */
+  async #reset (sessionId: string, epoch: string, principal: string): Promise<void> {
+    const keys = this.#keys(sessionId)
+    for (let attempt = 0; attempt < RESET_ATTEMPTS; attempt++) {
+      const fields = await this.#redis.hkeys(keys.meta)
+      const streamIds = fields.filter((field) => field.startsWith('q:')).map((field) => field.slice(2))
+      const done = await this.#redis.mcpgwReset(
+        1 + streamIds.length, keys.meta, ...streamIds.map(keys.stream),
+        epoch, principal, this.#retention.ttlMs, ...streamIds
+      )
+      if (done === 1) return
+    }
+    throw new Error(`event store: the streams of session ${sessionId.slice(0, 8)}... kept changing during a reset`)
+  }
+
+  /** SUBSCRIBE for a session's first local listener, then catch up on what the subscription may have missed. */
+  #listen (name: string, channel: Channel): void {
+    this.#subscriber.subscribe(name).then(
+      () => this.#catchUp(name, channel),
+      (err: unknown) => this.#logger?.warn({ err, channel: name }, 'event store: SUBSCRIBE failed')
+    )
+  }
+
+  /**
+   * After a (re)subscription, tell the listeners where each stream stands: an
+   * append by another replica between the listener's own read and the moment
+   * SUBSCRIBE took effect (or while the connection was down) would otherwise
+   * go unnoticed until the next one. Notices already delivered are filtered out.
+   */
+  #catchUp (name: string, channel: Channel): void {
+    for (const streamId of channel.topics.keys()) {
+      this.#read(channel.sessionId, streamId, 0, 0).then((reply) => {
+        if (reply === null || this.#channels.get(name) !== channel) return
+        this.#deliver(name, reply[0], { streamId, toSeq: reply[1], ended: reply[3] === 1 })
+      }, (err: unknown) => {
+        this.#logger?.warn({ err, channel: name, streamId }, 'event store: catch-up read failed')
+      })
+    }
+  }
+
+  /** The subscriber connection came back: notices published meanwhile are lost, so subscribe and catch up. */
+  #resubscribe (): void {
+    for (const [name, channel] of this.#channels) this.#listen(name, channel)
+  }
+
+  #receive (name: string, message: string): void {
+    const notice = parseWireNotice(message)
+    if (notice === null) {
+      this.#logger?.warn({ channel: name }, 'event store: malformed notice ignored')
+      return
+    }
+    // Our own appends were delivered locally, with their events.
+    if (notice.o === this.replicaId) return
+    this.#deliver(name, notice.p, { streamId: notice.s, toSeq: notice.t, ended: notice.e })
+  }
+
+  /**
+   * Notices reach a replica by two paths (its own appends, the subscriber
+   * connection) that may interleave; a notice older than one already given
+   * to the listeners carries nothing new and is dropped, so listeners see
+   * toSeq only grow.
+   */
+  #deliver (name: string, epoch: string, notice: StreamNotice): void {
+    const topic = this.#channels.get(name)?.topics.get(notice.streamId)
+    if (topic === undefined) return
+    if (topic.epoch !== epoch) {
+      topic.epoch = epoch
+      topic.toSeq = 0
+      topic.ended = false
+    }
+    if (notice.toSeq <= topic.toSeq && (!notice.ended || topic.ended)) return
+    topic.toSeq = Math.max(topic.toSeq, notice.toSeq)
+    topic.ended ||= notice.ended
+    for (const listener of [...topic.listeners]) {
+      try {
+        listener(notice)
+      } catch (err) {
+        this.#logger?.warn({ err, streamId: notice.streamId }, 'event store: notice listener threw')
+      }
+    }
+  }
+}
+
+function validRetention (retention: RetentionLimits): RetentionLimits {
+  const { maxEvents, maxBytes, ttlMs } = retention
+  if (!Number.isSafeInteger(maxEvents) || maxEvents < 1) throw new RangeError('retention.maxEvents must be an integer >= 1')
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new RangeError('retention.maxBytes must be an integer >= 0')
+  if (!Number.isSafeInteger(ttlMs) || ttlMs < 1) throw new RangeError('retention.ttlMs must be an integer >= 1')
+  return { maxEvents, maxBytes, ttlMs }
+}
+
+/**
+ * Session ids come from the upstream (visible ASCII). Braces would move the
+ * hash tag, so they are percent-escaped (with `%` itself, to stay reversible).
+ */
+function escapeTag (sessionId: string): string {
+  return sessionId.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+}
+
+function toStoredEvent ([id, fields]: [string, string[]]): StoredEvent {
+  let data = ''
+  let event: string | undefined
+  let upstreamId: string | undefined
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const value = fields[i + 1] as string
+    switch (fields[i]) {
+      case 'd': data = value; break
+      case 'e': event = value; break
+      case 'u': upstreamId = value; break
+    }
+  }
+  return { seq: Number.parseInt(id, 10), data, event, upstreamId }
+}
+
+function parseWireNotice (message: string): WireNotice | null {
+  let value: unknown
+  try {
+    value = JSON.parse(message)
+  } catch {
+    return null
+  }
+  if (typeof value !== 'object' || value === null) return null
+  const { o, p, s, t, e } = value as Record<string, unknown>
+  if (typeof o !== 'string' || typeof p !== 'string' || typeof s !== 'string' ||
+    typeof t !== 'number' || typeof e !== 'boolean') return null
+  return { o, p, s, t, e }
+}
+
+async function quit (connection: Connection): Promise<void> {
+  try {
+    await connection.quit()
+  } catch {
+    // Already closed or never connected: nothing left to release.
+    connection.disconnect()
+  }
+}

@@ -1,0 +1,236 @@
+/**
+ * Lua sources of the Redis event store. Each script touches the keys of ONE
+ * session only, all declared in KEYS and sharing the `{<session>}` hash tag, so
+ * it runs atomically in one slot (Redis Cluster compatible).
+ *
+ * Session hash (`<prefix>{<session>}:m`):
+ *   epoch, principal        the session record
+ *   q:<stream>              sequence number of the newest event (lastSeq)
+ *   f:<stream>              sequence number of the oldest retained event
+ *   b:<stream>              bytes retained (data + event type + upstream id)
+ *   e:<stream>              '1' once the stream ended
+ *   c:<stream>              the saved cursor
+ * Stream `<prefix>{<session>}:s:<stream>`: one entry per event, id `<seq>-0`,
+ * fields d (data), e (event type, optional), u (upstream id, optional).
+ *
+ * The session hash is refreshed by every call that refreshes a stream key, so
+ * it always outlives them. A stream key can still expire on its own (idle
+ * stream of a busy session); the scripts then report its history as gone
+ * (firstSeq = lastSeq + 1) so a resume into it sees the gap.
+ */
+
+/**
+ * lastSeq, firstSeq, bytes, ended of a stream, or nil when the session hash
+ * has no record of it.
+ */
+const STREAM_STATE = `
+local function streamState (meta, skey, sid)
+  local st = redis.call('HMGET', meta, 'q:' .. sid, 'f:' .. sid, 'b:' .. sid, 'e:' .. sid)
+  if not st[1] then return nil end
+  local last, first, bytes = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+  if first <= last and redis.call('EXISTS', skey) == 0 then
+    first = last + 1
+    bytes = 0
+  end
+  return last, first, bytes, st[4] == '1'
+end
+`
+
+/** Number of leading ARGV entries of APPEND before the events. */
+export const APPEND_HEAD = 7
+/** ARGV entries per event: presence flags, data, event type, upstream id. */
+export const APPEND_WIDTH = 4
+
+/**
+ * KEYS: session hash, stream.
+ * ARGV: streamId, maxEvents, maxBytes, ttlMs, end ('1'|'0'), channel, origin
+ *       replica, then per event: flags (bit 1 event type, bit 2 upstream id),
+ *       data, event type, upstream id.
+ * Returns nil when the session is unknown, else { epoch, previous lastSeq, ended }.
+ *
+ * Sequence bump, XADD with explicit ids, trim by count and bytes (never the
+ * newest event), TTL refresh and PUBLISH in one atomic step. Events a batch
+ * would trim right away are never written.
+ */
+export const APPEND = STREAM_STATE + `
+local meta, skey = KEYS[1], KEYS[2]
+local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
+local HEAD, WIDTH = ${APPEND_HEAD}, ${APPEND_WIDTH}
+local n = (#ARGV - HEAD) / WIDTH
+
+local epoch = redis.call('HGET', meta, 'epoch')
+if not epoch then return false end
+local last, first, bytes, ended = streamState(meta, skey, sid)
+if last == nil then
+  -- First use of the stream in this epoch: a key left behind by an earlier
+  -- life of the same session id (its hash was lost) must not collide.
+  redis.call('DEL', skey)
+  last, first, bytes, ended = 0, 1, 0, false
+end
+
+local sizes, total = {}, bytes
+for i = 1, n do
+  local at = HEAD + (i - 1) * WIDTH
+  local size = #ARGV[at + 2] + #ARGV[at + 3] + #ARGV[at + 4]
+  sizes[i] = size
+  total = total + size
+end
+local newLast = last + n
+
+-- Sizes of retained entries, read oldest first in chunks as trimming needs them.
+local buffer, index = {}, 1
+local function sizeOf (seq)
+  if seq > last then return sizes[seq - last] end
+  if index > #buffer then
+    buffer, index = {}, 1
+    local rows = redis.call('XRANGE', skey, seq .. '-0', last .. '-0', 'COUNT', 256)
+    for _, row in ipairs(rows) do
+      local size, fields = 0, row[2]
+      for j = 2, #fields, 2 do size = size + #fields[j] end
+      buffer[#buffer + 1] = size
+    end
+  end
+  local size = buffer[index] or 0
+  index = index + 1
+  return size
+end
+
+local keep = first
+while keep < newLast and (newLast - keep + 1 > maxEvents or total > maxBytes) do
+  total = total - sizeOf(keep)
+  keep = keep + 1
+end
+if keep > first and first <= last then
+  if keep > last then
+    redis.call('DEL', skey)
+  else
+    -- Entries are contiguous, so keeping the newest (last - keep + 1) is trimming below keep.
+    redis.call('XTRIM', skey, 'MAXLEN', last - keep + 1)
+  end
+end
+
+for i = 1, n do
+  local seq = last + i
+  if seq >= keep then
+    local at = HEAD + (i - 1) * WIDTH
+    local flags = tonumber(ARGV[at + 1])
+    local args = { 'XADD', skey, seq .. '-0', 'd', ARGV[at + 2] }
+    if flags % 2 == 1 then
+      args[#args + 1] = 'e'
+      args[#args + 1] = ARGV[at + 3]
+    end
+    if flags >= 2 then
+      args[#args + 1] = 'u'
+      args[#args + 1] = ARGV[at + 4]
+    end
+    redis.call(unpack(args))
+  end
+end
+
+if ending then ended = true end
+redis.call('HSET', meta, 'q:' .. sid, newLast, 'f:' .. sid, keep, 'b:' .. sid, total, 'e:' .. sid, ended and '1' or '0')
+redis.call('PEXPIRE', meta, ttl)
+redis.call('PEXPIRE', skey, ttl)
+if n > 0 or ending then
+  redis.call('PUBLISH', channel, cjson.encode({ o = origin, p = epoch, s = sid, t = newLast, e = ended }))
+end
+return { epoch, last, ended and 1 or 0 }
+`
+
+/**
+ * KEYS: session hash, stream. ARGV: streamId, ttlMs.
+ * Returns nil when the session is unknown, else { epoch, lastSeq, firstSeq, ended }.
+ */
+export const OPEN = STREAM_STATE + `
+local meta, skey, sid, ttl = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local epoch = redis.call('HGET', meta, 'epoch')
+if not epoch then return false end
+local last, first, bytes, ended = streamState(meta, skey, sid)
+if last == nil then
+  redis.call('DEL', skey)
+  last, first, ended = 0, 1, false
+  redis.call('HSET', meta, 'q:' .. sid, 0, 'f:' .. sid, 1, 'b:' .. sid, 0, 'e:' .. sid, '0')
+end
+redis.call('PEXPIRE', meta, ttl)
+redis.call('PEXPIRE', skey, ttl)
+return { epoch, last, first, ended and 1 or 0 }
+`
+
+/**
+ * KEYS: session hash, stream. ARGV: streamId, afterSeq, limit.
+ * Returns nil when the session or stream is unknown, else
+ * { epoch, lastSeq, firstSeq, ended, entries }. State and entries come from
+ * the same instant, so they always agree.
+ */
+export const READ = STREAM_STATE + `
+local meta, skey, sid = KEYS[1], KEYS[2], ARGV[1]
+local after, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+local epoch = redis.call('HGET', meta, 'epoch')
+if not epoch then return false end
+local last, first, bytes, ended = streamState(meta, skey, sid)
+if last == nil then return false end
+local rows = {}
+local from = math.max(after + 1, first)
+if limit > 0 and from <= last then
+  rows = redis.call('XRANGE', skey, from .. '-0', last .. '-0', 'COUNT', limit)
+end
+return { epoch, last, first, ended and 1 or 0, rows }
+`
+
+/**
+ * KEYS: session hash, standalone stream. ARGV: ttlMs.
+ * Returns nil when the session is unknown, else { epoch, principal }. The
+ * standalone stream lives as long as the session, so it is refreshed with it;
+ * request streams are refreshed by their own appends.
+ */
+export const TOUCH = `
+local rec = redis.call('HMGET', KEYS[1], 'epoch', 'principal')
+if not rec[1] then return false end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+return { rec[1], rec[2] or '' }
+`
+
+/**
+ * KEYS: session hash, stream. ARGV: streamId, seq, ttlMs.
+ * Returns 0 (nothing saved) when the session or stream is unknown, else 1.
+ */
+export const SAVE_CURSOR = `
+if redis.call('HEXISTS', KEYS[1], 'q:' .. ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'c:' .. ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+`
+
+/**
+ * KEYS: session hash, then the key of every stream the caller found in it.
+ * ARGV: new epoch ('' to only delete), principal, ttlMs, then the stream ids
+ * matching KEYS[2..].
+ * Deletes the session and, given an epoch, writes a fresh record. Returns 0
+ * without touching anything when the hash lists other streams than the caller
+ * passed (a stream was opened meanwhile): the caller reads them again and
+ * retries, so every key stays declared in KEYS.
+ */
+export const RESET = `
+local count, known = 0, {}
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(field, 1, 2) == 'q:' then
+    known[string.sub(field, 3)] = true
+    count = count + 1
+  end
+end
+if count ~= #KEYS - 1 then return 0 end
+for i = 4, #ARGV do
+  if not known[ARGV[i]] then return 0 end
+end
+for i = 1, #KEYS, 500 do
+  redis.call('DEL', unpack(KEYS, i, math.min(i + 499, #KEYS)))
+end
+if ARGV[1] ~= '' then
+  redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'principal', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+`

@@ -1,0 +1,79 @@
+import { Agent, errors as undiciErrors, type Dispatcher } from 'undici'
+import type { Readable } from 'node:stream'
+import { errors, GatewayError } from '../errors.js'
+
+export interface UpstreamRequest {
+  readonly method: string
+  /** Path and query on the upstream origin. */
+  readonly path: string
+  readonly headers: Record<string, string | string[]>
+  readonly body?: Buffer | Readable | undefined
+  readonly signal?: AbortSignal | undefined
+}
+
+export interface UpstreamResponse {
+  readonly statusCode: number
+  readonly headers: Record<string, string | string[] | undefined>
+  readonly body: Readable
+}
+
+export interface UpstreamClientOptions {
+  readonly origin: URL
+  readonly headersTimeoutMs: number
+  readonly dispatcher?: Dispatcher
+}
+
+/**
+ * The HTTP client for the upstream MCP server (undici). SSE answers can stay
+ * open for hours, so bodies have no read timeout; only the wait for response
+ * headers is bounded.
+ */
+export class UpstreamClient {
+  readonly #origin: string
+  readonly #dispatcher: Dispatcher
+  readonly #ownsDispatcher: boolean
+  readonly #headersTimeoutMs: number
+
+  constructor (options: UpstreamClientOptions) {
+    this.#origin = options.origin.origin
+    this.#headersTimeoutMs = options.headersTimeoutMs
+    this.#ownsDispatcher = options.dispatcher === undefined
+    this.#dispatcher = options.dispatcher ?? new Agent({
+      keepAliveTimeout: 30_000,
+      // One client stream may hold an upstream connection for its lifetime.
+      connections: null,
+      pipelining: 1
+    })
+  }
+
+  async request (req: UpstreamRequest): Promise<UpstreamResponse> {
+    try {
+      const res = await this.#dispatcher.request({
+        origin: this.#origin,
+        path: req.path,
+        method: req.method as Dispatcher.HttpMethod,
+        headers: req.headers,
+        body: req.body ?? null,
+        signal: req.signal,
+        headersTimeout: this.#headersTimeoutMs,
+        bodyTimeout: 0
+      })
+      return { statusCode: res.statusCode, headers: res.headers, body: res.body }
+    } catch (err) {
+      throw toGatewayError(err)
+    }
+  }
+
+  async close (): Promise<void> {
+    if (this.#ownsDispatcher) await this.#dispatcher.close()
+  }
+}
+
+function toGatewayError (err: unknown): Error {
+  if (err instanceof GatewayError) return err
+  if (err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.ConnectTimeoutError) return errors.upstreamTimeout()
+  if (err instanceof Error && err.name === 'AbortError') return err
+  const wrapped = errors.upstreamUnavailable()
+  wrapped.cause = err
+  return wrapped
+}

@@ -1,0 +1,76 @@
+import type { IncomingHttpHeaders } from 'node:http'
+
+/** RFC 9110 section 7.6.1: connection-specific fields a proxy must not forward. */
+const HOP_BY_HOP = new Set([
+  'connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection',
+  'te', 'trailer', 'transfer-encoding', 'upgrade'
+])
+
+function connectionTokens (value: string | string[] | undefined): Set<string> {
+  const out = new Set<string>()
+  if (value === undefined) return out
+  for (const part of (Array.isArray(value) ? value : [value])) {
+    for (const token of part.split(',')) {
+      const t = token.trim().toLowerCase()
+      if (t !== '') out.add(t)
+    }
+  }
+  return out
+}
+
+export interface ForwardContext {
+  readonly remoteAddress: string | undefined
+  readonly protocol: 'http' | 'https'
+  readonly host: string | undefined
+}
+
+/**
+ * Headers for the upstream request: end-to-end fields only. `host` and
+ * `content-length` are set by the HTTP client for the upstream; X-Forwarded-*
+ * say who the real client was.
+ */
+export function upstreamRequestHeaders (incoming: IncomingHttpHeaders, ctx: ForwardContext, keepContentLength: boolean): Record<string, string | string[]> {
+  const drop = connectionTokens(incoming.connection)
+  const out: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(incoming)) {
+    if (value === undefined) continue
+    if (HOP_BY_HOP.has(name) || drop.has(name) || name === 'host') continue
+    if (name === 'content-length' && !keepContentLength) continue
+    out[name] = value
+  }
+  const prior = incoming['x-forwarded-for']
+  const priorList = Array.isArray(prior) ? prior.join(', ') : prior
+  if (ctx.remoteAddress !== undefined) {
+    out['x-forwarded-for'] = priorList !== undefined && priorList !== '' ? `${priorList}, ${ctx.remoteAddress}` : ctx.remoteAddress
+  }
+  if (incoming['x-forwarded-proto'] === undefined) out['x-forwarded-proto'] = ctx.protocol
+  if (incoming['x-forwarded-host'] === undefined && ctx.host !== undefined) out['x-forwarded-host'] = ctx.host
+  return out
+}
+
+/**
+ * Headers of the upstream response to pass to the client: end-to-end fields,
+ * minus those the gateway re-creates when it re-frames a body (length, type).
+ */
+export function clientResponseHeaders (upstream: Record<string, string | string[] | undefined>, omit: readonly string[] = []): Record<string, string | string[]> {
+  const drop = connectionTokens(upstream.connection)
+  const out: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(upstream)) {
+    if (value === undefined) continue
+    const lower = name.toLowerCase()
+    if (HOP_BY_HOP.has(lower) || drop.has(lower) || omit.includes(lower)) continue
+    out[lower] = value
+  }
+  return out
+}
+
+export function headerValue (value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value
+}
+
+/** The essence of a media type: "text/event-stream; charset=utf-8" -> "text/event-stream". */
+export function mediaType (value: string | string[] | undefined): string {
+  const v = headerValue(value)
+  if (v === undefined) return ''
+  return (v.split(';')[0] as string).trim().toLowerCase()
+}
