@@ -57,7 +57,7 @@ export class StreamFollower {
     if (notice.events !== undefined && (first === undefined || first.seq <= client.lastSeq + 1)) {
       client.writeEvents(notice.events)
     } else if (notice.toSeq > client.lastSeq) {
-      void this.#catchUp(false)
+      this.#catchUp(false).catch(() => {}) // #catchUp handles its own errors
       return
     }
     if (notice.ended && this.#o.untilEnded && client.lastSeq >= notice.toSeq) {

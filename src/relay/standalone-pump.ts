@@ -63,7 +63,7 @@ export class StandalonePump {
     }
     metrics.upstreamStreamsOpen.inc({ kind: 'standalone' })
     log.debug('upstream GET stream opened')
-    void recordUpstreamStream({
+    recordUpstreamStream({
       store: this.#o.store,
       metrics,
       log,

@@ -153,7 +153,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     // Subscribe before recording starts, so the first event already finds its reader.
     await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: true }).start()
     metrics.upstreamStreamsOpen.inc({ kind: 'request' })
-    void deps.inflight.track(recordUpstreamStream({
+    deps.inflight.track(recordUpstreamStream({
       store, metrics, log, sessionId, streamId, body: res.body, maxEventBytes: config.maxEventBytes, endStreamOnFinish: true
     })).then(outcome => {
       metrics.upstreamStreamsOpen.dec({ kind: 'request' })

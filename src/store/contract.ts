@@ -1,6 +1,6 @@
 /**
  * The event store contract. Every implementation (memory, Redis Streams) passes
- * the same contract suite in test/store/contract.ts.
+ * the same contract suite in test/fixtures/store-contract.ts.
  *
  * A session owns streams: the standalone stream (the session's GET stream) and
  * one request stream per POST answered with SSE. Each stream numbers its events

@@ -1,0 +1,231 @@
+import { randomBytes } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import t from 'tap'
+import type { Test } from 'tap'
+import { Redis } from 'ioredis'
+import { SessionGoneError } from '../../src/errors.js'
+import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
+import { RedisEventStore } from '../../src/store/redis/redis-store.js'
+import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures/redis.js'
+import type { TestRedis } from '../fixtures/redis.js'
+import { storeContract } from '../fixtures/store-contract.js'
+
+const RETENTION: RetentionLimits = { maxEvents: 1000, maxBytes: 1024 * 1024, ttlMs: 60_000 }
+
+storeContract(t, 'redis', async (t, retention) => {
+  const { url, prefix, redis } = await useRedis(t, 'contract')
+  const open = (): Promise<RedisEventStore> => RedisEventStore.connect({ url, keyPrefix: prefix, retention })
+  return {
+    store: await open(),
+    replica: open,
+    sessionKeys: (sessionId) => scanKeys(redis, prefixPattern(`${prefix}{${sessionId}}`))
+  }
+})
+
+async function storeFor (t: Test, env: TestRedis, retention: RetentionLimits = RETENTION): Promise<RedisEventStore> {
+  const store = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention })
+  t.teardown(() => store.close())
+  return store
+}
+
+/** This replica's connections as CLIENT LIST shows them (RedisEventStore.connect names them). */
+async function clientsOf (redis: Redis, replicaId: string): Promise<Array<Record<string, string>>> {
+  const list = await redis.client('LIST') as string
+  return list.split('\n')
+    .map((line) => Object.fromEntries(line.trim().split(' ').map((pair) => {
+      const at = pair.indexOf('=')
+      return [pair.slice(0, at), pair.slice(at + 1)]
+    })) as Record<string, string>)
+    .filter((client) => client.name?.startsWith(`mcpgw-${replicaId}-`) === true)
+}
+
+async function eventually (what: string, check: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await sleep(20)
+  }
+}
+
+t.test('redis: two connections, whatever the number of subscribed sessions', async (t) => {
+  const env = await useRedis(t, 'connections')
+  const replicaId = `conn${randomBytes(4).toString('hex')}`
+  const store = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention: RETENTION, replicaId })
+  t.teardown(() => store.close())
+
+  const ids = Array.from({ length: 200 }, (_, i) => `sess-${i}`)
+  await Promise.all(ids.map((id) => store.createSession(id, 'p')))
+  const offs = ids.flatMap((id) => [
+    store.subscribe(id, 's', () => {}),
+    store.subscribe(id, 's', () => {}),
+    store.subscribe(id, 'r1', () => {})
+  ])
+  await Promise.all(ids.map((id) => store.append(id, 's', [{ data: 'x' }])))
+
+  await eventually('200 subscriptions', async () => (await clientsOf(env.redis, replicaId)).some((c) => c.sub === '200'))
+  const clients = await clientsOf(env.redis, replicaId)
+  t.equal(clients.length, 2, 'one command and one subscriber connection')
+  t.same(clients.map((c) => c.sub).sort(), ['0', '200'], 'one SUBSCRIBE per session, shared by its listeners and streams')
+
+  for (const off of offs) off()
+  await eventually('every UNSUBSCRIBE', async () => (await clientsOf(env.redis, replicaId)).every((c) => c.sub === '0'))
+  t.equal((await clientsOf(env.redis, replicaId)).length, 2, 'still two')
+
+  await store.close()
+  await eventually('close to release both', async () => (await clientsOf(env.redis, replicaId)).length === 0)
+  t.pass('close() quits both connections')
+})
+
+t.test('redis: one round trip per appended batch', async (t) => {
+  const env = await useRedis(t, 'roundtrip')
+  const redis = new Redis(env.url)
+  const subscriber = new Redis(env.url)
+  const store = new RedisEventStore({ redis, subscriber, keyPrefix: env.prefix, retention: RETENTION })
+  t.teardown(() => store.close())
+
+  const sent: string[] = []
+  const sendCommand = redis.sendCommand.bind(redis)
+  redis.sendCommand = (command, stream) => {
+    sent.push(command.name)
+    return sendCommand(command, stream)
+  }
+  await store.createSession('sess', 'p')
+  await store.append('sess', 's', [{ data: 'warm-up' }]) // loads the script if Redis lacks it
+
+  for (const size of [1, 10, 1000]) {
+    sent.length = 0
+    await store.append('sess', 's', Array.from({ length: size }, (_, i) => ({ data: `e${i}`, event: 'message', upstreamId: String(i) })))
+    t.same(sent, ['evalsha'], `a batch of ${size}: a single EVALSHA`)
+  }
+  sent.length = 0
+  await store.end('sess', 's')
+  t.same(sent, ['evalsha'], 'end: a single EVALSHA')
+})
+
+t.test('redis: every key carries a TTL', async (t) => {
+  const env = await useRedis(t, 'ttl')
+  const store = await storeFor(t, env, { ...RETENTION, ttlMs: 30_000 })
+  await store.createSession('sess', 'p')
+  await store.openStream('sess', 'r0')
+  await store.append('sess', 's', [{ data: 'a' }, { data: 'b' }])
+  await store.append('sess', 'r1', [{ data: 'c' }], { end: true })
+  await store.end('sess', 'r2')
+  await store.saveCursor('sess', 's', 1)
+  await store.getSession('sess')
+
+  const keys = await scanKeys(env.redis, prefixPattern(env.prefix))
+  t.same(keys.sort(), [`${env.prefix}{sess}:m`, `${env.prefix}{sess}:s:r1`, `${env.prefix}{sess}:s:s`], 'a hash and one stream per written stream')
+  for (const key of keys) {
+    const ttl = await env.redis.pttl(key)
+    t.ok(ttl > 0 && ttl <= 30_000, `${key} expires (pttl ${ttl})`)
+  }
+  const entries = await env.redis.xrange(`${env.prefix}{sess}:s:r1`, '-', '+')
+  t.same(entries, [['1-0', ['d', 'c']]], 'stream entries are plain strings with explicit ids')
+})
+
+t.test('redis: session ids with braces stay in their own hash tag', async (t) => {
+  const env = await useRedis(t, 'braces')
+  const store = await storeFor(t, env)
+  const ids = ['a{b}c', 'x}', 'x%7D', '{', '%', '}{']
+  for (const [i, id] of ids.entries()) {
+    await store.createSession(id, 'p')
+    await store.append(id, 's', Array.from({ length: i + 1 }, () => ({ data: id })))
+  }
+  for (const [i, id] of ids.entries()) {
+    const read = await store.read(id, 's', 0, 100)
+    t.equal(read?.state.lastSeq, i + 1, `${id}: its own stream`)
+    t.ok(read?.events.every((e) => e.data === id), `${id}: its own events`)
+  }
+  const keys = await scanKeys(env.redis, prefixPattern(env.prefix))
+  t.equal(keys.length, ids.length * 2)
+  for (const key of keys) {
+    const rest = key.slice(env.prefix.length)
+    t.match(rest, /^\{[^{}]+\}:(m|s:s)$/, `${key}: one hash tag, the whole session id`)
+  }
+  t.throws(() => new RedisEventStore({ redis: env.redis, subscriber: env.redis, keyPrefix: 'a{b}:', retention: RETENTION }), TypeError)
+  t.throws(() => new RedisEventStore({ redis: env.redis, subscriber: env.redis, keyPrefix: 'p:', retention: { ...RETENTION, maxEvents: 0 } }), RangeError)
+})
+
+t.test('redis: a stream whose key expired alone reports its history as gone', async (t) => {
+  const env = await useRedis(t, 'stream-expiry')
+  const store = await storeFor(t, env)
+  const { epoch } = await store.createSession('sess', 'p')
+  await store.append('sess', 'r1', [{ data: 'a' }, { data: 'b' }, { data: 'c' }])
+  await env.redis.del(`${env.prefix}{sess}:s:r1`) // what PEXPIRE does to an idle request stream
+  t.same(await store.state('sess', 'r1'), { epoch, lastSeq: 3, firstSeq: 4, ended: false }, 'a resume after 0..2 sees the gap')
+  t.same((await store.read('sess', 'r1', 1, 10))?.events, [])
+  const next = await store.append('sess', 'r1', [{ data: 'd' }])
+  t.same(next.map((e) => e.seq), [4], 'numbering continues')
+  t.same(await store.state('sess', 'r1'), { epoch, lastSeq: 4, firstSeq: 4, ended: false })
+})
+
+t.test('redis: a lost session hash makes the session gone, and its id reusable', async (t) => {
+  const env = await useRedis(t, 'lost-hash')
+  const store = await storeFor(t, env)
+  await store.createSession('sess', 'p')
+  await store.append('sess', 's', [{ data: 'old1' }, { data: 'old2' }])
+  await env.redis.del(`${env.prefix}{sess}:m`) // evicted under memory pressure
+  t.equal(await store.getSession('sess'), null)
+  await t.rejects(store.append('sess', 's', [{ data: 'x' }]), SessionGoneError)
+  await store.createSession('sess', 'p')
+  const stored = await store.append('sess', 's', [{ data: 'new' }])
+  t.same(stored.map((e) => e.seq), [1], 'the stream key left by the old life does not collide')
+  t.same((await store.read('sess', 's', 0, 10))?.events.map((e) => e.data), ['new'])
+})
+
+t.test('redis: a restart without persistence loses sessions; subscriptions come back', async (t) => {
+  const server = await startRedisServer()
+  t.teardown(() => server.stop())
+  const keyPrefix = 'restart:'
+  const open = (): Promise<RedisEventStore> => RedisEventStore.connect({ url: server.url, keyPrefix, retention: RETENTION })
+  const a = await open()
+  const b = await open()
+  t.teardown(() => Promise.all([a.close(), b.close()]))
+
+  const before = await a.createSession('sess', 'p')
+  await a.append('sess', 's', [{ data: 'x' }])
+  const heard: StreamNotice[] = []
+  a.subscribe('sess', 's', (n) => heard.push(n))
+  await b.append('sess', 's', [{ data: 'y' }])
+  await eventually('the notice before the restart', () => heard.some((n) => n.toSeq === 2))
+
+  await server.stop()
+  await server.start()
+  await eventually('the store to reconnect', () => a.ping().then(() => true, () => false), 10_000)
+
+  t.equal(await a.getSession('sess'), null, 'session gone')
+  await t.rejects(a.append('sess', 's', [{ data: 'z' }]), SessionGoneError, 'append refuses')
+  t.equal(await a.read('sess', 's', 0, 10), null, 'history gone')
+  const after = await b.createSession('sess', 'p')
+  t.not(after.epoch, before.epoch, 'new epoch')
+  await eventually('b to reconnect', () => b.ping().then(() => true, () => false), 10_000)
+
+  heard.length = 0
+  await eventually('a notice over the resubscribed channel', async () => {
+    await b.append('sess', 's', [{ data: 'again' }])
+    await sleep(50)
+    return heard.length > 0
+  }, 10_000)
+  t.ok(heard.every((n) => n.events === undefined), 'remote notices after the restart')
+  t.equal((await a.read('sess', 's', 0, 1))?.events[0]?.seq, 1, 'the new life numbers from 1')
+})
+
+t.test('redis: a killed subscriber connection catches up', async (t) => {
+  const env = await useRedis(t, 'sub-kill')
+  const replicaId = `kill${randomBytes(4).toString('hex')}`
+  const a = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention: RETENTION, replicaId })
+  const b = await storeFor(t, env)
+  t.teardown(() => a.close())
+  await a.createSession('sess', 'p')
+  const heard: StreamNotice[] = []
+  a.subscribe('sess', 's', (n) => heard.push(n))
+  await b.append('sess', 's', [{ data: '1' }])
+  await eventually('the first notice', () => heard.some((n) => n.toSeq === 1))
+
+  const subscriberId = (await clientsOf(env.redis, replicaId)).find((c) => c.name?.endsWith('-sub') === true)?.id
+  if (subscriberId === undefined) throw new Error('no subscriber connection in CLIENT LIST')
+  await env.redis.client('KILL', 'ID', subscriberId)
+  await b.append('sess', 's', [{ data: '2' }]) // most likely published while nobody listens
+  await eventually('the missed append to be caught up', () => heard.some((n) => n.toSeq === 2))
+  t.pass('the listener learnt of seq 2')
+})
