@@ -12,6 +12,12 @@ export interface GatewayConfig {
   readonly adminPort: number
   readonly logLevel: string
   readonly redisUrl: string | undefined
+  /** Cluster seed nodes, when Redis Cluster is used. */
+  readonly redisClusterNodes: ReadonlyArray<{ host: string, port: number }> | undefined
+  /** Sentinels and the master name, when Sentinel is used. */
+  readonly redisSentinel: { readonly sentinels: ReadonlyArray<{ host: string, port: number }>, readonly name: string } | undefined
+  readonly redisPassword: string | undefined
+  readonly redisTls: boolean
   readonly redisKeyPrefix: string
   readonly retention: RetentionLimits
   readonly memoryStoreMaxBytes: number
@@ -26,7 +32,27 @@ export interface GatewayConfig {
   readonly principalHeader: string
   /** null: any Origin is accepted. */
   readonly allowedOrigins: ReadonlySet<string> | null
+  readonly leaseTtlMs: number
+  readonly drainSpreadMs: number
+  readonly maxHeaderBytes: number
+  readonly sessionRequestsPerSecond: number
   readonly shutdownGraceMs: number
+}
+
+/** "host:port,host:port" -> addresses; problems are pushed, not thrown. */
+function parseAddresses (name: string, value: string, problems: string[]): Array<{ host: string, port: number }> {
+  const out: Array<{ host: string, port: number }> = []
+  for (const part of value.split(',').map(p => p.trim()).filter(Boolean)) {
+    const match = /^(\[[0-9a-fA-F:]+\]|[^:\s]+):(\d{1,5})$/.exec(part)
+    const port = match === null ? NaN : Number(match[2])
+    if (match === null || port < 1 || port > 65535) {
+      problems.push(`${name}: "${part}" is not host:port`)
+      continue
+    }
+    out.push({ host: (match[1] as string).replace(/^\[|\]$/g, ''), port })
+  }
+  if (out.length === 0 && problems.every(p => !p.startsWith(name))) problems.push(`${name}: needs at least one host:port`)
+  return out
 }
 
 export class ConfigError extends Error {
@@ -86,6 +112,18 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
       problems.push('REDIS_URL: must be a URL such as redis://redis:6379')
     }
   }
+  let redisClusterNodes: Array<{ host: string, port: number }> | undefined
+  let redisSentinel: { sentinels: Array<{ host: string, port: number }>, name: string } | undefined
+  const redisModes = [raw.REDIS_URL, raw.REDIS_CLUSTER_NODES, raw.REDIS_SENTINELS].filter(v => v !== undefined).length
+  if (redisModes > 1) problems.push('REDIS_URL, REDIS_CLUSTER_NODES and REDIS_SENTINELS: set only one of them')
+  if (raw.REDIS_CLUSTER_NODES !== undefined) redisClusterNodes = parseAddresses('REDIS_CLUSTER_NODES', raw.REDIS_CLUSTER_NODES, problems)
+  if (raw.REDIS_SENTINELS !== undefined) {
+    const sentinels = parseAddresses('REDIS_SENTINELS', raw.REDIS_SENTINELS, problems)
+    if (raw.REDIS_SENTINEL_NAME === undefined) problems.push('REDIS_SENTINEL_NAME: is required with REDIS_SENTINELS')
+    else redisSentinel = { sentinels, name: raw.REDIS_SENTINEL_NAME }
+  } else if (raw.REDIS_SENTINEL_NAME !== undefined) {
+    problems.push('REDIS_SENTINEL_NAME: only meaningful with REDIS_SENTINELS')
+  }
   if (raw.PORT !== 0 && raw.PORT === raw.ADMIN_PORT && raw.HOST === raw.ADMIN_HOST) {
     problems.push('ADMIN_PORT: must differ from PORT so admin endpoints never shadow upstream paths')
   }
@@ -114,6 +152,10 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     adminPort: raw.ADMIN_PORT,
     logLevel: raw.LOG_LEVEL,
     redisUrl: raw.REDIS_URL,
+    redisClusterNodes,
+    redisSentinel,
+    redisPassword: raw.REDIS_PASSWORD,
+    redisTls: raw.REDIS_TLS,
     redisKeyPrefix: raw.REDIS_KEY_PREFIX,
     retention: Object.freeze({
       maxEvents: raw.RETENTION_MAX_EVENTS,
@@ -131,6 +173,10 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     upstreamHeadersTimeoutMs: raw.UPSTREAM_HEADERS_TIMEOUT_SECONDS * 1000,
     principalHeader: raw.PRINCIPAL_HEADER.toLowerCase(),
     allowedOrigins,
+    leaseTtlMs: raw.LEASE_TTL_MS,
+    drainSpreadMs: raw.DRAIN_SPREAD_SECONDS * 1000,
+    maxHeaderBytes: raw.MAX_HEADER_BYTES,
+    sessionRequestsPerSecond: raw.SESSION_REQUESTS_PER_SECOND,
     shutdownGraceMs: raw.SHUTDOWN_GRACE_SECONDS * 1000
   })
 }

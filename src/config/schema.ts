@@ -14,6 +14,11 @@ export const ConfigSchema = Type.Object({
   LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map(l => Type.Literal(l)), { default: 'info', description: 'pino log level.' }),
 
   REDIS_URL: Type.Optional(Type.String({ description: 'Redis for the event store (redis:// or rediss://, with password if any). Unset: the embedded in-memory store, single process and not durable.' })),
+  REDIS_CLUSTER_NODES: Type.Optional(Type.String({ description: 'Redis Cluster seed nodes, host:port,host:port,... (instead of REDIS_URL). Password and TLS from REDIS_PASSWORD / REDIS_TLS.' })),
+  REDIS_SENTINELS: Type.Optional(Type.String({ description: 'Redis Sentinel addresses, host:port,host:port,... (instead of REDIS_URL); needs REDIS_SENTINEL_NAME.' })),
+  REDIS_SENTINEL_NAME: Type.Optional(Type.String({ description: 'Name of the master the Sentinels watch.' })),
+  REDIS_PASSWORD: Type.Optional(Type.String({ description: 'Password for Redis Cluster nodes or the Sentinel-managed master (REDIS_URL carries its own).' })),
+  REDIS_TLS: Type.Boolean({ default: false, description: 'Use TLS for REDIS_CLUSTER_NODES / REDIS_SENTINELS connections (REDIS_URL uses rediss:// instead).' }),
   REDIS_KEY_PREFIX: Type.String({ default: 'mcpgw:', description: 'Prefix of every Redis key the gateway writes.' }),
 
   RETENTION_MAX_EVENTS: Type.Integer({ default: 10000, minimum: 1, description: 'Events kept per stream; older events are trimmed and a client resuming before them is told about the gap.' }),
@@ -32,6 +37,10 @@ export const ConfigSchema = Type.Object({
 
   PRINCIPAL_HEADER: Type.String({ default: 'authorization', description: 'Request header whose hash identifies the principal a session is bound to.' }),
   ALLOWED_ORIGINS: Type.Optional(Type.String({ description: 'Comma-separated Origin allow-list; a request with another Origin gets 403. Unset: any Origin is accepted (a warning is logged).' })),
+  LEASE_TTL_MS: Type.Integer({ default: 5000, minimum: 500, description: 'Lease on a session\'s upstream GET stream: renewed every third of this; another replica takes over this long after the holder dies.' }),
+  DRAIN_SPREAD_SECONDS: Type.Integer({ default: 5, minimum: 0, description: 'On SIGTERM, client streams are closed spread over this window so clients do not all reconnect at once.' }),
+  MAX_HEADER_BYTES: Type.Integer({ default: 16384, minimum: 1024, description: 'Largest request header block accepted (431 beyond).' }),
+  SESSION_REQUESTS_PER_SECOND: Type.Integer({ default: 100, minimum: 1, description: 'Requests per second one session may make through this replica (bursts of twice that); beyond it 429 with Retry-After.' }),
   SHUTDOWN_GRACE_SECONDS: Type.Integer({ default: 25, minimum: 1, description: 'On SIGTERM, how long to finish in-flight upstream answers before exiting.' })
 })
 
