@@ -65,6 +65,8 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID()
     },
     forceCloseConnections: true,
+    // Oversized header blocks get 431 from Node's parser before any handler runs.
+    http: { maxHeaderSize: config.maxHeaderBytes },
     // Upstream answers may take long; nothing here should time a request out.
     requestTimeout: 0
   })

@@ -17,7 +17,17 @@ export interface RecordOptions {
   readonly endStreamOnFinish: boolean
   /** Called with each upstream event id, so an upstream GET can be resumed upstream. */
   readonly onUpstreamId?: (id: string) => void
+  /**
+   * Degraded mode: events the store refused are handed here so a client
+   * attached to this process still gets them live (without an id: they cannot
+   * be replayed). Once the store answers again a gap marker is recorded first,
+   * so clients resuming across the outage are told.
+   */
+  readonly onUnrecorded?: (events: readonly EventInput[]) => void
 }
+
+/** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
+export const GAP_MARKER_EVENT = 'gateway-gap'
 
 export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'aborted' | 'event_too_large'
 
@@ -35,18 +45,29 @@ function toInput (e: UpstreamEvent): EventInput {
 export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOutcome> {
   const decoder = new SseDecoder(o.maxEventBytes)
   let outcome: RecordOutcome = 'completed'
+  let unrecorded = 0
   const append = async (events: UpstreamEvent[], end: boolean): Promise<void> => {
     if (events.length === 0 && !end) return
     const inputs = events.map(toInput)
+    const batch = unrecorded === 0
+      ? inputs
+      : [{ event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded }) }, ...inputs]
     try {
-      await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, inputs, { end }))
+      await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, { end }))
     } catch (err) {
       if (err instanceof SessionGoneError) throw err
-      // The store failed: these events cannot be replayed. Counted and logged;
-      // reading goes on so the upstream is never stalled by the store.
+      // The store failed: these events cannot be replayed. Reading goes on so
+      // the upstream is never stalled; live clients here still get them.
+      unrecorded += inputs.length
       o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, inputs.length)
-      o.log.error({ err, streamId: o.streamId, events: inputs.length }, 'event store append failed: events not recorded')
+      o.log.error({ err, streamId: o.streamId, events: inputs.length }, 'event store append failed: events passed on unrecorded')
+      if (inputs.length > 0) o.onUnrecorded?.(inputs)
       return
+    }
+    if (unrecorded > 0) {
+      o.metrics.gaps.inc({ reason: 'store_unavailable' })
+      o.log.warn({ streamId: o.streamId, unrecorded }, 'event store back: gap marker recorded for the events it missed')
+      unrecorded = 0
     }
     if (inputs.length > 0) {
       o.metrics.eventsRecorded.inc(inputs.length)

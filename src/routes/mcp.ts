@@ -11,6 +11,8 @@ import { StreamFollower } from '../relay/follower.js'
 import { recordUpstreamStream } from '../relay/recorder.js'
 import type { InFlight } from '../relay/inflight.js'
 import type { SessionHub } from '../relay/session-hub.js'
+import { SessionRateLimiter } from './rate-limit.js'
+import { SessionCache } from './session-cache.js'
 import { ClientStream } from '../sse/client-stream.js'
 import { STANDALONE_STREAM, type EventStore, type SessionRecord, type StreamState } from '../store/contract.js'
 import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
@@ -52,6 +54,8 @@ type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'
 export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): void {
   const { config, store, hub, upstream, metrics } = deps
   const random = deps.random ?? randomBytes
+  const sessions = new SessionCache({ freshMs: 2000, staleMs: config.retention.ttlMs, maxEntries: Math.max(10_000, config.maxSessions * 4) })
+  const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: Math.max(10_000, config.maxSessions * 4) })
 
   const streamOptions = (reply: FastifyReply, log: Logger, kind: 'standalone' | 'request' | 'resume', epoch: string, streamId: string, proto: ProtocolInfo): ClientStream =>
     new ClientStream({
@@ -67,13 +71,21 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     })
 
   async function requireSession (sessionId: string, principal: string): Promise<SessionRecord> {
-    let record: SessionRecord | null
-    try {
-      record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
-    } catch (err) {
-      const e = errors.storeUnavailable()
-      e.cause = err
-      throw e
+    let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
+    if (record === undefined) {
+      try {
+        record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
+      } catch (err) {
+        // Degraded mode: a session verified before the store failed keeps working.
+        record = sessions.stale(sessionId)
+        if (record === undefined) {
+          const e = errors.storeUnavailable()
+          e.cause = err
+          throw e
+        }
+      }
+      if (record === null) sessions.delete(sessionId)
+      else sessions.set(sessionId, record)
     }
     // Another principal's session looks exactly like a missing one.
     if (record === null || record.principal !== principal) throw errors.sessionNotFound()
@@ -119,7 +131,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     if (sessionId === undefined && issued !== undefined && SESSION_ID.test(issued)) {
       // initialize: the upstream issued a session; bind it to this principal.
       try {
-        await metrics.timeStore('create_session', () => store.createSession(issued, principal))
+        sessions.set(issued, await metrics.timeStore('create_session', () => store.createSession(issued, principal)))
       } catch (err) {
         res.body.destroy()
         const e = errors.storeUnavailable()
@@ -142,10 +154,12 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     try {
       state = await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
     } catch (err) {
-      res.body.destroy()
-      const e = errors.storeUnavailable()
-      e.cause = err
-      throw e
+      // Degraded mode: the request already reached the upstream; pass its answer
+      // on as it is (live, not resumable) rather than lose the result.
+      log.error({ err }, 'event store unavailable: passing the SSE answer through unrecorded')
+      metrics.eventsUnrecorded.inc({ reason: 'store_error' })
+      sendUpstreamResponse(reply, res)
+      return
     }
     const client = streamOptions(reply, log, 'request', state.epoch, streamId, proto)
     hub.attach(sessionId, client)
@@ -154,7 +168,15 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: true }).start()
     metrics.upstreamStreamsOpen.inc({ kind: 'request' })
     deps.inflight.track(recordUpstreamStream({
-      store, metrics, log, sessionId, streamId, body: res.body, maxEventBytes: config.maxEventBytes, endStreamOnFinish: true
+      store,
+      metrics,
+      log,
+      sessionId,
+      streamId,
+      body: res.body,
+      maxEventBytes: config.maxEventBytes,
+      endStreamOnFinish: true,
+      onUnrecorded: events => client.writeUnrecorded(events)
     })).then(outcome => {
       metrics.upstreamStreamsOpen.dec({ kind: 'request' })
       if (outcome !== 'completed') client.close('upstream_error', true)
@@ -264,6 +286,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   }
 
   async function forgetSession (sessionId: string, log: Logger): Promise<void> {
+    sessions.delete(sessionId)
     hub.dropSession(sessionId)
     await metrics.timeStore('delete_session', () => store.deleteSession(sessionId))
       .catch((err: unknown) => log.warn({ err }, 'could not drop the records of a session the upstream no longer knows'))
@@ -277,6 +300,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
     }))
     if ((res.statusCode >= 200 && res.statusCode < 300) || res.statusCode === 404) {
+      sessions.delete(sessionId)
       hub.dropSession(sessionId)
       try {
         await metrics.timeStore('delete_session', () => store.deleteSession(sessionId))
@@ -299,6 +323,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       const versionHeader = request.headers['mcp-protocol-version']
       const proto = protocolInfo(versionHeader)
       if (proto === null) throw errors.badProtocolVersion(String(versionHeader))
+      const sessionHeader = headerValue(request.headers['mcp-session-id'])
+      if (sessionHeader !== undefined) {
+        const wait = limiter.take(sessionHeader)
+        if (wait > 0) throw errors.rateLimited(wait)
+      }
       const body = request.body as Buffer | undefined
       if (proto.era === 'modern') return await forwardTransparently(deps, request, reply, body)
       switch (request.method) {

@@ -2,10 +2,10 @@ import type {} from '@fastify/sse'
 import type { FastifyReply } from 'fastify'
 import type { ServerResponse } from 'node:http'
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { StoredEvent } from '../store/contract.js'
+import type { EventInput, StoredEvent } from '../store/contract.js'
 import { encodeEventId } from '../protocol/event-id.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
-import { formatEvent, formatGap, formatPriming, formatRetry } from './frame.js'
+import { formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry } from './frame.js'
 
 export interface ClientStreamOptions {
   readonly reply: FastifyReply
@@ -90,6 +90,15 @@ export class ClientStream {
     this.#metrics.eventsDelivered.inc(count)
     if (replayed) this.#metrics.eventsReplayed.inc(count)
     return this.#write(text)
+  }
+
+  /** Events the store could not take (degraded mode): written without an id, they cannot be resumed. */
+  writeUnrecorded (events: readonly EventInput[]): void {
+    if (this.#closed || events.length === 0) return
+    let text = ''
+    for (const e of events) text += formatEventWithoutId(e.data, e.event)
+    this.#metrics.eventsDelivered.inc(events.length)
+    this.#write(text)
   }
 
   writeGap (notice: Record<string, unknown>): void {

@@ -8,7 +8,12 @@
 export const GAP_EVENT = 'gateway-gap'
 
 export function formatEvent (id: string, data: string, event?: string): string {
-  let frame = `id: ${id}\n`
+  return `id: ${id}\n` + formatEventWithoutId(data, event)
+}
+
+/** An event without an id line: the client's resume position does not move. */
+export function formatEventWithoutId (data: string, event?: string): string {
+  let frame = ''
   if (event !== undefined && event !== '' && event !== 'message') frame += `event: ${event}\n`
   // A data value never holds CR: the parser normalised line endings to \n.
   if (data.indexOf('\n') === -1) {
