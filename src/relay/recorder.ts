@@ -24,6 +24,25 @@ export interface RecordOptions {
    * so clients resuming across the outage are told.
    */
   readonly onUnrecorded?: (events: readonly EventInput[]) => void
+  /**
+   * Request streams: the JSON-RPC error to record as the stream's last event
+   * when the upstream answer breaks off before its response, so live and
+   * resuming clients alike get an answer instead of waiting for a timeout.
+   */
+  readonly failureResponse?: (reason: RecordOutcome) => string | undefined
+  /** The JSON-RPC id the request stream answers: an answer that ends without its response is repaired. */
+  readonly requestId?: string | number | undefined
+}
+
+/** Cheap pre-check, then a parse: is this event the JSON-RPC response to `id`? */
+function isResponseTo (data: string, id: string | number): boolean {
+  if (!data.includes('"id"') || (!data.includes('"result"') && !data.includes('"error"'))) return false
+  try {
+    const message = JSON.parse(data) as { id?: unknown, result?: unknown, error?: unknown }
+    return message.id === id && (message.result !== undefined || message.error !== undefined)
+  } catch {
+    return false
+  }
 }
 
 /** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
@@ -46,9 +65,21 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   const decoder = new SseDecoder(o.maxEventBytes)
   let outcome: RecordOutcome = 'completed'
   let unrecorded = 0
+  let sawResponse = o.requestId === undefined
   const append = async (events: UpstreamEvent[], end: boolean): Promise<void> => {
     if (events.length === 0 && !end) return
     const inputs = events.map(toInput)
+    if (!sawResponse) {
+      for (const e of inputs) if (isResponseTo(e.data, o.requestId as string | number)) sawResponse = true
+      if (end && !sawResponse) {
+        // The upstream ended its answer without the response: record an error answer in its place.
+        const data = o.failureResponse?.('upstream_error')
+        if (data !== undefined) {
+          inputs.push({ data })
+          o.log.warn({ streamId: o.streamId }, 'upstream answer ended without its response: recorded an error answer')
+        }
+      }
+    }
     const batch = unrecorded === 0
       ? inputs
       : [{ event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded }) }, ...inputs]
@@ -101,8 +132,13 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
     }
     o.body.destroy()
     if (o.endStreamOnFinish && outcome !== 'session_gone') {
-      // Nothing more can arrive: mark the end so resuming clients are not left waiting.
-      await o.store.end(o.sessionId, o.streamId).catch(() => {})
+      // Nothing more can arrive: mark the end so resuming clients are not left waiting,
+      // with an error answer for the request when one is known (gap repair).
+      const data = outcome === 'aborted' ? undefined : o.failureResponse?.(outcome)
+      const closing = data === undefined
+        ? o.store.end(o.sessionId, o.streamId)
+        : o.store.append(o.sessionId, o.streamId, [{ data }], { end: true })
+      await closing.catch((err: unknown) => o.log.warn({ err, streamId: o.streamId }, 'could not mark the broken stream ended'))
     }
   }
   return outcome

@@ -6,7 +6,8 @@ import { errors, GatewayError } from '../errors.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { statusClass } from '../metrics/metrics.js'
 import { protocolInfo, type ProtocolInfo } from '../protocol/era.js'
-import { decodeEventId, randomToken, type EventPosition } from '../protocol/event-id.js'
+import { decodeEventId, encodeEventId, randomToken, type EventPosition } from '../protocol/event-id.js'
+import { lostResponseError, makeRequestStreamId, REPAIRED_SEQ, requestIdOfBody, requestIdOfStream } from '../protocol/request-stream.js'
 import { StreamFollower } from '../relay/follower.js'
 import { recordUpstreamStream } from '../relay/recorder.js'
 import type { InFlight } from '../relay/inflight.js'
@@ -44,7 +45,7 @@ function principalOf (request: FastifyRequest, header: string): string {
   return createHash('sha256').update(value).digest('base64url').slice(0, 22)
 }
 
-type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'
+type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id' | 'session_gone'
 
 /**
  * The MCP endpoint (Streamable HTTP, transports spec). Legacy-era requests
@@ -148,7 +149,9 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   }
 
   async function serveRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, res: UpstreamResponse): Promise<void> {
-    const streamId = randomToken(12, random)
+    // The stream id carries the request's JSON-RPC id, for gap repair.
+    const requestId = requestIdOfBody(request.body as Buffer | undefined)
+    const streamId = makeRequestStreamId(randomToken(8, random), randomToken(3, random), requestId)
     const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId })
     let state: StreamState
     try {
@@ -176,7 +179,9 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       body: res.body,
       maxEventBytes: config.maxEventBytes,
       endStreamOnFinish: true,
-      onUnrecorded: events => client.writeUnrecorded(events)
+      onUnrecorded: events => client.writeUnrecorded(events),
+      requestId,
+      failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, `upstream ${reason.replace('_', ' ')}`)
     })).then(outcome => {
       metrics.upstreamStreamsOpen.dec({ kind: 'request' })
       if (outcome !== 'completed') client.close('upstream_error', true)
@@ -189,7 +194,6 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     const sessionId = sessionIdOf(request)
     // Without a session there is nothing to record under: a stateless upstream is proxied as is.
     if (sessionId === undefined) return await forwardTransparently(deps, request, reply, undefined)
-    const record = await requireSession(sessionId, principalOf(request, config.principalHeader))
     const lastEventId = request.headers['last-event-id']
     let position: EventPosition | null = null
     if (lastEventId !== undefined) {
@@ -198,9 +202,33 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
         metrics.resumes.inc({ outcome: 'refused' })
         throw errors.badLastEventId()
       }
-      if (position.streamId !== STANDALONE_STREAM) return await resumeRequestStream(request, reply, proto, sessionId, record, position)
     }
+    let record: SessionRecord
+    try {
+      record = await requireSession(sessionId, principalOf(request, config.principalHeader))
+    } catch (err) {
+      // The session's records are gone (expired, or lost with the store): a client resuming
+      // a request stream still gets an answer for its request, then 404 on its next call.
+      if (err instanceof GatewayError && err.statusCode === 404 && position !== null && position.streamId !== STANDALONE_STREAM) {
+        const requestId = requestIdOfStream(position.streamId)
+        if (requestId !== undefined && position.seq !== REPAIRED_SEQ) return answerLostResponse(request, reply, proto, position, requestId, 'session_gone')
+      }
+      throw err
+    }
+    if (position !== null && position.streamId !== STANDALONE_STREAM) return await resumeRequestStream(request, reply, proto, sessionId, record, position)
     return await attachStandalone(request, reply, proto, sessionId, record, position)
+  }
+
+  /** Gap repair without a stream: a gap notice and a JSON-RPC error for the request, then the end. */
+  function answerLostResponse (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, position: EventPosition, requestId: string | number, reason: GapReason): void {
+    const log = request.log.child({ streamId: position.streamId })
+    metrics.resumes.inc({ outcome: 'unknown' })
+    metrics.gaps.inc({ reason })
+    log.warn({ reason }, 'gap: resume of a stream whose history is gone; answering its request with an error')
+    const client = streamOptions(reply, log, 'resume', position.epoch, position.streamId, proto)
+    client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
+    client.writeSynthesized(encodeEventId({ epoch: position.epoch, streamId: position.streamId, seq: REPAIRED_SEQ }), lostResponseError(requestId, reason.replace('_', ' ')))
+    client.close('completed', false)
   }
 
   async function attachStandalone (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
@@ -234,6 +262,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
 
   async function resumeRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition): Promise<unknown> {
     const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: position.streamId })
+    // The client already got the gateway's answer for a lost response: nothing follows.
+    if (position.seq === REPAIRED_SEQ) return await reply.code(204).send()
     let state: StreamState | null
     try {
       state = await metrics.timeStore('state', () => store.state(sessionId, position.streamId))
@@ -242,18 +272,26 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       e.cause = err
       throw e
     }
-    const epoch = state?.epoch ?? record.epoch
-    const client = streamOptions(reply, log, 'resume', epoch, position.streamId, proto)
-    if (state === null) {
-      // Nothing is known of this stream in this session: say so and end the stream.
+    if (state !== null && state.epoch === position.epoch && state.ended && position.seq === state.lastSeq) {
+      // Everything was delivered (a client reconnects after a JSON-RPC error answer too).
+      metrics.resumes.inc({ outcome: 'replayed' })
+      return await reply.code(204).send()
+    }
+    if (state === null || state.epoch !== position.epoch) {
+      // The store has no history for this stream (expired, or lost with the epoch):
+      // say so, and answer the request with an error so the call fails fast.
+      const reason: GapReason = state === null ? 'unknown_stream' : 'epoch'
+      const requestId = requestIdOfStream(position.streamId)
+      if (requestId !== undefined) return answerLostResponse(request, reply, proto, position, requestId, reason)
       metrics.resumes.inc({ outcome: 'unknown' })
-      metrics.gaps.inc({ reason: 'unknown_stream' })
-      log.warn({ lastEventId: position }, 'gap: resume of a stream this session does not have')
-      reply.header(GAP_HEADER, 'unknown_stream')
-      client.open({}, position.seq, { reason: 'unknown_stream', lastEventId: headerValue(request.headers['last-event-id']) })
+      metrics.gaps.inc({ reason })
+      log.warn({ reason }, 'gap: resume of a stream whose history is gone')
+      const client = streamOptions(reply, log, 'resume', state?.epoch ?? record.epoch, position.streamId, proto)
+      client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
       client.close('completed', false)
       return
     }
+    const client = streamOptions(reply, log, 'resume', state.epoch, position.streamId, proto)
     hub.attach(sessionId, client)
     openWithGap(client, log, position, resumePoint(state, position, record, 0))
     await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: true }).start()

@@ -101,6 +101,11 @@ export class ClientStream {
     this.#write(text)
   }
 
+  /** An event the gateway made up (a repair answer), under an id of its choosing. */
+  writeSynthesized (id: string, data: string): void {
+    if (!this.#closed) this.#write(formatEvent(id, data))
+  }
+
   writeGap (notice: Record<string, unknown>): void {
     if (!this.#closed) this.#write(formatGap(notice))
   }

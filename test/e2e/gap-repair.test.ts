@@ -1,0 +1,79 @@
+// Gap repair: when a POST stream's JSON-RPC response can no longer be delivered
+// (its history is gone, or the upstream answer broke off), the gateway answers
+// the request with a JSON-RPC error, so the SDK client's call fails fast instead
+// of waiting for its 60 s timeout.
+import t from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { McpError } from '@modelcontextprotocol/sdk/types.js'
+import { startExampleServer } from '../../examples/mcp-server.js'
+import { startCutProxy } from '../fixtures/cut-proxy.js'
+import { connectClient, sequencesOf, waitUntil } from '../fixtures/mcp-client.js'
+import { startGateway } from '../fixtures/gateway.js'
+import { useRedis } from '../fixtures/redis.js'
+import { loadConfig } from '../../src/config/load.js'
+import { buildGateway } from '../../src/server.js'
+import { RedisEventStore } from '../../src/store/redis/redis-store.js'
+import { decodeEventId } from '../../src/protocol/event-id.js'
+
+t.test('a resume whose stream history is gone gets a JSON-RPC error for the request', async (t) => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const redis = await useRedis(t, 'repair')
+  const config = loadConfig({ UPSTREAM_URL: upstream.url, HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', PORT: '0', ADMIN_PORT: '0', LOG_LEVEL: 'silent' })
+  const store = await RedisEventStore.connect({ url: redis.url, keyPrefix: redis.prefix, retention: config.retention })
+  const gateway = await buildGateway(config, { store })
+  const { url } = await gateway.listen()
+  t.teardown(() => gateway.close())
+  const proxy = await startCutProxy(Number(new URL(url).port))
+  t.teardown(() => proxy.close())
+  // A long reconnection delay gives the test time to destroy the history before the resume.
+  const mcp = await connectClient(proxy.url('/mcp'), { reconnectionOptions: { initialReconnectionDelay: 1500, maxReconnectionDelay: 1500, reconnectionDelayGrowFactor: 1, maxRetries: 2 } })
+  t.teardown(() => mcp.close())
+
+  const started = Date.now()
+  const call = mcp.client.callTool({ name: 'stream_notifications', arguments: { count: 400, intervalMs: 10 } }, undefined, { timeout: 60_000 })
+  call.catch(() => {})
+  t.ok(await waitUntil(() => sequencesOf(mcp.notifications, 'stream_notifications').length >= 20, 10_000), 'the stream is flowing')
+  const post = mcp.exchanges.find(e => e.method === 'POST' && e.events.some(ev => ev.id !== undefined && decodeEventId(ev.id)?.streamId !== 's'))
+  const position = decodeEventId(post?.events.find(ev => ev.id !== undefined)?.id)
+  t.ok(position, 'the POST stream carries gateway ids')
+  proxy.cutAll()
+  // The store loses the session (as after a Redis restart without persistence).
+  const keys = await redis.redis.keys(`${redis.prefix}*`)
+  if (keys.length > 0) await redis.redis.del(...keys)
+  const outcome = await call.then(() => 'resolved', (err: unknown) => err)
+  const elapsed = Date.now() - started
+  t.type(outcome, McpError, 'the call fails with a JSON-RPC error')
+  t.match((outcome as McpError).message, /response to this request was lost/, 'the error says why')
+  t.ok(elapsed < 15_000, `the call failed fast (${elapsed} ms), not at its 60 s timeout`)
+  const resume = mcp.exchanges.find(e => e.method === 'GET' && e.lastEventId !== undefined && !e.lastEventId.includes('.s.'))
+  t.equal(resume?.status, 200, 'the resume was answered')
+  t.ok(resume?.events.some(e => e.event === 'gateway-gap'), 'with an explicit gap notice')
+  await sleep(2000)
+  const after = mcp.exchanges.filter(e => e.method === 'GET' && e.lastEventId !== undefined && !e.lastEventId.includes('.s.'))
+  t.ok(after.length <= 2, `the client stops resuming (resumes: ${after.map(e => e.status).join(',')})`)
+  // Past the repair answer nothing follows: 204, or 404 once the session itself is gone.
+  t.ok(after.slice(1).every(e => e.status === 204 || e.status === 404), 'no second repair answer')
+  t.equal(after.filter(e => e.events.some(ev => ev.event === 'gateway-gap')).length, 1, 'exactly one repair')
+  const metrics = await gateway.metrics.registry.getSingleMetricAsString('mcpgw_gaps_total')
+  t.match(metrics, /mcpgw_gaps_total\{reason="(session_gone|unknown_stream)"\} 1$/m, 'the gap is counted (the session cache may still know the session: then the stream is the unknown part)')
+})
+
+t.test('an upstream answer that breaks off ends with a JSON-RPC error for the request', async (t) => {
+  const upstream = await startExampleServer()
+  let upstreamClosed = false
+  t.teardown(async () => { if (!upstreamClosed) await upstream.close() })
+  const { url } = await startGateway(t, 'memory', upstream.url)
+  const mcp = await connectClient(`${url}/mcp`)
+  t.teardown(() => mcp.close())
+  const started = Date.now()
+  const call = mcp.client.callTool({ name: 'stream_notifications', arguments: { count: 1000, intervalMs: 10 } }, undefined, { timeout: 60_000 })
+  call.catch(() => {})
+  t.ok(await waitUntil(() => sequencesOf(mcp.notifications, 'stream_notifications').length >= 20, 10_000), 'the stream is flowing')
+  upstreamClosed = true
+  await upstream.close()
+  const outcome = await call.then(() => 'resolved', (err: unknown) => err)
+  t.type(outcome, McpError, 'the call fails with a JSON-RPC error')
+  t.match((outcome as McpError).message, /lost \(upstream/, 'the error names the upstream')
+  t.ok(Date.now() - started < 10_000, 'fast, not at the timeout')
+})
