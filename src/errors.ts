@@ -22,7 +22,7 @@ export class GatewayError extends Error {
 }
 
 export const errors = {
-  sessionNotFound: () => new GatewayError('MCPGW_SESSION_NOT_FOUND', 404,
+  sessionNotFound: (): GatewayError => new GatewayError('MCPGW_SESSION_NOT_FOUND', 404,
     'Session not found: it expired, was deleted, or belongs to another principal. Start a new session with initialize.', -32001),
   sessionRequired: () => new GatewayError('MCPGW_SESSION_REQUIRED', 400,
     'Bad Request: Mcp-Session-Id header is required for this request.'),
@@ -56,11 +56,25 @@ export class SessionGoneError extends Error {
   }
 }
 
+/**
+ * Fencing: the append was refused because this replica no longer holds the
+ * lease of the stream it writes (another replica took the upstream GET over).
+ */
+export class LeaseLostError extends Error {
+  constructor (sessionId: string) {
+    super(`the stream lease of session ${sessionId.slice(0, 8)}... is held by another replica`)
+    this.name = 'LeaseLostError'
+  }
+}
+
 /** An upstream SSE event exceeded MAX_EVENT_BYTES. */
 export class EventTooLargeError extends Error {
-  constructor (limit: number) {
+  /** Complete events that arrived before the oversized one (still to be recorded). */
+  readonly completed: ReadonlyArray<{ readonly data: string, readonly event?: string | undefined, readonly id?: string | undefined }>
+  constructor (limit: number, completed: EventTooLargeError['completed'] = []) {
     super(`upstream SSE event exceeds MAX_EVENT_BYTES (${limit})`)
     this.name = 'EventTooLargeError'
+    this.completed = completed
   }
 }
 

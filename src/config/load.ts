@@ -74,9 +74,19 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
   // Only the variables the schema knows are passed, so env-schema's
   // additionalProperties:false never trips over the rest of the environment.
   const known: Record<string, string> = {}
-  for (const key of Object.keys(ConfigSchema.properties)) {
+  for (const [key, schema] of Object.entries(ConfigSchema.properties)) {
     const value = env[key]
-    if (value !== undefined && value !== '') known[key] = value
+    if (value === undefined || value === '') continue
+    // Plain decimal digits only: ajv would coerce "0x1F90", "1e3" and "Infinity".
+    if ((schema as { type?: string }).type === 'integer' && !/^\d{1,15}$/.test(value)) {
+      problems.push(`${key}: must be an integer written in decimal digits, got "${value.slice(0, 40)}"`)
+      continue
+    }
+    if ((schema as { type?: string }).type === 'boolean' && !/^(true|false)$/.test(value)) {
+      problems.push(`${key}: must be a boolean (true or false), got "${value.slice(0, 40)}"`)
+      continue
+    }
+    known[key] = value
   }
   try {
     raw = envSchema<RawConfig>({ schema: ConfigSchema, data: known, env: false })
@@ -84,10 +94,15 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     const errors = (err as { errors?: Array<{ instancePath: string, message?: string, params?: Record<string, unknown> }> }).errors ?? []
     for (const e of errors) {
       const name = e.instancePath.replace(/^\//, '') || String(e.params?.missingProperty ?? '')
-      problems.push(`${name}: ${e.message ?? 'is invalid'}`)
+      const allowed = e.params?.allowedValues
+      problems.push(`${name}: ${e.message ?? 'is invalid'}${Array.isArray(allowed) ? ` (${allowed.join(', ')})` : ''}`)
     }
     if (problems.length === 0) problems.push((err as Error).message)
     raw = { ...Object.fromEntries(Object.entries(ConfigSchema.properties).map(([k, s]) => [k, (s as { default?: unknown }).default])), ...known } as unknown as RawConfig
+  }
+  if (problems.length > 0 && typeof raw.PORT === 'string') {
+    // Validation failed before coercion: compare the numbers, not their spellings.
+    raw = { ...raw, PORT: Number(raw.PORT), ADMIN_PORT: Number(raw.ADMIN_PORT) }
   }
 
   let upstreamUrl: URL | undefined
@@ -108,6 +123,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     try {
       const u = new URL(raw.REDIS_URL)
       if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') problems.push(`REDIS_URL: must use redis:// or rediss://, got ${u.protocol}`)
+      else if (u.hostname === '') problems.push('REDIS_URL: must name a host, e.g. redis://redis:6379')
     } catch {
       problems.push('REDIS_URL: must be a URL such as redis://redis:6379')
     }
@@ -130,12 +146,20 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
   let allowedOrigins: Set<string> | null = null
   if (raw.ALLOWED_ORIGINS !== undefined) {
     allowedOrigins = new Set()
-    for (const o of raw.ALLOWED_ORIGINS.split(',').map(s => s.trim()).filter(Boolean)) {
-      if (o === '*') { allowedOrigins = null; break }
-      try {
-        allowedOrigins.add(new URL(o).origin)
-      } catch {
-        problems.push(`ALLOWED_ORIGINS: "${o}" is not an origin such as https://app.example.com`)
+    const entries = raw.ALLOWED_ORIGINS.split(',').map(s => s.trim()).filter(Boolean)
+    if (entries.includes('*')) {
+      if (entries.length > 1) problems.push('ALLOWED_ORIGINS: "*" cannot be combined with origins')
+      allowedOrigins = null
+    } else {
+      for (const o of entries) {
+        let origin: string | undefined
+        try {
+          const u = new URL(o)
+          // Only http(s) URLs have an origin: "localhost:3000" would parse with origin "null".
+          if ((u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '') origin = u.origin
+        } catch {}
+        if (origin === undefined) problems.push(`ALLOWED_ORIGINS: "${o}" is not an origin such as https://app.example.com`)
+        else allowedOrigins.add(origin)
       }
     }
   }

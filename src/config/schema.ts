@@ -2,7 +2,7 @@ import { Type, type Static } from '@sinclair/typebox'
 
 /**
  * Every environment variable the gateway reads. The descriptions and defaults
- * here are the configuration reference: test/unit/config-reference.test.ts
+ * here are the configuration reference: test/packaging/config-reference.test.ts
  * keeps config/REFERENCE.md in step with this schema.
  */
 export const ConfigSchema = Type.Object({
@@ -11,7 +11,7 @@ export const ConfigSchema = Type.Object({
   PORT: Type.Integer({ default: 8080, minimum: 0, maximum: 65535, description: 'Port of the MCP listener (clients connect here).' }),
   ADMIN_HOST: Type.String({ default: '0.0.0.0', description: 'Address the admin listener (/healthz, /readyz, /metrics) binds.' }),
   ADMIN_PORT: Type.Integer({ default: 9090, minimum: 0, maximum: 65535, description: 'Port of the admin listener; kept apart so it never shadows an upstream path.' }),
-  LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map(l => Type.Literal(l)), { default: 'info', description: 'pino log level.' }),
+  LOG_LEVEL: Type.Unsafe<'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'>({ type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info', description: 'pino log level: fatal, error, warn, info, debug, trace or silent.' }),
 
   REDIS_URL: Type.Optional(Type.String({ description: 'Redis for the event store (redis:// or rediss://, with password if any). Unset: the embedded in-memory store, single process and not durable.' })),
   REDIS_CLUSTER_NODES: Type.Optional(Type.String({ description: 'Redis Cluster seed nodes, host:port,host:port,... (instead of REDIS_URL). Password and TLS from REDIS_PASSWORD / REDIS_TLS.' })),

@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import { EventTooLargeError, SessionGoneError } from '../errors.js'
+import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.js'
 import type { EventInput, EventStore } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder, type UpstreamEvent } from '../sse/decoder.js'
@@ -32,6 +32,8 @@ export interface RecordOptions {
   readonly failureResponse?: (reason: RecordOutcome) => string | undefined
   /** The JSON-RPC id the request stream answers: an answer that ends without its response is repaired. */
   readonly requestId?: string | number | undefined
+  /** The stream's lease token (the standalone stream): appends are fenced with it, see AppendOptions. */
+  readonly fence?: string
 }
 
 /** Cheap pre-check, then a parse: is this event the JSON-RPC response to `id`? */
@@ -48,7 +50,7 @@ function isResponseTo (data: string, id: string | number): boolean {
 /** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
 export const GAP_MARKER_EVENT = 'gateway-gap'
 
-export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'aborted' | 'event_too_large'
+export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'aborted' | 'event_too_large' | 'lease_lost'
 
 function toInput (e: UpstreamEvent): EventInput {
   return { data: e.data, event: e.event, upstreamId: e.id }
@@ -84,9 +86,9 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       ? inputs
       : [{ event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded }) }, ...inputs]
     try {
-      await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, { end }))
+      await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, { end, ...(o.fence !== undefined && { fence: o.fence }) }))
     } catch (err) {
-      if (err instanceof SessionGoneError) throw err
+      if (err instanceof SessionGoneError || err instanceof LeaseLostError) throw err
       // The store failed: these events cannot be replayed. Reading goes on so
       // the upstream is never stalled; live clients here still get them.
       unrecorded += inputs.length
@@ -119,8 +121,14 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
     if (err instanceof SessionGoneError) {
       outcome = 'session_gone'
       o.log.info({ streamId: o.streamId }, 'session records gone: stopped recording its stream')
+    } else if (err instanceof LeaseLostError) {
+      // Fencing: another replica holds this stream now; stop at once.
+      outcome = 'lease_lost'
+      o.log.warn({ streamId: o.streamId }, 'stream lease lost to another replica: stopped recording')
     } else if (err instanceof EventTooLargeError) {
       outcome = 'event_too_large'
+      // What came complete before the oversized event is recorded all the same.
+      await append([...err.completed], false).catch(() => {})
       o.metrics.eventsUnrecorded.inc({ reason: 'too_large' })
       o.log.error({ streamId: o.streamId, err }, 'upstream event too large: stream closed')
     } else if ((err as Error).name === 'AbortError' || (err as NodeJS.ErrnoException).code === 'UND_ERR_ABORTED') {

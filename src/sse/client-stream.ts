@@ -73,6 +73,8 @@ export class ClientStream {
     // 2025-11-25 clients get a priming event; older ones must never see empty data.
     if (this.#priming) head += formatPriming(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq: position }), this.#retryMs)
     if (head !== '') this.#write(head)
+    // Nothing to write yet: send the head now, not with the first event or keep-alive.
+    else this.#raw.flushHeaders()
   }
 
   /** Write events (contiguous, in order); those at or before lastSeq are skipped. Returns false once closed. */

@@ -53,7 +53,8 @@ export function upstreamRequestHeaders (incoming: IncomingHttpHeaders, ctx: Forw
  * minus those the gateway re-creates when it re-frames a body (length, type).
  */
 export function clientResponseHeaders (upstream: Record<string, string | string[] | undefined>, omit: readonly string[] = []): Record<string, string | string[]> {
-  const drop = connectionTokens(upstream.connection)
+  const connectionName = Object.keys(upstream).find(name => name.toLowerCase() === 'connection')
+  const drop = connectionTokens(connectionName === undefined ? undefined : upstream[connectionName])
   const out: Record<string, string | string[]> = {}
   for (const [name, value] of Object.entries(upstream)) {
     if (value === undefined) continue
