@@ -3,7 +3,7 @@
  * alone which stream to replay, where to resume and whether the store lost the
  * history behind it (the epoch changed).
  *
- *   <epoch>.<streamId>.<seq base 36>
+ *   <epoch>.<streamId>.<seq base 36>[_<nonce>]   (the nonce only on priming events)
  *
  * Visible ASCII only ([0-9a-z.]), so an id is always safe in an SSE `id:` line
  * and in the Last-Event-ID header. Decoding is strict: anything that is not an
@@ -17,12 +17,21 @@ export interface EventPosition {
   readonly seq: number
 }
 
-const ID_PATTERN = /^([0-9a-z]{1,16})\.([0-9a-z]{1,32})\.([0-9a-z]{1,11})$/
+const ID_PATTERN = /^([0-9a-z]{1,16})\.([0-9a-z]{1,32})\.([0-9a-z]{1,11})(?:_[0-9a-z]{1,8})?$/
 /** Longer ids are rejected before the regular expression even runs. */
-export const MAX_EVENT_ID_LENGTH = 62
+export const MAX_EVENT_ID_LENGTH = 70
 
 export function encodeEventId (position: EventPosition): string {
   return `${position.epoch}.${position.streamId}.${position.seq.toString(36)}`
+}
+
+/**
+ * The id of a priming event: the position it resumes from plus a nonce, so it
+ * never repeats the id of an event the client already has (ids are unique
+ * within a session) yet resumes from the same place.
+ */
+export function encodePrimingId (position: EventPosition, nonce: string): string {
+  return `${encodeEventId(position)}_${nonce}`
 }
 
 export function decodeEventId (id: string | undefined | null): EventPosition | null {

@@ -3,7 +3,8 @@ import type { FastifyReply } from 'fastify'
 import type { ServerResponse } from 'node:http'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { EventInput, StoredEvent } from '../store/contract.js'
-import { encodeEventId } from '../protocol/event-id.js'
+import { randomBytes } from 'node:crypto'
+import { encodeEventId, encodePrimingId, randomToken } from '../protocol/event-id.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
 import { formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry } from './frame.js'
 
@@ -71,7 +72,7 @@ export class ClientStream {
     let head = ''
     if (gap !== undefined) head += formatGap(gap)
     // 2025-11-25 clients get a priming event; older ones must never see empty data.
-    if (this.#priming) head += formatPriming(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq: position }), this.#retryMs)
+    if (this.#priming) head += formatPriming(encodePrimingId({ epoch: this.epoch, streamId: this.streamId, seq: position }, randomToken(6, randomBytes)), this.#retryMs)
     if (head !== '') this.#write(head)
     // Nothing to write yet: send the head now, not with the first event or keep-alive.
     else this.#raw.flushHeaders()

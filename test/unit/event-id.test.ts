@@ -4,7 +4,7 @@
 import t from 'tap'
 import fc from 'fast-check'
 import {
-  MAX_EVENT_ID_LENGTH, decodeEventId, encodeEventId, isStreamId, randomToken, type EventPosition
+  MAX_EVENT_ID_LENGTH, decodeEventId, encodeEventId, encodePrimingId, isStreamId, randomToken, type EventPosition
 } from '../../src/protocol/event-id.js'
 
 const ALPHABET = '0123456789abcdefghijklmnopqrstuvwxyz'
@@ -208,4 +208,16 @@ t.test('isStreamId', async (t) => {
   for (const ok of ['s', '0', 'abc123', 'z'.repeat(32)]) t.ok(isStreamId(ok), ok)
   for (const bad of ['', 'z'.repeat(33), 'S', 'a.b', 'a b', 'a\n', 'é', '-', 'a_b']) t.notOk(isStreamId(bad), JSON.stringify(bad))
   fc.assert(fc.property(streamIdArb, (id) => isStreamId(id)))
+})
+
+t.test('priming ids resume from their position and never equal an event id', async (t) => {
+  const position = { epoch: 'e1', streamId: 's', seq: 41 }
+  const priming = encodePrimingId(position, 'k3x9z0')
+  t.equal(priming, 'e1.s.15_k3x9z0')
+  t.not(priming, encodeEventId(position), 'distinct from the id of the event at that position')
+  t.same(decodeEventId(priming), position, 'decodes to the same position')
+  t.ok(priming.length <= MAX_EVENT_ID_LENGTH)
+  for (const bad of ['e1.s.15_', 'e1.s.15_K', 'e1.s.15_123456789', 'e1.s.15_ab_cd', 'e1.s.15-ab']) {
+    t.equal(decodeEventId(bad), null, `refused: ${bad}`)
+  }
 })
