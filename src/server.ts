@@ -3,6 +3,9 @@ import { fastifySSE } from '@fastify/sse'
 import { randomUUID } from 'node:crypto'
 import type { Readable } from 'node:stream'
 import { pino, type Logger } from 'pino'
+import { LeaseCoordinator } from './cluster/coordinator.js'
+import { drainReplica } from './cluster/drain.js'
+import { LocalLeaseBackend, type LeaseBackend } from './cluster/lease.js'
 import type { GatewayConfig } from './config/load.js'
 import { errors, GatewayError, jsonRpcErrorBody } from './errors.js'
 import { GatewayMetrics } from './metrics/metrics.js'
@@ -12,6 +15,7 @@ import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
 import { registerMcpRoute } from './routes/mcp.js'
 import type { EventStore } from './store/contract.js'
+import { RedisEventStore } from './store/redis/redis-store.js'
 import { UpstreamClient } from './upstream/client.js'
 import { VERSION } from './version.js'
 
@@ -21,6 +25,8 @@ export interface GatewayDeps {
   readonly metrics?: GatewayMetrics
   readonly upstream?: UpstreamClient
   readonly random?: (size: number) => Uint8Array
+  /** Where the upstream GET leases live; by default next to the store (Redis) or in this process. */
+  readonly leases?: LeaseBackend
 }
 
 export interface Gateway {
@@ -70,6 +76,13 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     // Upstream answers may take long; nothing here should time a request out.
     requestTimeout: 0
   })
+  const leases = new LeaseCoordinator({
+    backend: deps.leases ?? (store instanceof RedisEventStore ? store.leaseBackend() : new LocalLeaseBackend()),
+    ttlMs: config.leaseTtlMs,
+    holdMs: config.standaloneHoldMs,
+    log: logger as FastifyBaseLogger
+  })
+  leases.start()
   const hub = new SessionHub({
     upstream,
     store,
@@ -78,13 +91,18 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     mcpPath: config.mcpPath,
     holdMs: config.standaloneHoldMs,
     maxEventBytes: config.maxEventBytes,
-    maxSessions: config.maxSessions
+    maxSessions: config.maxSessions,
+    leases
   })
 
   await app.register(fastifySSE, { heartbeatInterval: config.keepAliveMs })
 
-  app.addHook('onRequest', async (request) => {
-    if (draining) throw errors.draining()
+  app.addHook('onRequest', async (request, reply) => {
+    if (draining) {
+      // The client's next attempt opens a new connection, to a ready replica.
+      reply.header('connection', 'close')
+      throw errors.draining()
+    }
     const origin = request.headers.origin
     if (config.allowedOrigins !== null && origin !== undefined && !config.allowedOrigins.has(origin)) {
       throw errors.originForbidden()
@@ -119,7 +137,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   await app.register(async mcp => {
     mcp.removeAllContentTypeParsers()
     mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
-    registerMcpRoute(mcp, { config, store, hub, upstream, metrics, inflight, random: deps.random })
+    registerMcpRoute(mcp, { maxBodyBytes: config.maxBodyBytes, config, store, hub, upstream, metrics, inflight, random: deps.random })
   })
 
   // Every other path of the upstream origin (OAuth metadata and the like) is proxied as it is, streamed.
@@ -129,7 +147,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     proxy.route({
       method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD'],
       url: '/*',
-      handler: async (request, reply) => await forwardTransparently({ upstream, metrics }, request, reply, request.body as Readable | undefined)
+      handler: async (request, reply) => await forwardTransparently({ upstream, metrics, maxBodyBytes: config.maxBodyBytes }, request, reply, request.body as Readable | undefined)
     })
   })
 
@@ -140,10 +158,16 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   const drain = async (): Promise<void> => {
     drained ??= (async () => {
       draining = true
-      logger.info({ clients: hub.clientCount, recording: inflight.size }, 'draining: closing client streams with a retry hint')
-      hub.closeAll('draining')
-      const finished = await inflight.settle(config.shutdownGraceMs)
-      if (!finished) logger.warn({ recording: inflight.size }, 'grace period over: upstream answers still being read are cut')
+      await drainReplica({
+        hub,
+        inflight,
+        server: app.server,
+        log: logger as FastifyBaseLogger,
+        graceMs: config.shutdownGraceMs,
+        spreadMs: config.drainSpreadMs,
+        // The client reconnects after the retry hint, then asks for its stream.
+        handoverWaitMs: config.retryMs + 1500
+      })
     })()
     return await drained
   }
@@ -165,6 +189,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       await app.close()
       await admin.close()
       await upstream.close()
+      await leases.close()
       await store.close()
     }
   }

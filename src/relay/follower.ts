@@ -49,6 +49,10 @@ export class StreamFollower {
   #onNotice (notice: StreamNotice): void {
     const { client } = this.#o
     if (this.#stopped || client.closed) return
+    if (notice.epoch !== undefined && notice.epoch !== client.epoch) {
+      this.#epochChanged()
+      return
+    }
     if (this.#reading) {
       this.#dirty = true
       return
@@ -64,6 +68,13 @@ export class StreamFollower {
       this.stop()
       client.close('completed', false)
     }
+  }
+
+  /** The store lost this stream's history and started a new epoch: the client resumes and is told of the gap. */
+  #epochChanged (): void {
+    this.stop()
+    this.#o.log.warn({ streamId: this.#o.client.streamId }, 'the store started a new epoch: closing the client so its resume is told of the gap')
+    this.#o.client.close('upstream_error', true)
   }
 
   async #catchUp (replay: boolean): Promise<void> {
@@ -82,6 +93,10 @@ export class StreamFollower {
           return
         }
         const { events, state } = result
+        if (state.epoch !== client.epoch) {
+          this.#epochChanged()
+          return
+        }
         if (client.lastSeq + 1 < state.firstSeq && state.lastSeq > client.lastSeq) {
           // Retention overtook this client mid-replay: say so, never skip silently.
           metrics.gaps.inc({ reason: 'trimmed' })

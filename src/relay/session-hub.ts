@@ -1,10 +1,13 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Lease, LeaseCoordinator } from '../cluster/coordinator.js'
 import { errors } from '../errors.js'
 import type { EventStore } from '../store/contract.js'
+import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics, CloseOutcome } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
 import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
-import { StandalonePump } from './standalone-pump.js'
+import { StandalonePump, type PumpOutcome } from './standalone-pump.js'
 
 export interface SessionHubOptions {
   readonly upstream: UpstreamClient
@@ -15,6 +18,8 @@ export interface SessionHubOptions {
   readonly holdMs: number
   readonly maxEventBytes: number
   readonly maxSessions: number
+  /** Which replica holds each session's upstream GET. */
+  readonly leases: LeaseCoordinator
 }
 
 interface LocalSession {
@@ -22,16 +27,35 @@ interface LocalSession {
   opening: Promise<UpstreamResponse | null> | undefined
   /** Client streams by stream id: one connection per stream, the newest wins. */
   readonly clients: Map<string, ClientStream>
+  /** Headers of the latest standalone GET here: a takeover opens the upstream GET with them. */
+  headers: Record<string, string | string[]> | undefined
+  log: Logger | undefined
+  /** Set while another replica holds the stream and a client is attached here. */
+  unwatch: (() => void) | undefined
 }
 
+/** Attempts to open the upstream GET after taking a stream over (the old one may still be closing upstream: 409). */
+const TAKEOVER_ATTEMPTS = 4
+const TAKEOVER_BACKOFF_MS = 150
+/** A session with neither client nor upstream GET here is forgotten this long after its last GET. */
+const FORGET_AFTER_MS = 10_000
+/** How often drain looks again at request streams that cannot resume yet. */
+const DRAIN_POLL_MS = 50
+
 /**
- * What this process holds for each session: its upstream GET pump and the
- * client connections attached to its streams.
+ * What this process holds for each session: its upstream GET pump (when it
+ * holds the session's lease) and the client connections attached to its
+ * streams. A client attached here while another replica holds the stream
+ * follows the store, and this replica takes the stream over if the holder
+ * goes away.
  */
 export class SessionHub {
   readonly #o: SessionHubOptions
   readonly #sessions = new Map<string, LocalSession>()
   #pumps = 0
+  #draining = false
+  /** Draining: sessions whose standalone client was closed here; it will ask for the stream from another replica. */
+  readonly #handoverExpected = new Set<string>()
 
   constructor (options: SessionHubOptions) {
     this.#o = options
@@ -39,10 +63,17 @@ export class SessionHub {
 
   get pumpCount (): number { return this.#pumps }
 
+  /** Client streams open, for drain progress. */
+  get clientCount (): number {
+    let n = 0
+    for (const s of this.#sessions.values()) n += s.clients.size
+    return n
+  }
+
   #local (sessionId: string): LocalSession {
     let s = this.#sessions.get(sessionId)
     if (s === undefined) {
-      s = { pump: undefined, opening: undefined, clients: new Map() }
+      s = { pump: undefined, opening: undefined, clients: new Map(), headers: undefined, log: undefined, unwatch: undefined }
       this.#sessions.set(sessionId, s)
     }
     return s
@@ -50,19 +81,66 @@ export class SessionHub {
 
   #forget (sessionId: string): void {
     const s = this.#sessions.get(sessionId)
-    if (s !== undefined && s.pump === undefined && s.opening === undefined && s.clients.size === 0) this.#sessions.delete(sessionId)
+    if (s === undefined || s.pump !== undefined || s.opening !== undefined || s.clients.size > 0) return
+    s.unwatch?.()
+    this.#sessions.delete(sessionId)
   }
 
   /**
-   * Make sure the session's upstream GET is held. Resolves null when it is
-   * (already or now); otherwise with the upstream's refusal to pass through.
+   * Make sure the session's upstream GET is held, here or by another
+   * replica. Resolves null when it is (already or now); otherwise with the
+   * upstream's refusal to pass through.
    */
   async ensurePump (sessionId: string, headers: Record<string, string | string[]>, log: Logger): Promise<UpstreamResponse | null> {
     const s = this.#local(sessionId)
+    s.headers = headers
+    s.log = log
     if (s.pump !== undefined && !s.pump.stopped) return null
     if (s.opening !== undefined) return await s.opening
+    // Another replica holds it (we watch), or we are draining: the client follows the store.
+    if (s.unwatch !== undefined || this.#draining) return null
     if (this.#pumps >= this.#o.maxSessions) throw errors.tooManySessions()
-    const pump = new StandalonePump({
+    s.opening = this.#claim(s, sessionId, log)
+    try {
+      return await s.opening
+    } finally {
+      s.opening = undefined
+      // The client attaches next (keeping the headers a takeover needs); if it never does, forget later.
+      setTimeout(() => this.#forget(sessionId), FORGET_AFTER_MS).unref()
+    }
+  }
+
+  async #claim (s: LocalSession, sessionId: string, log: Logger): Promise<UpstreamResponse | null> {
+    let lease: Lease | 'held' | 'gone'
+    try {
+      lease = await this.#o.metrics.timeStore('lease_acquire', () => this.#o.leases.acquire(sessionId))
+    } catch (err) {
+      const e = errors.storeUnavailable()
+      e.cause = err
+      throw e
+    }
+    if (lease === 'gone') throw errors.sessionNotFound()
+    // Held by another replica: attach() watches it for a takeover.
+    if (lease === 'held') return null
+    let res: UpstreamResponse | null = null
+    try {
+      for (let attempt = 1; attempt <= TAKEOVER_ATTEMPTS; attempt++) {
+        res = await this.#startPump(s, sessionId, lease, log)
+        // 409: the previous holder's GET is still closing upstream (one GET per session); it goes in a moment.
+        if (res?.statusCode !== 409 || attempt === TAKEOVER_ATTEMPTS) break
+        res.body.destroy()
+        await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
+      }
+    } catch (err) {
+      await lease.release(lease.takeover).catch(() => {})
+      throw err
+    }
+    if (res !== null) await lease.release(lease.takeover).catch(() => {})
+    return res
+  }
+
+  async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger): Promise<UpstreamResponse | null> {
+    const pump: StandalonePump = new StandalonePump({
       upstream: this.#o.upstream,
       store: this.#o.store,
       metrics: this.#o.metrics,
@@ -71,61 +149,191 @@ export class SessionHub {
       path: this.#o.mcpPath,
       holdMs: this.#o.holdMs,
       maxEventBytes: this.#o.maxEventBytes,
-      onStop: outcome => {
-        this.#pumps--
-        if (s.pump === pump) s.pump = undefined
-        // Clients on the standalone stream reconnect and reopen it (with a retry hint).
-        if (outcome !== 'hold_expired') s.clients.get('s')?.close('upstream_error', true)
-        this.#forget(sessionId)
-      }
+      lease,
+      localClients: () => s.clients.has(STANDALONE_STREAM) ? 1 : 0,
+      onUnrecorded: events => s.clients.get(STANDALONE_STREAM)?.writeUnrecorded(events),
+      onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome)
     })
+    lease.onHandoverRequest = () => {
+      log.info('draining: another replica asked for the upstream GET stream; handing it over')
+      pump.handOver()
+    }
     this.#pumps++
     s.pump = pump
-    s.opening = pump.open(headers)
-    try {
-      return await s.opening
-    } finally {
+    s.unwatch?.()
+    s.unwatch = undefined
+    return await pump.open(s.headers ?? {})
+  }
+
+  #pumpStopped (s: LocalSession, sessionId: string, pump: StandalonePump, outcome: PumpOutcome): void {
+    this.#pumps--
+    if (s.pump === pump) s.pump = undefined
+    const local = s.clients.get(STANDALONE_STREAM)
+    switch (outcome) {
+      case 'refused':
+      case 'handed_over':
+        break
+      case 'hold_expired':
+      case 'lease_lost':
+        // Another replica holds (or may take) the stream: the client here follows the store.
+        if (local !== undefined) this.#watch(s, sessionId)
+        break
+      default:
+        // The upstream GET ended or broke: the client reconnects (retry hint) and reopens it.
+        local?.close('upstream_error', true)
+    }
+    this.#forget(sessionId)
+  }
+
+  /** A client is attached here and another replica holds the stream: take it over if the holder goes. */
+  #watch (s: LocalSession, sessionId: string): void {
+    if (s.unwatch !== undefined || this.#draining || s.opening !== undefined || (s.pump !== undefined && !s.pump.stopped)) return
+    s.unwatch = this.#o.leases.watch(sessionId, {
+      onGrant: lease => {
+        s.unwatch = undefined
+        this.#takeover(s, sessionId, lease)
+      },
+      onGone: () => {
+        s.unwatch = undefined
+        // The store lost the session: the client reconnects and is told (404).
+        s.clients.get(STANDALONE_STREAM)?.close('session_deleted', true)
+      }
+    })
+  }
+
+  /** This replica got the lease of a session another replica held: reopen the upstream GET here. */
+  #takeover (s: LocalSession, sessionId: string, lease: Lease): void {
+    const log = s.log ?? this.#o.log
+    const busy = s.opening !== undefined || (s.pump !== undefined && !s.pump.stopped)
+    if (busy || this.#draining || !s.clients.has(STANDALONE_STREAM) || s.headers === undefined || this.#pumps >= this.#o.maxSessions) {
+      log.info({ busy, draining: this.#draining }, 'takeover declined: the lease goes back')
+      lease.release(lease.takeover).catch(() => {})
+      if (!busy) s.clients.get(STANDALONE_STREAM)?.close('upstream_error', true)
+      return
+    }
+    log.info({ takeover: lease.takeover }, 'took the upstream GET stream over from another replica')
+    s.opening = (async () => {
+      for (let attempt = 1; ; attempt++) {
+        let res: UpstreamResponse | null | undefined
+        try {
+          res = await this.#startPump(s, sessionId, lease, log)
+        } catch (err) {
+          log.warn({ err, attempt }, 'takeover: the upstream GET failed')
+        }
+        if (res === null) return null
+        res?.body.destroy()
+        if (attempt >= TAKEOVER_ATTEMPTS || this.#draining || !s.clients.has(STANDALONE_STREAM) || lease.settled) {
+          log.warn({ status: res?.statusCode, attempt }, 'takeover: the upstream GET could not be opened; the client reconnects')
+          await lease.release(lease.takeover).catch(() => {})
+          // Its reconnect goes through ensurePump, which passes the upstream's answer on.
+          s.clients.get(STANDALONE_STREAM)?.close('upstream_error', true)
+          return null
+        }
+        await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
+      }
+    })()
+    s.opening.catch(() => null).finally(() => {
       s.opening = undefined
       this.#forget(sessionId)
-    }
+    }).catch(() => {})
   }
 
   /** Attach a client to a stream; an older connection to the same stream is closed (superseded). */
   attach (sessionId: string, client: ClientStream): void {
     const s = this.#local(sessionId)
     const previous = s.clients.get(client.streamId)
-    if (previous !== undefined && previous !== client) previous.close('superseded', false)
     s.clients.set(client.streamId, client)
-    const pump = client.streamId === 's' ? s.pump : undefined
-    pump?.attach()
+    if (previous !== undefined && previous !== client) previous.close('superseded', false)
+    const standalone = client.streamId === STANDALONE_STREAM
+    if (standalone) {
+      if (s.pump !== undefined && !s.pump.stopped) s.pump.clientsChanged()
+      else this.#watch(s, sessionId)
+    }
     client.onClose(() => {
       if (s.clients.get(client.streamId) === client) s.clients.delete(client.streamId)
-      pump?.detach()
+      if (standalone) {
+        s.pump?.clientsChanged()
+        if (!s.clients.has(STANDALONE_STREAM)) {
+          s.unwatch?.()
+          s.unwatch = undefined
+        }
+      }
       this.#forget(sessionId)
     })
+    // Attached while draining: closed (with a retry hint) right after its head is written.
+    if (this.#draining) setImmediate(() => this.#closeForDrain(client, Date.now() + DRAIN_POLL_MS * 100))
   }
 
   /** The session is gone (DELETE, upstream 404): release its upstream GET and close its clients. */
   dropSession (sessionId: string, outcome: CloseOutcome = 'session_deleted'): void {
+    this.#o.leases.backend.forget(sessionId)
     const s = this.#sessions.get(sessionId)
     if (s === undefined) return
+    s.unwatch?.()
+    s.unwatch = undefined
     s.pump?.stop()
     for (const client of [...s.clients.values()]) client.close(outcome, false)
     this.#sessions.delete(sessionId)
   }
 
-  /** Close every client stream with a retry hint and release every upstream GET. */
-  closeAll (outcome: CloseOutcome): void {
+  /**
+   * Draining: take on no upstream stream, watch none, and hand each held one
+   * to the first replica that asks for it (its clients will, once closed here).
+   */
+  async beginDrain (): Promise<void> {
+    this.#draining = true
     for (const s of this.#sessions.values()) {
-      for (const client of [...s.clients.values()]) client.close(outcome, true)
-      s.pump?.stop()
+      s.unwatch?.()
+      s.unwatch = undefined
+    }
+    await this.#o.leases.beginDrain()
+  }
+
+  /**
+   * Close every client stream with a retry hint, spread evenly over
+   * `spreadMs` so the clients do not all reconnect at once. A request stream
+   * that has not written an event id yet cannot be resumed, so it is closed
+   * once it has (or at `deadline`). Resolves when none is left open, or at
+   * `deadline`.
+   */
+  async closeClients (spreadMs: number, deadline: number): Promise<void> {
+    const clients: Array<[string, ClientStream]> = []
+    for (const [sessionId, s] of this.#sessions) for (const client of s.clients.values()) clients.push([sessionId, client])
+    const step = clients.length > 1 ? spreadMs / clients.length : 0
+    const timers = clients.map(([sessionId, client], i) => setTimeout(() => this.#closeForDrain(client, deadline, sessionId), Math.round(i * step)))
+    while (this.clientCount > 0 && Date.now() < deadline) await sleep(DRAIN_POLL_MS)
+    for (const timer of timers) clearTimeout(timer)
+    for (const s of this.#sessions.values()) {
+      for (const client of [...s.clients.values()]) client.close('draining', true)
     }
   }
 
-  /** Client streams open, for drain progress. */
-  get clientCount (): number {
-    let n = 0
-    for (const s of this.#sessions.values()) n += s.clients.size
-    return n
+  /**
+   * Hand every upstream GET still held here over (lease released, live): the
+   * next replica to ask takes it. A session whose client was closed here is
+   * about to ask from another replica (after the retry hint): its stream is
+   * recorded here until it does, for up to `waitMs`, so the gap stays small.
+   */
+  async releaseAll (waitMs = 0): Promise<void> {
+    const released: Array<Promise<void>> = []
+    // Alone (the embedded store), nobody else can take a stream over: no point waiting.
+    const until = Date.now() + (this.#o.leases.backend.shared ? waitMs : 0)
+    const waiting = (): Array<[string, LocalSession]> => [...this.#sessions].filter(([, s]) => s.pump !== undefined && !s.pump.stopped)
+    for (const [sessionId, s] of waiting()) {
+      if (!this.#handoverExpected.has(sessionId)) released.push((s.pump as StandalonePump).handOver())
+    }
+    while (waiting().length > 0 && Date.now() < until) await sleep(DRAIN_POLL_MS)
+    for (const [, s] of waiting()) released.push((s.pump as StandalonePump).handOver())
+    await Promise.all(released)
+  }
+
+  #closeForDrain (client: ClientStream, deadline: number, sessionId?: string): void {
+    if (client.closed) return
+    if (client.kind === 'request' && client.lastSeq === 0 && Date.now() < deadline) {
+      setTimeout(() => this.#closeForDrain(client, deadline, sessionId), DRAIN_POLL_MS).unref()
+      return
+    }
+    if (sessionId !== undefined && client.streamId === STANDALONE_STREAM) this.#handoverExpected.add(sessionId)
+    client.close('draining', true)
   }
 }

@@ -1,10 +1,19 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { EventStore } from '../store/contract.js'
+import type { Lease } from '../cluster/coordinator.js'
+import { LeaseLostError, SessionGoneError } from '../errors.js'
+import type { EventInput, EventStore } from '../store/contract.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
 import { mediaType } from '../upstream/headers.js'
-import { recordUpstreamStream, type RecordOutcome } from './recorder.js'
+import { GAP_MARKER_EVENT, recordUpstreamStream, type RecordOutcome } from './recorder.js'
+
+/**
+ * Why a pump stopped. `refused`: the upstream GET never opened (the caller
+ * has the answer); `handed_over`: drain gave the stream to another replica;
+ * `lease_lost`: another replica holds the stream now (fencing).
+ */
+export type PumpOutcome = RecordOutcome | 'refused' | 'hold_expired' | 'stopped' | 'handed_over' | 'lease_lost'
 
 export interface PumpOptions {
   readonly upstream: UpstreamClient
@@ -15,54 +24,92 @@ export interface PumpOptions {
   readonly path: string
   readonly holdMs: number
   readonly maxEventBytes: number
-  /** Called once when the pump stops for good (upstream ended, hold expired, stopped). */
-  readonly onStop: (outcome: RecordOutcome | 'hold_expired' | 'stopped') => void
+  /** The session's lease, held by this replica: appends are fenced with its token. */
+  readonly lease: Lease
+  /** Client connections attached to the standalone stream in this process. */
+  readonly localClients: () => number
+  /** Events the store refused (degraded mode), for the clients attached here. */
+  readonly onUnrecorded?: (events: readonly EventInput[]) => void
+  /** Called once when the pump stops for good. */
+  readonly onStop: (outcome: PumpOutcome) => void
 }
 
+/** After these outcomes the upstream GET ended cleanly: the next holder owes clients no gap marker. */
+const CLEAN_END: ReadonlySet<PumpOutcome> = new Set(['completed', 'session_gone', 'stopped'])
+
 /**
- * Holds a session's one upstream GET stream and records everything it
- * carries, also while no client is attached: a client reconnecting after a
- * drop finds the gap's events in the store. With no client attached for
+ * Holds a session's one upstream GET stream, under the session's lease, and
+ * records everything it carries, also while no client is attached: a client
+ * reconnecting after a drop, here or on another replica, finds the gap's
+ * events in the store. Once no client has been attached anywhere for
  * `holdMs` the upstream GET is released.
  */
 export class StandalonePump {
   readonly #o: PumpOptions
   readonly #abort = new AbortController()
-  #clients = 0
   #holdTimer: NodeJS.Timeout | undefined
   #stopped = false
-  #lastUpstreamId: string | undefined
+  #released: Promise<void> = Promise.resolve()
 
   constructor (options: PumpOptions) {
     this.#o = options
   }
 
   get stopped (): boolean { return this.#stopped }
-  get lastUpstreamId (): string | undefined { return this.#lastUpstreamId }
+  get lease (): Lease { return this.#o.lease }
 
   /**
-   * Open the upstream GET. Returns null when the pump runs; otherwise the
-   * upstream's answer (405, 404, an error...) for the caller to pass through.
+   * Open the upstream GET (resuming the upstream's own stream when the
+   * lease knows its last id). Returns null when the pump runs; otherwise the
+   * upstream's answer (405, 404, 409, an error...) for the caller to pass
+   * through. The lease stays the caller's to release when it is refused.
    */
   async open (headers: Record<string, string | string[]>): Promise<UpstreamResponse | null> {
-    const { upstream, metrics, log } = this.#o
+    const { lease } = this.#o
+    let resuming = lease.lastUpstreamId !== undefined
+    let res = await this.#request(resuming ? { ...headers, 'last-event-id': lease.lastUpstreamId as string } : headers)
+    if (resuming && !this.#stopped && res.statusCode >= 400 && res.statusCode !== 404 && res.statusCode !== 405) {
+      // The upstream cannot resume from that id (it forgot it, restarted...): open afresh.
+      res.body.destroy()
+      resuming = false
+      res = await this.#request(headers)
+    }
+    if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream') {
+      this.#stop('refused')
+      return res
+    }
+    return await this.#start(res, resuming)
+  }
+
+  async #request (headers: Record<string, string | string[]>): Promise<UpstreamResponse> {
+    const { upstream, metrics } = this.#o
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
-    let res: UpstreamResponse
     try {
-      res = await upstream.request({ method: 'GET', path: this.#o.path, headers, signal: this.#abort.signal })
+      const res = await upstream.request({ method: 'GET', path: this.#o.path, headers, signal: this.#abort.signal })
+      end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
+      return res
     } catch (err) {
       end({ status_class: 'error' })
       metrics.upstreamErrors.inc({ kind: 'request' })
-      this.#stop('stopped', false)
+      this.#stop('refused')
       throw err
     }
-    end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
-    if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream') {
-      this.#stop('stopped', false)
-      return res
+  }
+
+  async #start (res: UpstreamResponse, resuming: boolean): Promise<null> {
+    const { metrics, log, lease } = this.#o
+    if (this.#stopped) {
+      // Stopped while opening (session dropped, handed over): nothing to record.
+      res.body.destroy()
+      return null
     }
     metrics.upstreamStreamsOpen.inc({ kind: 'standalone' })
-    log.debug('upstream GET stream opened')
+    log.debug({ takeover: lease.takeover, resuming }, 'upstream GET stream opened')
+    lease.onLost = reason => this.#stop(reason === 'gone' ? 'session_gone' : 'lease_lost')
+    if (lease.takeover) {
+      metrics.leaseTakeovers.inc()
+      if (!resuming) await this.#recordHandoverGap()
+    }
     recordUpstreamStream({
       store: this.#o.store,
       metrics,
@@ -72,45 +119,99 @@ export class StandalonePump {
       body: res.body,
       maxEventBytes: this.#o.maxEventBytes,
       endStreamOnFinish: false,
-      onUpstreamId: id => { this.#lastUpstreamId = id }
+      fence: lease.token,
+      onUpstreamId: id => lease.noteUpstreamId(id),
+      ...(this.#o.onUnrecorded !== undefined && { onUnrecorded: this.#o.onUnrecorded })
     }).then(outcome => {
       metrics.upstreamStreamsOpen.dec({ kind: 'standalone' })
       log.debug({ outcome }, 'upstream GET stream finished')
-      this.#stop(outcome, true)
+      this.#stop(outcome)
     })
-    this.#armHold()
+    this.clientsChanged()
     return null
   }
 
-  attach (): void {
-    this.#clients++
-    clearTimeout(this.#holdTimer)
-    this.#holdTimer = undefined
+  /** The hub's local client count changed: the hold timer runs only with none. */
+  clientsChanged (): void {
+    if (this.#o.localClients() > 0) {
+      clearTimeout(this.#holdTimer)
+      this.#holdTimer = undefined
+    } else {
+      this.#armHold(this.#o.holdMs)
+    }
   }
 
-  detach (): void {
-    this.#clients = Math.max(0, this.#clients - 1)
-    this.#armHold()
-  }
-
+  /** The session is gone (DELETE, upstream 404): release the upstream GET. */
   stop (): void {
-    this.#stop('stopped', true)
+    this.#stop('stopped')
   }
 
-  #armHold (): void {
-    if (this.#clients > 0 || this.#stopped || this.#holdTimer !== undefined) return
+  /**
+   * Draining: close the upstream GET first, then release the lease (live),
+   * so the replica that asked opens its own with the smallest gap.
+   */
+  handOver (): Promise<void> {
+    this.#stop('handed_over')
+    return this.#released
+  }
+
+  /**
+   * The previous holder's upstream GET did not end cleanly and the upstream
+   * cannot resume: what it sent in between is unknown. Say so in the stream,
+   * before anything new, so every client reading across the handover is told.
+   */
+  async #recordHandoverGap (): Promise<void> {
+    const { store, metrics, log, lease, sessionId } = this.#o
+    const marker: EventInput = { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'upstream_handover', streamId: STANDALONE_STREAM }) }
+    try {
+      await metrics.timeStore('append', () => store.append(sessionId, STANDALONE_STREAM, [marker], { fence: lease.token }))
+      metrics.gaps.inc({ reason: 'upstream_handover' })
+      log.warn('upstream GET taken over without upstream resumption: gap marker recorded')
+    } catch (err) {
+      if (err instanceof LeaseLostError) this.#stop('lease_lost')
+      else if (err instanceof SessionGoneError) this.#stop('session_gone')
+      else log.error({ err }, 'could not record the handover gap marker')
+    }
+  }
+
+  #armHold (delayMs: number): void {
+    if (this.#stopped || this.#holdTimer !== undefined || this.#o.localClients() > 0) return
     this.#holdTimer = setTimeout(() => {
-      this.#o.log.debug('no client for the hold time: releasing the upstream GET stream')
-      this.#stop('hold_expired', true)
-    }, this.#o.holdMs)
+      this.#holdTimer = undefined
+      if (this.#stopped || this.#o.localClients() > 0) return
+      // A client attached on another replica keeps the stream held (its marker lives in the store).
+      this.#o.lease.releaseIfIdle().then(wait => {
+        if (this.#stopped) return
+        if (wait === 0) {
+          this.#o.log.debug('no client anywhere for the hold time: releasing the upstream GET stream')
+          this.#stop('hold_expired')
+        } else if (wait < 0) {
+          this.#stop('lease_lost')
+        } else {
+          this.#armHold(wait)
+        }
+      }, (err: unknown) => {
+        this.#o.log.warn({ err }, 'could not release the upstream GET lease; holding on')
+        this.#armHold(this.#o.holdMs)
+      })
+    }, delayMs)
     this.#holdTimer.unref()
   }
 
-  #stop (outcome: RecordOutcome | 'hold_expired' | 'stopped', abort: boolean): void {
+  #stop (outcome: PumpOutcome): void {
     if (this.#stopped) return
     this.#stopped = true
     clearTimeout(this.#holdTimer)
-    if (abort) this.#abort.abort()
+    this.#holdTimer = undefined
+    // A refusal's body is the caller's to pass on: not aborted.
+    if (outcome !== 'refused') this.#abort.abort()
+    const { lease, log } = this.#o
+    // Released after the abort, so the next holder's GET does not race this one
+    // upstream. A lease already released or lost is left alone; a refused one
+    // is the caller's (it may retry).
+    if (outcome !== 'refused') {
+      this.#released = lease.release(!CLEAN_END.has(outcome)).catch((err: unknown) => log.warn({ err }, 'could not release the upstream GET lease'))
+    }
     this.#o.onStop(outcome)
   }
 }

@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Readable } from 'node:stream'
+import { Transform, type Readable } from 'node:stream'
+import { GatewayError } from '../errors.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { statusClass } from '../metrics/metrics.js'
 import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
@@ -8,6 +9,26 @@ import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/heade
 export interface ForwardDeps {
   readonly upstream: UpstreamClient
   readonly metrics: GatewayMetrics
+  /** Bound on streamed request bodies (MAX_BODY_BYTES). */
+  readonly maxBodyBytes: number
+}
+
+function bodyTooLarge (limit: number): GatewayError {
+  return new GatewayError('MCPGW_BODY_TOO_LARGE', 413, `Payload Too Large: request bodies are limited to MAX_BODY_BYTES (${limit}).`)
+}
+
+/** A streamed body, cut off with an error once it passes `limit` bytes. */
+function bounded (body: Readable, limit: number): Readable {
+  let seen = 0
+  const counter = new Transform({
+    transform (chunk: Buffer, _encoding, done) {
+      seen += chunk.length
+      if (seen > limit) done(bodyTooLarge(limit))
+      else done(null, chunk)
+    }
+  })
+  body.on('error', err => counter.destroy(err))
+  return body.pipe(counter)
 }
 
 /** The upstream request for a client request, headers cleaned for a proxy hop. */
@@ -36,6 +57,11 @@ export async function forwardTransparently (deps: ForwardDeps, request: FastifyR
   const onClose = (): void => { if (!reply.raw.writableFinished) abort.abort() }
   reply.raw.once('close', onClose)
   const method = request.method
+  if (body !== undefined && !Buffer.isBuffer(body)) {
+    const declared = Number(request.headers['content-length'] ?? 0)
+    if (declared > deps.maxBodyBytes) throw bodyTooLarge(deps.maxBodyBytes)
+    body = bounded(body, deps.maxBodyBytes)
+  }
   const end = deps.metrics.upstreamRequestDuration.startTimer({ method })
   let res: UpstreamResponse
   try {

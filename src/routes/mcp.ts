@@ -21,6 +21,7 @@ import { clientResponseHeaders, headerValue, mediaType } from '../upstream/heade
 import { forwardTransparently, sendUpstreamResponse, upstreamHeadersFor } from './forward.js'
 
 export interface McpRouteDeps {
+  readonly maxBodyBytes: number
   readonly config: GatewayConfig
   readonly store: EventStore
   readonly hub: SessionHub
@@ -45,7 +46,14 @@ function principalOf (request: FastifyRequest, header: string): string {
   return createHash('sha256').update(value).digest('base64url').slice(0, 22)
 }
 
-type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id' | 'session_gone'
+type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'
+
+const LOST_PHRASES: Record<GapReason, string> = {
+  trimmed: 'it was trimmed by retention',
+  epoch: 'the event store lost this stream\'s history',
+  unknown_stream: 'the gateway no longer has this stream\'s history',
+  future_id: 'the Last-Event-ID is past the end of the stream'
+}
 
 /**
  * The MCP endpoint (Streamable HTTP, transports spec). Legacy-era requests
@@ -103,6 +111,13 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     return value
   }
 
+  /** Upstream headers for an answer the gateway may record: it parses the SSE, so no content coding. */
+  function recordableHeaders (request: FastifyRequest): Record<string, string | string[]> {
+    const headers = upstreamHeadersFor(request, false)
+    headers['accept-encoding'] = 'identity'
+    return headers
+  }
+
   async function timedUpstream (method: string, fn: () => Promise<UpstreamResponse>): Promise<UpstreamResponse> {
     const end = metrics.upstreamRequestDuration.startTimer({ method })
     try {
@@ -124,7 +139,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     const res = await timedUpstream('POST', () => upstream.request({
       method: 'POST',
       path: request.url,
-      headers: upstreamHeadersFor(request, false),
+      headers: recordableHeaders(request),
       body: request.body as Buffer | undefined
     }))
     const issued = headerValue(res.headers['mcp-session-id'])
@@ -166,7 +181,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     }
     const client = streamOptions(reply, log, 'request', state.epoch, streamId, proto)
     hub.attach(sessionId, client)
-    client.open(clientResponseHeaders(res.headers, ['content-type', 'content-length', 'cache-control']), 0)
+    client.open(clientResponseHeaders(res.headers, ['content-type', 'content-length', 'content-encoding', 'cache-control']), 0)
     // Subscribe before recording starts, so the first event already finds its reader.
     await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: true }).start()
     metrics.upstreamStreamsOpen.inc({ kind: 'request' })
@@ -181,7 +196,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       endStreamOnFinish: true,
       onUnrecorded: events => client.writeUnrecorded(events),
       requestId,
-      failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, `upstream ${reason.replace('_', ' ')}`)
+      failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off')
     })).then(outcome => {
       metrics.upstreamStreamsOpen.dec({ kind: 'request' })
       if (outcome !== 'completed') client.close('upstream_error', true)
@@ -203,18 +218,9 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
         throw errors.badLastEventId()
       }
     }
-    let record: SessionRecord
-    try {
-      record = await requireSession(sessionId, principalOf(request, config.principalHeader))
-    } catch (err) {
-      // The session's records are gone (expired, or lost with the store): a client resuming
-      // a request stream still gets an answer for its request, then 404 on its next call.
-      if (err instanceof GatewayError && err.statusCode === 404 && position !== null && position.streamId !== STANDALONE_STREAM) {
-        const requestId = requestIdOfStream(position.streamId)
-        if (requestId !== undefined && position.seq !== REPAIRED_SEQ) return answerLostResponse(request, reply, proto, position, requestId, 'session_gone')
-      }
-      throw err
-    }
+    // A session whose records are gone (deleted, expired, lost) gets 404, as the transports
+    // spec requires for a terminated session: the client starts a new one.
+    const record = await requireSession(sessionId, principalOf(request, config.principalHeader))
     if (position !== null && position.streamId !== STANDALONE_STREAM) return await resumeRequestStream(request, reply, proto, sessionId, record, position)
     return await attachStandalone(request, reply, proto, sessionId, record, position)
   }
@@ -227,13 +233,13 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     log.warn({ reason }, 'gap: resume of a stream whose history is gone; answering its request with an error')
     const client = streamOptions(reply, log, 'resume', position.epoch, position.streamId, proto)
     client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
-    client.writeSynthesized(encodeEventId({ epoch: position.epoch, streamId: position.streamId, seq: REPAIRED_SEQ }), lostResponseError(requestId, reason.replace('_', ' ')))
+    client.writeSynthesized(encodeEventId({ epoch: position.epoch, streamId: position.streamId, seq: REPAIRED_SEQ }), lostResponseError(requestId, LOST_PHRASES[reason]))
     client.close('completed', false)
   }
 
   async function attachStandalone (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
     const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: STANDALONE_STREAM })
-    const headers = upstreamHeadersFor(request, false)
+    const headers = recordableHeaders(request)
     // The gateway's ids mean nothing upstream; the upstream GET starts fresh.
     delete headers['last-event-id']
     const refusal = await hub.ensurePump(sessionId, headers, log)

@@ -54,6 +54,12 @@ export interface StreamNotice {
   readonly toSeq: number
   readonly events?: readonly StoredEvent[]
   readonly ended: boolean
+  /**
+   * The session's epoch, when the store can change it under a live stream
+   * (Redis, after it lost acknowledged writes): a follower whose client reads
+   * another epoch closes it, so its resume is told of the gap.
+   */
+  readonly epoch?: string
 }
 
 export type NoticeListener = (notice: StreamNotice) => void
@@ -61,6 +67,12 @@ export type NoticeListener = (notice: StreamNotice) => void
 export interface AppendOptions {
   /** Mark the stream ended after these events (the upstream answer is complete). */
   readonly end?: boolean
+  /**
+   * Fencing token of the stream's lease (the standalone stream's upstream GET
+   * is held under one). The append is refused with LeaseLostError when the
+   * lease is held under another token. The embedded store (one process) ignores it.
+   */
+  readonly fence?: string
 }
 
 export interface EventStore {

@@ -2,17 +2,40 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { GatewayConfig } from '../config/load.js'
 import type { EventStore } from './contract.js'
 import { MemoryEventStore } from './memory/memory-store.js'
-import { RedisEventStore } from './redis/redis-store.js'
+import { RedisEventStore, type RedisTarget } from './redis/redis-store.js'
 
-/** The store the configuration asks for: Redis Streams with REDIS_URL, else the embedded one. */
+/**
+ * The store the configuration asks for: Redis Streams (standalone by
+ * REDIS_URL, Cluster by REDIS_CLUSTER_NODES, Sentinel by REDIS_SENTINELS),
+ * else the embedded one.
+ */
 export async function createStore (config: GatewayConfig, log: FastifyBaseLogger): Promise<EventStore> {
-  if (config.redisUrl === undefined) {
+  const target = redisTarget(config)
+  if (target === undefined) {
     log.warn({ maxBytes: config.memoryStoreMaxBytes }, 'REDIS_URL is not set: using the embedded in-memory event store (single process, not durable: events are lost on restart and replicas cannot share sessions)')
     return new MemoryEventStore({ retention: config.retention, maxBytes: config.memoryStoreMaxBytes })
   }
-  const store = await RedisEventStore.connect({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, retention: config.retention, logger: log })
-  log.info({ redis: redactUrl(config.redisUrl) }, 'event store: Redis Streams')
+  const store = await RedisEventStore.connect({ ...target, keyPrefix: config.redisKeyPrefix, retention: config.retention, logger: log })
+  log.info({ redis: describeTarget(target), replicaId: store.replicaId }, 'event store: Redis Streams')
   return store
+}
+
+/** Which Redis deployment the configuration names (the config allows at most one). */
+export function redisTarget (config: GatewayConfig): RedisTarget | undefined {
+  if (config.redisUrl !== undefined) return { url: config.redisUrl }
+  const auth = { password: config.redisPassword, tls: config.redisTls }
+  if (config.redisClusterNodes !== undefined) return { cluster: config.redisClusterNodes, ...auth }
+  if (config.redisSentinel !== undefined) return { sentinels: config.redisSentinel.sentinels, name: config.redisSentinel.name, ...auth }
+  return undefined
+}
+
+/** The target for logs: never a password. */
+export function describeTarget (target: RedisTarget): string {
+  if ('url' in target) return redactUrl(target.url)
+  const list = (nodes: ReadonlyArray<{ host: string, port: number }>): string => nodes.map(n => `${n.host}:${n.port}`).join(',')
+  const tls = target.tls === true ? ' (tls)' : ''
+  if ('cluster' in target) return `cluster ${list(target.cluster)}${tls}`
+  return `sentinel ${target.name}@${list(target.sentinels)}${tls}`
 }
 
 /** A Redis URL without its password, for logs. */

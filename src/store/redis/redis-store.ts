@@ -1,18 +1,28 @@
 import { randomBytes } from 'node:crypto'
-import { Redis } from 'ioredis'
-import type { Cluster, RedisOptions } from 'ioredis'
+import { Cluster, Redis } from 'ioredis'
+import type { ClusterOptions, RedisOptions } from 'ioredis'
 import type { BaseLogger } from 'pino'
-import { SessionGoneError } from '../../errors.js'
+import { LeaseLostError, SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import { STANDALONE_STREAM } from '../contract.js'
 import type {
   AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecord, StoredEvent, StreamNotice, StreamState
 } from '../contract.js'
-import { APPEND, OPEN, READ, RESET, SAVE_CURSOR, TOUCH } from './scripts.js'
+import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
+import { parseControl, RedisLeaseBackend } from './lease-backend.js'
+import { APPEND, FENCED, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
 
-type Connection = Redis | Cluster
-type StoreLogger = Pick<BaseLogger, 'warn'>
+export type Connection = Redis | Cluster
+type StoreLogger = Pick<BaseLogger, 'warn'> & Partial<Pick<BaseLogger, 'error'>>
+
+export interface RedisAddress { readonly host: string, readonly port: number }
+
+/** Where Redis is: one of a URL, Cluster seed nodes or Sentinels. */
+export type RedisTarget =
+  | { readonly url: string }
+  | { readonly cluster: readonly RedisAddress[], readonly password?: string | undefined, readonly tls?: boolean }
+  | { readonly sentinels: readonly RedisAddress[], readonly name: string, readonly password?: string | undefined, readonly tls?: boolean }
 
 export interface RedisStoreOptions {
   /** Command connection. The store owns it from now on: close() quits it. */
@@ -28,8 +38,7 @@ export interface RedisStoreOptions {
   readonly logger?: StoreLogger
 }
 
-export interface RedisStoreConnectOptions {
-  readonly url: string
+export type RedisStoreConnectOptions = RedisTarget & {
   readonly keyPrefix: string
   readonly retention: RetentionLimits
   readonly replicaId?: string
@@ -61,12 +70,19 @@ interface Topic {
 interface Channel {
   readonly sessionId: string
   readonly topics: Map<string, Topic>
+  /** Lease coordination messages (released, want, draining), see cluster/. */
+  readonly control: Set<ControlListener>
+  /** Settles once SUBSCRIBE took effect. */
+  ready: Promise<void>
 }
+
+/** Where this replica left a stream it writes: the next append expects it (see APPEND). */
+interface WriteMark { seq: number, fence: string, epoch: string }
 
 type ReadReply = [string, number, number, number, Array<[string, string[]]>] | null
 
 interface ScriptCommands {
-  mcpgwAppend (...args: Array<string | number>): Promise<[string, number, number] | null>
+  mcpgwAppend (...args: Array<string | number>): Promise<[string, number, number, number] | null>
   mcpgwOpen (...args: Array<string | number>): Promise<[string, number, number, number] | null>
   mcpgwRead (...args: Array<string | number>): Promise<ReadReply>
   mcpgwTouch (...args: Array<string | number>): Promise<[string, string] | null>
@@ -78,6 +94,8 @@ const FLAG_EVENT = 1
 const FLAG_UPSTREAM_ID = 2
 /** The session's stream set changing under a reset this often in a row means something is wrong. */
 const RESET_ATTEMPTS = 16
+/** Sessions whose write marks are kept (the least recently written are forgotten first). */
+const WRITE_MARK_SESSIONS = 50_000
 
 /**
  * Redis Streams event store: one Redis stream per (session, stream), every key
@@ -106,6 +124,9 @@ export class RedisEventStore implements EventStore {
   readonly #onMessage = (channel: string, message: string): void => this.#receive(channel, message)
   readonly #onReady = (): void => this.#resubscribe()
   readonly #onError = (err: Error): void => this.#logger?.warn({ err }, 'event store: redis connection error')
+  /** Per session, per stream this replica writes: where it left it. */
+  readonly #marks = new Map<string, Map<string, WriteMark>>()
+  #leases: RedisLeaseBackend | undefined
   #closed = false
 
   constructor (options: RedisStoreOptions) {
@@ -119,7 +140,7 @@ export class RedisEventStore implements EventStore {
     this.replicaId = options.replicaId ?? randomToken(12, this.#random)
 
     const redis = options.redis
-    redis.defineCommand('mcpgwAppend', { numberOfKeys: 2, lua: APPEND })
+    redis.defineCommand('mcpgwAppend', { numberOfKeys: 3, lua: APPEND })
     redis.defineCommand('mcpgwOpen', { numberOfKeys: 2, lua: OPEN })
     redis.defineCommand('mcpgwRead', { numberOfKeys: 2, lua: READ })
     redis.defineCommand('mcpgwTouch', { numberOfKeys: 2, lua: TOUCH })
@@ -135,14 +156,16 @@ export class RedisEventStore implements EventStore {
     this.#subscriber.on('ready', this.#onReady)
   }
 
-  /** Open both connections to `url` and check that Redis answers. */
+  /**
+   * Open both connections (standalone Redis by URL, Cluster or Sentinel) and
+   * check that Redis answers.
+   */
   static async connect (options: RedisStoreConnectOptions): Promise<RedisEventStore> {
     const random = options.random ?? randomBytes
     const replicaId = options.replicaId ?? randomToken(12, random)
     // Names make the store's connections visible in CLIENT LIST.
-    const base: RedisOptions = { maxRetriesPerRequest: 3, ...options.redisOptions }
-    const redis = new Redis(options.url, { ...base, connectionName: `mcpgw-${replicaId}-cmd` })
-    const subscriber = new Redis(options.url, { ...base, connectionName: `mcpgw-${replicaId}-sub` })
+    const redis = openConnection(options, `mcpgw-${replicaId}-cmd`)
+    const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`)
     const store = new RedisEventStore({
       redis,
       subscriber,
@@ -177,6 +200,20 @@ export class RedisEventStore implements EventStore {
     await this.#reset(sessionId, '', '')
   }
 
+  /** Lease primitives on this store's connections (see cluster/lease.ts). */
+  leaseBackend (): RedisLeaseBackend {
+    this.#leases ??= new RedisLeaseBackend({
+      redis: this.#redis,
+      replicaId: this.replicaId,
+      keys: (sessionId) => {
+        const keys = this.#keys(sessionId)
+        return { lease: keys.lease, meta: keys.meta, attached: keys.attached, channel: keys.channel }
+      },
+      subscribeControl: (sessionId, listener) => this.subscribeControl(sessionId, listener)
+    })
+    return this.#leases
+  }
+
   async openStream (sessionId: string, streamId: string): Promise<StreamState> {
     const keys = this.#keys(sessionId, streamId)
     const reply = await this.#redis.mcpgwOpen(keys.meta, keys.stream(streamId), streamId, this.#retention.ttlMs)
@@ -185,21 +222,52 @@ export class RedisEventStore implements EventStore {
   }
 
   async append (sessionId: string, streamId: string, events: readonly EventInput[], options: AppendOptions = {}): Promise<StoredEvent[]> {
+    for (const event of events) {
+      if (typeof event.data !== 'string') throw new TypeError('event data must be a string')
+    }
+    try {
+      return await this.#append(sessionId, streamId, events, options)
+    } catch (err) {
+      if (!isReply(err, ROLLED_BACK)) throw err
+    }
+    // Redis lost writes it had acknowledged (and clients may have seen): the
+    // session's history cannot be trusted. A new epoch makes every resume
+    // with an older id see an explicit `epoch` gap instead of wrong events.
+    await this.#rotateEpoch(sessionId)
+    return await this.#append(sessionId, streamId, events, options)
+  }
+
+  async #append (sessionId: string, streamId: string, events: readonly EventInput[], options: AppendOptions): Promise<StoredEvent[]> {
     const keys = this.#keys(sessionId, streamId)
     const { maxEvents, maxBytes, ttlMs } = this.#retention
     const ending = options.end === true
+    const fence = options.fence ?? ''
+    const mark = this.#marks.get(sessionId)?.get(streamId)
+    // A mark left under another lease says nothing: someone else wrote since.
+    const known = mark !== undefined && mark.fence === fence
     const args: Array<string | number> = [
-      keys.meta, keys.stream(streamId),
-      streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId
+      keys.meta, keys.stream(streamId), keys.lease,
+      streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId,
+      fence, known ? mark.seq : -1, known ? mark.epoch : ''
     ]
     for (const event of events) {
-      if (typeof event.data !== 'string') throw new TypeError('event data must be a string')
       const flags = (event.event === undefined ? 0 : FLAG_EVENT) + (event.upstreamId === undefined ? 0 : FLAG_UPSTREAM_ID)
       args.push(flags, event.data, event.event ?? '', event.upstreamId ?? '')
     }
-    const reply = await this.#redis.mcpgwAppend(...args)
-    if (reply === null) throw new SessionGoneError(sessionId)
+    let reply: [string, number, number, number] | null
+    try {
+      reply = await this.#redis.mcpgwAppend(...args)
+    } catch (err) {
+      if (isReply(err, FENCED)) throw new LeaseLostError(sessionId)
+      throw err
+    }
+    if (reply === null) {
+      this.#marks.delete(sessionId)
+      throw new SessionGoneError(sessionId)
+    }
+    // A batch Redis had already applied (resent after a reconnect) comes back as if applied now.
     const [epoch, previous, ended] = reply
+    this.#mark(sessionId, streamId, ended === 1 ? undefined : { seq: previous + events.length, fence, epoch })
     const stored = events.map((event, i): StoredEvent => ({
       seq: previous + i + 1, data: event.data, event: event.event, upstreamId: event.upstreamId
     }))
@@ -246,12 +314,7 @@ export class RedisEventStore implements EventStore {
 
   subscribe (sessionId: string, streamId: string, listener: NoticeListener): () => void {
     const keys = this.#keys(sessionId, streamId)
-    let channel = this.#channels.get(keys.channel)
-    if (channel === undefined) {
-      channel = { sessionId, topics: new Map() }
-      this.#channels.set(keys.channel, channel)
-      this.#listen(keys.channel, channel)
-    }
+    const channel = this.#channel(sessionId, keys.channel)
     let topic = channel.topics.get(streamId)
     if (topic === undefined) {
       topic = { listeners: new Set(), epoch: undefined, toSeq: 0, ended: false }
@@ -266,13 +329,48 @@ export class RedisEventStore implements EventStore {
       topic.listeners.delete(listener)
       if (topic.listeners.size > 0) return
       channel.topics.delete(streamId)
-      if (channel.topics.size > 0 || this.#channels.get(keys.channel) !== channel) return
-      this.#channels.delete(keys.channel)
-      if (this.#closed) return
-      this.#subscriber.unsubscribe(keys.channel).catch((err: unknown) => {
-        this.#logger?.warn({ err, channel: keys.channel }, 'event store: UNSUBSCRIBE failed')
-      })
+      this.#release(keys.channel, channel)
     }
+  }
+
+  /**
+   * Lease coordination messages of a session, on the same per-session
+   * channel (and subscription) as its notices: no extra connection.
+   */
+  subscribeControl (sessionId: string, listener: ControlListener): ControlSubscription {
+    const name = this.#keys(sessionId).channel
+    const channel = this.#channel(sessionId, name)
+    channel.control.add(listener)
+    let subscribed = true
+    return {
+      ready: channel.ready,
+      off: () => {
+        if (!subscribed) return
+        subscribed = false
+        channel.control.delete(listener)
+        this.#release(name, channel)
+      }
+    }
+  }
+
+  #channel (sessionId: string, name: string): Channel {
+    let channel = this.#channels.get(name)
+    if (channel === undefined) {
+      channel = { sessionId, topics: new Map(), control: new Set(), ready: Promise.resolve() }
+      this.#channels.set(name, channel)
+      this.#listen(name, channel)
+    }
+    return channel
+  }
+
+  /** UNSUBSCRIBE once a channel has no local listener left. */
+  #release (name: string, channel: Channel): void {
+    if (channel.topics.size > 0 || channel.control.size > 0 || this.#channels.get(name) !== channel) return
+    this.#channels.delete(name)
+    if (this.#closed) return
+    this.#subscriber.unsubscribe(name).catch((err: unknown) => {
+      this.#logger?.warn({ err, channel: name }, 'event store: UNSUBSCRIBE failed')
+    })
   }
 
   async ping (): Promise<void> {
@@ -291,18 +389,50 @@ export class RedisEventStore implements EventStore {
     this.#subscriber.off('error', this.#onError)
   }
 
-  #keys (sessionId: string, streamId?: string): { meta: string, channel: string, stream: (id: string) => string } {
+  #keys (sessionId: string, streamId?: string): { meta: string, channel: string, lease: string, attached: string, stream: (id: string) => string } {
     if (typeof sessionId !== 'string' || sessionId.length === 0) throw new TypeError('session id must be a non-empty string')
     if (streamId !== undefined && (typeof streamId !== 'string' || streamId.length === 0)) {
       throw new TypeError('stream id must be a non-empty string')
     }
     const tag = `${this.#prefix}{${escapeTag(sessionId)}}`
-    return { meta: `${tag}:m`, channel: `${tag}:n`, stream: (id) => `${tag}:s:${id}` }
+    return { meta: `${tag}:m`, channel: `${tag}:n`, lease: `${tag}:lease`, attached: `${tag}:att`, stream: (id) => `${tag}:s:${id}` }
   }
 
   #read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadReply> {
     const keys = this.#keys(sessionId, streamId)
     return this.#redis.mcpgwRead(keys.meta, keys.stream(streamId), streamId, afterSeq, limit)
+  }
+
+  /** Remember where this replica left a stream it writes (undefined: forget it). */
+  #mark (sessionId: string, streamId: string, mark: WriteMark | undefined): void {
+    let streams = this.#marks.get(sessionId)
+    if (mark === undefined) {
+      streams?.delete(streamId)
+      if (streams?.size === 0) this.#marks.delete(sessionId)
+      return
+    }
+    if (streams === undefined) {
+      streams = new Map()
+      if (this.#marks.size >= WRITE_MARK_SESSIONS) {
+        const oldest = this.#marks.keys().next().value
+        if (oldest !== undefined) this.#marks.delete(oldest)
+      }
+    } else {
+      this.#marks.delete(sessionId)
+    }
+    // Most recently written last: the oldest are forgotten first.
+    this.#marks.set(sessionId, streams)
+    streams.set(streamId, mark)
+  }
+
+  /** Start a new epoch for the session (same principal, empty streams): its history was lost. */
+  async #rotateEpoch (sessionId: string): Promise<void> {
+    const keys = this.#keys(sessionId)
+    const principal = await this.#redis.hget(keys.meta, 'principal')
+    if (principal === null) throw new SessionGoneError(sessionId)
+    const epoch = randomToken(8, this.#random)
+    this.#logger?.error?.({ epoch }, 'event store: Redis lost acknowledged writes (restart from an older snapshot or failover to a lagging replica): the session starts a new epoch, resuming clients are told')
+    await this.#reset(sessionId, epoch, principal)
   }
 
   /**
@@ -312,11 +442,12 @@ export class RedisEventStore implements EventStore {
    */
   async #reset (sessionId: string, epoch: string, principal: string): Promise<void> {
     const keys = this.#keys(sessionId)
+    this.#marks.delete(sessionId)
     for (let attempt = 0; attempt < RESET_ATTEMPTS; attempt++) {
       const fields = await this.#redis.hkeys(keys.meta)
       const streamIds = fields.filter((field) => field.startsWith('q:')).map((field) => field.slice(2))
       const done = await this.#redis.mcpgwReset(
-        1 + streamIds.length, keys.meta, ...streamIds.map(keys.stream),
+        3 + streamIds.length, keys.meta, keys.lease, keys.attached, ...streamIds.map(keys.stream),
         epoch, principal, this.#retention.ttlMs, ...streamIds
       )
       if (done === 1) return
@@ -326,7 +457,7 @@ export class RedisEventStore implements EventStore {
 
   /** SUBSCRIBE for a session's first local listener, then catch up on what the subscription may have missed. */
   #listen (name: string, channel: Channel): void {
-    this.#subscriber.subscribe(name).then(
+    channel.ready = this.#subscriber.subscribe(name).then(
       () => this.#catchUp(name, channel),
       (err: unknown) => this.#logger?.warn({ err, channel: name }, 'event store: SUBSCRIBE failed')
     )
@@ -355,6 +486,19 @@ export class RedisEventStore implements EventStore {
   }
 
   #receive (name: string, message: string): void {
+    const control = parseControl(message)
+    if (control !== null) {
+      if (control.origin === this.replicaId) return
+      const listeners = this.#channels.get(name)?.control
+      for (const listener of [...listeners ?? []]) {
+        try {
+          listener(control)
+        } catch (err) {
+          this.#logger?.warn({ err }, 'event store: control listener threw')
+        }
+      }
+      return
+    }
     const notice = parseWireNotice(message)
     if (notice === null) {
       this.#logger?.warn({ channel: name }, 'event store: malformed notice ignored')
@@ -382,9 +526,10 @@ export class RedisEventStore implements EventStore {
     if (notice.toSeq <= topic.toSeq && (!notice.ended || topic.ended)) return
     topic.toSeq = Math.max(topic.toSeq, notice.toSeq)
     topic.ended ||= notice.ended
+    const told = { ...notice, epoch }
     for (const listener of [...topic.listeners]) {
       try {
-        listener(notice)
+        listener(told)
       } catch (err) {
         this.#logger?.warn({ err, streamId: notice.streamId }, 'event store: notice listener threw')
       }
@@ -421,6 +566,34 @@ function toStoredEvent ([id, fields]: [string, string[]]): StoredEvent {
     }
   }
   return { seq: Number.parseInt(id, 10), data, event, upstreamId }
+}
+
+/** An error reply of one of our scripts (see scripts.ts). */
+function isReply (err: unknown, prefix: string): boolean {
+  return err instanceof Error && err.name === 'ReplyError' && err.message.startsWith(prefix)
+}
+
+/** One ioredis connection to the target, named for CLIENT LIST. */
+function openConnection (options: RedisStoreConnectOptions, connectionName: string): Connection {
+  const base: RedisOptions = { maxRetriesPerRequest: 3, ...options.redisOptions, connectionName }
+  if ('url' in options) return new Redis(options.url, base)
+  const tls = options.tls === true ? {} : undefined
+  const password = options.password
+  if ('cluster' in options) {
+    const clusterOptions: ClusterOptions = {
+      redisOptions: { ...base, ...(password !== undefined && { password }), ...(tls !== undefined && { tls }) },
+      // Commands issued together go out as one pipeline per node (lease ticks rely on it).
+      enableAutoPipelining: true
+    }
+    return new Cluster(options.cluster.map(({ host, port }) => ({ host, port })), clusterOptions)
+  }
+  return new Redis({
+    ...base,
+    sentinels: options.sentinels.map(({ host, port }) => ({ host, port })),
+    name: options.name,
+    ...(password !== undefined && { password }),
+    ...(tls !== undefined && { tls, enableTLSForSentinelMode: true })
+  })
 }
 
 function parseWireNotice (message: string): WireNotice | null {

@@ -10,6 +10,14 @@
  *   b:<stream>              bytes retained (data + event type + upstream id)
  *   e:<stream>              '1' once the stream ended
  *   c:<stream>              the saved cursor
+ *   u:<stream>              the upstream's own id of the newest event that had one
+ *   h:<stream>              '1' while an upstream GET feeds the stream under a
+ *                           lease, or when its last holder did not end it cleanly
+ * Lease `<prefix>{<session>}:lease`: the token of the replica holding the
+ * session's upstream GET (SET NX PX, renewed by compare-and-pexpire).
+ * Attached marker `<prefix>{<session>}:att`: refreshed by replicas with a
+ * client on the standalone stream that do not hold the lease; while it
+ * lives the holder keeps the upstream GET open.
  * Stream `<prefix>{<session>}:s:<stream>`: one entry per event, id `<seq>-0`,
  * fields d (data), e (event type, optional), u (upstream id, optional).
  *
@@ -37,31 +45,65 @@ end
 `
 
 /** Number of leading ARGV entries of APPEND before the events. */
-export const APPEND_HEAD = 7
+export const APPEND_HEAD = 10
 /** ARGV entries per event: presence flags, data, event type, upstream id. */
 export const APPEND_WIDTH = 4
 
+/** Error reply prefixes of APPEND. */
+export const FENCED = 'MCPGW_FENCED'
+export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
+
 /**
- * KEYS: session hash, stream.
+ * KEYS: session hash, stream, the session's lease.
  * ARGV: streamId, maxEvents, maxBytes, ttlMs, end ('1'|'0'), channel, origin
- *       replica, then per event: flags (bit 1 event type, bit 2 upstream id),
- *       data, event type, upstream id.
- * Returns nil when the session is unknown, else { epoch, previous lastSeq, ended }.
+ *       replica, fence token ('' for none), expected lastSeq (-1 for none),
+ *       the epoch that expectation belongs to, then per event: flags (bit 1 event type, bit 2 upstream id), data,
+ *       event type, upstream id.
+ * Returns nil when the session is unknown, else
+ * { epoch, previous lastSeq, ended, already applied (1|0) }.
  *
  * Sequence bump, XADD with explicit ids, trim by count and bytes (never the
  * newest event), TTL refresh and PUBLISH in one atomic step. Events a batch
  * would trim right away are never written.
+ *
+ * Fencing: with a token, the append is refused (error FENCED) when another
+ * replica holds the lease. A lease that merely expired (nobody took it) does
+ * not refuse: the writer still holds the only upstream GET, and its next
+ * renewal takes the lease back.
+ * Expected lastSeq (every stream has one writer, which knows where it left
+ * it): lower in Redis means Redis lost acknowledged writes (restart from an
+ * older snapshot, failover to a lagging replica): error ROLLED_BACK, nothing
+ * written; exactly this batch further means the batch was already applied
+ * (a command resent after a reconnect): nothing written again. An
+ * expectation from another epoch means nothing: the session was reset or
+ * started a new epoch since (another writer detected a loss first).
  */
 export const APPEND = STREAM_STATE + `
-local meta, skey = KEYS[1], KEYS[2]
+local meta, skey, lease = KEYS[1], KEYS[2], KEYS[3]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
+local fence, expected = ARGV[8], tonumber(ARGV[9])
 local HEAD, WIDTH = ${APPEND_HEAD}, ${APPEND_WIDTH}
 local n = (#ARGV - HEAD) / WIDTH
 
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then return false end
+if fence ~= '' then
+  local holder = redis.call('GET', lease)
+  if holder and holder ~= fence then
+    return redis.error_reply('${FENCED} the stream lease is held by another replica')
+  end
+end
 local last, first, bytes, ended = streamState(meta, skey, sid)
+if ARGV[10] ~= epoch then expected = -1 end
+if expected >= 0 then
+  if (last == nil and expected > 0) or (last ~= nil and last < expected) then
+    return redis.error_reply('${ROLLED_BACK} the stream is behind what was acknowledged')
+  end
+  if last ~= nil and n > 0 and last == expected + n then
+    return { epoch, expected, ended and 1 or 0, 1 }
+  end
+end
 if last == nil then
   -- First use of the stream in this epoch: a key left behind by an earlier
   -- life of the same session id (its hash was lost) must not collide.
@@ -110,11 +152,13 @@ if keep > first and first <= last then
   end
 end
 
+local upstreamId = nil
 for i = 1, n do
   local seq = last + i
+  local at = HEAD + (i - 1) * WIDTH
+  local flags = tonumber(ARGV[at + 1])
+  if flags >= 2 and ARGV[at + 4] ~= '' then upstreamId = ARGV[at + 4] end
   if seq >= keep then
-    local at = HEAD + (i - 1) * WIDTH
-    local flags = tonumber(ARGV[at + 1])
     local args = { 'XADD', skey, seq .. '-0', 'd', ARGV[at + 2] }
     if flags % 2 == 1 then
       args[#args + 1] = 'e'
@@ -130,12 +174,13 @@ end
 
 if ending then ended = true end
 redis.call('HSET', meta, 'q:' .. sid, newLast, 'f:' .. sid, keep, 'b:' .. sid, total, 'e:' .. sid, ended and '1' or '0')
+if upstreamId then redis.call('HSET', meta, 'u:' .. sid, upstreamId) end
 redis.call('PEXPIRE', meta, ttl)
 redis.call('PEXPIRE', skey, ttl)
 if n > 0 or ending then
   redis.call('PUBLISH', channel, cjson.encode({ o = origin, p = epoch, s = sid, t = newLast, e = ended }))
 end
-return { epoch, last, ended and 1 or 0 }
+return { epoch, last, ended and 1 or 0, 0 }
 `
 
 /**
@@ -205,9 +250,10 @@ return 1
 `
 
 /**
- * KEYS: session hash, then the key of every stream the caller found in it.
+ * KEYS: session hash, lease, attached marker, then the key of every stream
+ * the caller found in the hash.
  * ARGV: new epoch ('' to only delete), principal, ttlMs, then the stream ids
- * matching KEYS[2..].
+ * matching KEYS[4..].
  * Deletes the session and, given an epoch, writes a fresh record. Returns 0
  * without touching anything when the hash lists other streams than the caller
  * passed (a stream was opened meanwhile): the caller reads them again and
@@ -221,7 +267,7 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     count = count + 1
   end
 end
-if count ~= #KEYS - 1 then return 0 end
+if count ~= #KEYS - 3 then return 0 end
 for i = 4, #ARGV do
   if not known[ARGV[i]] then return 0 end
 end
@@ -233,4 +279,72 @@ if ARGV[1] ~= '' then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
 return 1
+`
+
+/**
+ * Lease scripts. KEYS always: lease, session hash (same hash tag). The
+ * session hash's h:<stream> field tells the next holder whether the previous
+ * one ended the upstream GET cleanly; u:<stream> is the upstream's last id.
+ */
+
+/**
+ * Take the lease if free. KEYS: lease, session hash. ARGV: token, ttlMs, streamId.
+ * Returns { -1 } when the session is unknown, { 0, ms the lease still lives }
+ * when another replica holds it, else { 1, previous h ('1' = not ended
+ * cleanly), upstream's last id }.
+ */
+export const LEASE_ACQUIRE = `
+if redis.call('EXISTS', KEYS[2]) == 0 then return { -1 } end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return { 0, redis.call('PTTL', KEYS[1]) } end
+local st = redis.call('HMGET', KEYS[2], 'h:' .. ARGV[3], 'u:' .. ARGV[3])
+redis.call('HSET', KEYS[2], 'h:' .. ARGV[3], '1')
+return { 1, st[1] or '0', st[2] or '' }
+`
+
+/**
+ * Renew a held lease. KEYS: lease, session hash. ARGV: token, ttlMs, streamId.
+ * Returns -1 when the session is unknown, 0 when another replica holds the
+ * lease, 1 when renewed, 2 when it had expired unclaimed and is taken back.
+ */
+export const LEASE_RENEW = `
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if holder then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('HSET', KEYS[2], 'h:' .. ARGV[3], '1')
+return 2
+`
+
+/**
+ * Release a held lease and tell the session's channel. KEYS: lease, session
+ * hash. ARGV: token, live ('1' when the stream did not end cleanly), streamId,
+ * channel, message. Returns 1 when released, 0 when not held under the token.
+ */
+export const LEASE_RELEASE = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HSET', KEYS[2], 'h:' .. ARGV[3], ARGV[2]) end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1
+`
+
+/**
+ * Release when no client is attached anywhere (the hold expired). KEYS:
+ * lease, session hash, attached marker. ARGV: token, streamId, channel,
+ * message. Returns -1 when not held under the token, 0 when released, else
+ * the milliseconds the attached marker still lives (ask again then).
+ */
+export const LEASE_RELEASE_IF_IDLE = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local wait = redis.call('PTTL', KEYS[3])
+if wait == -1 then wait = 1000 end
+if wait > 0 then return wait end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HSET', KEYS[2], 'h:' .. ARGV[2], '0') end
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 0
 `

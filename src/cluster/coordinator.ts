@@ -1,0 +1,313 @@
+import { randomBytes } from 'node:crypto'
+import type { FastifyBaseLogger as Logger } from 'fastify'
+import { randomToken } from '../protocol/event-id.js'
+import { isGrant, type AcquireResult, type ControlMessage, type ControlSubscription, type LeaseBackend, type LeaseGrant } from './lease.js'
+
+export interface LeaseCoordinatorOptions {
+  readonly backend: LeaseBackend
+  /** LEASE_TTL_MS: a dead holder's lease is free after this; renewed every third of it. */
+  readonly ttlMs: number
+  /** STANDALONE_HOLD_SECONDS: how long after its last client anywhere a holder keeps the upstream GET. */
+  readonly holdMs: number
+  readonly log: Logger
+  readonly random?: (size: number) => Uint8Array
+}
+
+export type LostReason = 'lost' | 'gone'
+
+/** A lease this replica holds. The pump that uses it sets the callbacks. */
+export class Lease implements LeaseGrant {
+  readonly sessionId: string
+  readonly token: string
+  readonly takeover: boolean
+  readonly lastUpstreamId: string | undefined
+  /** Renewal found the lease held by another replica ('lost') or the session gone. */
+  onLost: ((reason: LostReason) => void) | undefined
+  /** While draining: another replica asked for the stream. */
+  onHandoverRequest: (() => void) | undefined
+  readonly #owner: LeaseCoordinator
+  #settled = false
+
+  constructor (owner: LeaseCoordinator, sessionId: string, grant: LeaseGrant) {
+    this.#owner = owner
+    this.sessionId = sessionId
+    this.token = grant.token
+    this.takeover = grant.takeover
+    this.lastUpstreamId = grant.lastUpstreamId
+  }
+
+  /** No longer held (released, found lost). */
+  get settled (): boolean { return this.#settled }
+
+  noteUpstreamId (id: string): void {
+    this.#owner.backend.noteUpstreamId(this.sessionId, id)
+  }
+
+  /**
+   * Let the lease go and tell the session's channel, so a replica with a
+   * client takes over at once. `live`: the upstream GET did not end cleanly,
+   * the next holder marks a gap. Only the first release or loss counts.
+   */
+  async release (live: boolean): Promise<void> {
+    if (!this.#settle()) return
+    await this.#owner.backend.release(this.sessionId, this.token, live)
+  }
+
+  /**
+   * The hold expired here: release unless a client is attached on another
+   * replica. Resolves 0 when released, -1 when the lease was lost, else the
+   * milliseconds to wait before asking again.
+   */
+  async releaseIfIdle (): Promise<number> {
+    if (this.#settled) return -1
+    const result = await this.#owner.backend.releaseIfIdle(this.sessionId, this.token)
+    if (result <= 0) this.#settle()
+    return result
+  }
+
+  /** @internal the coordinator found the lease lost. */
+  lose (reason: LostReason): void {
+    if (this.#settle()) this.onLost?.(reason)
+  }
+
+  #settle (): boolean {
+    if (this.#settled) return false
+    this.#settled = true
+    this.#owner.forgetHeld(this)
+    return true
+  }
+}
+
+export interface WatchHandlers {
+  /** The lease was free and is now this replica's: open the upstream GET (or release it). */
+  readonly onGrant: (lease: Lease) => void
+  /** The store has no record of the session any more. */
+  readonly onGone: () => void
+}
+
+interface Watch {
+  readonly sessionId: string
+  readonly handlers: WatchHandlers
+  readonly control: ControlSubscription
+  acquiring: boolean
+  stopped: boolean
+  /** Another try right when the holder's lease runs out, when that comes before the next tick. */
+  retry: NodeJS.Timeout | undefined
+}
+
+/** How long drain waits for its control subscriptions before going on without them. */
+const SUBSCRIBE_WAIT_MS = 1000
+/** A watcher tries again this long after the holder's lease would expire (clock skew inside Redis is nil). */
+const EXPIRY_SLACK_MS = 20
+
+/**
+ * Replica coordination for upstream GETs. Holds this replica's leases and
+ * renews them; watches the sessions whose clients are attached here while
+ * another replica holds the stream, to take over when the holder dies (its
+ * lease expires) or lets go (a `released` message). Everything periodic is
+ * one batched round trip per tick (every ttl/3), whatever the session count.
+ */
+export class LeaseCoordinator {
+  readonly backend: LeaseBackend
+  readonly #o: LeaseCoordinatorOptions
+  readonly #random: (size: number) => Uint8Array
+  readonly #held = new Map<string, Lease>()
+  readonly #watched = new Map<string, Watch>()
+  readonly #drainSubscriptions = new Map<string, ControlSubscription>()
+  #timer: NodeJS.Timeout | undefined
+  #ticking = false
+  #draining = false
+
+  constructor (options: LeaseCoordinatorOptions) {
+    this.#o = options
+    this.backend = options.backend
+    this.#random = options.random ?? randomBytes
+  }
+
+  get heldCount (): number { return this.#held.size }
+  get watchedCount (): number { return this.#watched.size }
+  get tickMs (): number { return Math.max(100, Math.floor(this.#o.ttlMs / 3)) }
+
+  start (): void {
+    if (this.#timer !== undefined) return
+    this.#timer = setInterval(() => { this.tick().catch(() => {}) }, this.tickMs)
+    this.#timer.unref()
+  }
+
+  /** Take the session's lease now if it is free. */
+  async acquire (sessionId: string): Promise<Lease | 'held' | 'gone'> {
+    const result = await this.backend.acquire(sessionId, this.#token(), this.#o.ttlMs)
+    if (result === 'gone') return result
+    return isGrant(result) ? this.#hold(sessionId, result) : 'held'
+  }
+
+  /**
+   * A client of the session is attached here and another replica holds its
+   * stream: keep an attached marker up (so the holder keeps its upstream GET)
+   * and take the lease when it frees up. Returns the function that stops.
+   */
+  watch (sessionId: string, handlers: WatchHandlers): () => void {
+    if (this.#draining) return () => {}
+    const existing = this.#watched.get(sessionId)
+    if (existing !== undefined) this.#unwatch(existing)
+    const watch: Watch = {
+      sessionId,
+      handlers,
+      acquiring: false,
+      stopped: false,
+      retry: undefined,
+      control: this.backend.subscribeControl(sessionId, message => this.#onWatchControl(watch, message))
+    }
+    this.#watched.set(sessionId, watch)
+    this.backend.markAttached(sessionId, this.#attachedMs()).catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not mark a client attached'))
+    // A draining holder hands the stream over to the first replica that asks.
+    watch.control.ready
+      .then(async () => { if (!watch.stopped) await this.backend.publish(sessionId, 'want') })
+      .catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not ask for a stream'))
+    // Learn when the holder's lease runs out (it may be dead already).
+    this.#tryTake(watch)
+    return () => this.#unwatch(watch)
+  }
+
+  /**
+   * Shutting down: no new watches, and each held stream goes to the first
+   * replica that asks (`want`); watchers that exist already are told now.
+   */
+  async beginDrain (): Promise<void> {
+    this.#draining = true
+    for (const watch of [...this.#watched.values()]) this.#unwatch(watch)
+    await Promise.all([...this.#held.values()].map(async lease => {
+      const subscription = this.backend.subscribeControl(lease.sessionId, message => {
+        if (message.kind === 'want' && message.origin !== this.backend.replicaId) lease.onHandoverRequest?.()
+      })
+      this.#drainSubscriptions.set(lease.sessionId, subscription)
+      let timer: NodeJS.Timeout | undefined
+      await Promise.race([subscription.ready, new Promise(resolve => { timer = setTimeout(resolve, SUBSCRIBE_WAIT_MS) })])
+      clearTimeout(timer)
+      if (!lease.settled) await this.backend.publish(lease.sessionId, 'draining').catch(() => {})
+    }))
+  }
+
+  /** One round trip: renew held leases, refresh attached markers, take free watched leases. */
+  async tick (): Promise<void> {
+    if (this.#ticking) return
+    const held = [...this.#held.values()]
+    const watched = [...this.#watched.values()].filter(w => !w.acquiring)
+    if (held.length === 0 && watched.length === 0) return
+    this.#ticking = true
+    for (const w of watched) w.acquiring = true
+    const watchTokens = watched.map(() => this.#token())
+    try {
+      const result = await this.backend.tick({
+        ttlMs: this.#o.ttlMs,
+        attachedMs: this.#attachedMs(),
+        renew: held.map(lease => ({ sessionId: lease.sessionId, token: lease.token })),
+        watch: watched.map((w, i) => ({ sessionId: w.sessionId, token: watchTokens[i] as string }))
+      })
+      result.renew.forEach((outcome, i) => {
+        const lease = held[i] as Lease
+        if (outcome === 'renewed' || lease.settled) return
+        this.#o.log.warn({ outcome }, outcome === 'gone' ? 'lease: session records gone' : 'lease: another replica holds the stream now')
+        lease.lose(outcome)
+      })
+      result.watch.forEach((outcome, i) => this.#settleWatch(watched[i] as Watch, outcome))
+    } catch (err) {
+      // Redis unreachable: leases run on (fencing guards the appends) and are renewed, or taken back, next tick.
+      this.#o.log.warn({ err }, 'lease: renewal tick failed')
+    } finally {
+      for (const w of watched) w.acquiring = false
+      this.#ticking = false
+    }
+  }
+
+  async close (): Promise<void> {
+    clearInterval(this.#timer)
+    this.#timer = undefined
+    for (const watch of [...this.#watched.values()]) this.#unwatch(watch)
+    for (const subscription of this.#drainSubscriptions.values()) subscription.off()
+    this.#drainSubscriptions.clear()
+  }
+
+  /** @internal a lease was released or lost. */
+  forgetHeld (lease: Lease): void {
+    if (this.#held.get(lease.sessionId) === lease) this.#held.delete(lease.sessionId)
+    this.#drainSubscriptions.get(lease.sessionId)?.off()
+    this.#drainSubscriptions.delete(lease.sessionId)
+  }
+
+  #hold (sessionId: string, grant: LeaseGrant): Lease {
+    const lease = new Lease(this, sessionId, grant)
+    this.#held.get(sessionId)?.lose('lost')
+    this.#held.set(sessionId, lease)
+    return lease
+  }
+
+  #onWatchControl (watch: Watch, message: ControlMessage): void {
+    if (watch.stopped || message.origin === this.backend.replicaId) return
+    if (message.kind === 'released') this.#tryTake(watch)
+    else if (message.kind === 'draining') {
+      this.backend.publish(watch.sessionId, 'want').catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not ask for a stream'))
+    }
+  }
+
+  /** The holder let go: try now rather than at the next tick. */
+  #tryTake (watch: Watch): void {
+    if (watch.acquiring || watch.stopped) return
+    watch.acquiring = true
+    this.backend.acquire(watch.sessionId, this.#token(), this.#o.ttlMs).then(
+      outcome => {
+        watch.acquiring = false
+        this.#settleWatch(watch, outcome)
+      },
+      (err: unknown) => {
+        watch.acquiring = false
+        this.#o.log.warn({ err }, 'lease: could not take a released stream')
+      }
+    )
+  }
+
+  #settleWatch (watch: Watch, outcome: AcquireResult): void {
+    if (outcome !== 'gone' && !isGrant(outcome)) {
+      // Held: if the holder died, its lease runs out in heldForMs; try right then rather than at a later tick.
+      const delay = outcome.heldForMs + EXPIRY_SLACK_MS
+      if (!watch.stopped && watch.retry === undefined && delay < this.tickMs) {
+        watch.retry = setTimeout(() => {
+          watch.retry = undefined
+          this.#tryTake(watch)
+        }, delay)
+        watch.retry.unref()
+      }
+      return
+    }
+    if (outcome === 'gone') {
+      if (!watch.stopped) {
+        this.#unwatch(watch)
+        watch.handlers.onGone()
+      }
+      return
+    }
+    if (watch.stopped || this.#draining) {
+      // Nobody here needs it any more: give it back as it was.
+      this.backend.release(watch.sessionId, outcome.token, outcome.takeover).catch(() => {})
+      return
+    }
+    this.#unwatch(watch)
+    watch.handlers.onGrant(this.#hold(watch.sessionId, outcome))
+  }
+
+  #unwatch (watch: Watch): void {
+    if (watch.stopped) return
+    watch.stopped = true
+    clearTimeout(watch.retry)
+    watch.control.off()
+    if (this.#watched.get(watch.sessionId) === watch) this.#watched.delete(watch.sessionId)
+  }
+
+  #attachedMs (): number {
+    return Math.max(1, this.#o.holdMs + this.#o.ttlMs)
+  }
+
+  #token (): string {
+    return `${this.backend.replicaId}.${randomToken(12, this.#random)}`
+  }
+}

@@ -1,0 +1,201 @@
+/**
+ * The lease on a session's upstream GET (DESIGN.md, "Replicas"): exactly one
+ * replica at a time holds it and feeds the standalone stream; the others
+ * follow the store. This file is the contract between the coordination logic
+ * (coordinator.ts, store-agnostic) and a backend: Redis (store/redis/
+ * lease-backend.ts, shared by every replica) or the local one below (one
+ * process, the embedded store).
+ */
+
+/** What a replica learns when it takes a session's lease. */
+export interface LeaseGrant {
+  /** Fencing token: appends to the standalone stream carry it (AppendOptions.fence). */
+  readonly token: string
+  /**
+   * The previous holder did not end its upstream GET cleanly (it died, handed
+   * the stream over while draining, or lost its lease): whatever the upstream
+   * sent meanwhile never reached the store, unless the upstream resumes.
+   */
+  readonly takeover: boolean
+  /** The upstream's own id of the last event recorded on the standalone stream, when it issues ids. */
+  readonly lastUpstreamId: string | undefined
+}
+
+/** Another replica holds the lease, for this long at most unless it renews. */
+export interface HeldElsewhere { readonly heldForMs: number }
+/** `gone`: the store has no record of the session. */
+export type AcquireResult = LeaseGrant | HeldElsewhere | 'gone'
+
+export function isGrant (result: AcquireResult): result is LeaseGrant {
+  return typeof result === 'object' && 'token' in result
+}
+export type RenewResult = 'renewed' | 'lost' | 'gone'
+
+export interface TickRequest {
+  readonly ttlMs: number
+  /** How long an attached marker keeps a holder's upstream GET open (hold + ttl). */
+  readonly attachedMs: number
+  /** Leases this replica holds: renewed by compare-and-pexpire. */
+  readonly renew: ReadonlyArray<{ readonly sessionId: string, readonly token: string }>
+  /**
+   * Sessions with a client here whose lease this replica does not hold: the
+   * attached marker is refreshed and the lease taken when it is free (the
+   * holder died and it expired).
+   */
+  readonly watch: ReadonlyArray<{ readonly sessionId: string, readonly token: string }>
+}
+
+export interface TickResult {
+  /** One per `renew` entry, same order. */
+  readonly renew: RenewResult[]
+  /** One per `watch` entry, same order. */
+  readonly watch: AcquireResult[]
+}
+
+/**
+ * `released`: the holder let the lease go (takers, now); `want`: a replica
+ * with a client wants the stream (a draining holder hands it over);
+ * `draining`: the holder is shutting down (watchers answer with `want`).
+ */
+export type ControlKind = 'released' | 'want' | 'draining'
+export interface ControlMessage { readonly kind: ControlKind, readonly origin: string }
+export type ControlListener = (message: ControlMessage) => void
+export interface ControlSubscription {
+  /** Settles once messages published from now on will arrive. */
+  readonly ready: Promise<void>
+  off (): void
+}
+
+/** Lease primitives. Every call is one round trip at most; `tick` is one for everything. */
+export interface LeaseBackend {
+  readonly replicaId: string
+  /** Other processes share these leases (Redis); false for the local one. */
+  readonly shared: boolean
+  acquire (sessionId: string, token: string, ttlMs: number): Promise<AcquireResult>
+  tick (request: TickRequest): Promise<TickResult>
+  /** `live`: the stream did not end cleanly (the next holder marks a gap). False when not held under `token`. */
+  release (sessionId: string, token: string, live: boolean): Promise<boolean>
+  /**
+   * Release unless a client is attached on another replica (the hold
+   * expired here): 0 released, -1 not held under `token`, else the
+   * milliseconds after which to ask again.
+   */
+  releaseIfIdle (sessionId: string, token: string): Promise<number>
+  /** Tell holders a client is attached here, for `ms`. */
+  markAttached (sessionId: string, ms: number): Promise<void>
+  /** The upstream's last event id on the standalone stream (Redis keeps it with the events already). */
+  noteUpstreamId (sessionId: string, id: string): void
+  /** The session is gone: forget what is kept about it. */
+  forget (sessionId: string): void
+  subscribeControl (sessionId: string, listener: ControlListener): ControlSubscription
+  publish (sessionId: string, kind: ControlKind): Promise<void>
+}
+
+interface LocalLease {
+  holder: string | undefined
+  live: boolean
+  upstreamId: string | undefined
+}
+
+/** Sessions remembered by the local backend (the least recently used are forgotten first). */
+const LOCAL_SESSIONS = 100_000
+
+/**
+ * One process, the embedded store: the lease is always this process's, so it
+ * never expires, is never taken over and fencing has nothing to guard. It
+ * still remembers whether the last upstream GET ended cleanly and the
+ * upstream's last id, so a reopen behaves as across replicas.
+ */
+export class LocalLeaseBackend implements LeaseBackend {
+  readonly replicaId = 'local'
+  readonly shared = false
+  readonly #sessions = new Map<string, LocalLease>()
+  readonly #listeners = new Map<string, Set<ControlListener>>()
+
+  async acquire (sessionId: string, token: string): Promise<AcquireResult> {
+    return this.#acquire(sessionId, token)
+  }
+
+  async tick (request: TickRequest): Promise<TickResult> {
+    return {
+      renew: request.renew.map(({ sessionId, token }) => this.#sessions.get(sessionId)?.holder === token ? 'renewed' : 'lost'),
+      watch: request.watch.map(({ sessionId, token }) => this.#acquire(sessionId, token))
+    }
+  }
+
+  async release (sessionId: string, token: string, live: boolean): Promise<boolean> {
+    const lease = this.#sessions.get(sessionId)
+    if (lease?.holder !== token) return false
+    lease.holder = undefined
+    lease.live = live
+    this.#emit(sessionId, 'released')
+    return true
+  }
+
+  async releaseIfIdle (sessionId: string, token: string): Promise<number> {
+    return await this.release(sessionId, token, false) ? 0 : -1
+  }
+
+  async markAttached (): Promise<void> {}
+
+  noteUpstreamId (sessionId: string, id: string): void {
+    this.#entry(sessionId).upstreamId = id
+  }
+
+  forget (sessionId: string): void {
+    this.#sessions.delete(sessionId)
+  }
+
+  subscribeControl (sessionId: string, listener: ControlListener): ControlSubscription {
+    let set = this.#listeners.get(sessionId)
+    if (set === undefined) {
+      set = new Set()
+      this.#listeners.set(sessionId, set)
+    }
+    set.add(listener)
+    return {
+      ready: Promise.resolve(),
+      off: () => {
+        set.delete(listener)
+        if (set.size === 0 && this.#listeners.get(sessionId) === set) this.#listeners.delete(sessionId)
+      }
+    }
+  }
+
+  async publish (sessionId: string, kind: ControlKind): Promise<void> {
+    this.#emit(sessionId, kind)
+  }
+
+  #acquire (sessionId: string, token: string): AcquireResult {
+    const lease = this.#entry(sessionId)
+    if (lease.holder !== undefined) return { heldForMs: Number.MAX_SAFE_INTEGER }
+    lease.holder = token
+    const takeover = lease.live
+    lease.live = true
+    return { token, takeover, lastUpstreamId: lease.upstreamId }
+  }
+
+  #entry (sessionId: string): LocalLease {
+    let lease = this.#sessions.get(sessionId)
+    if (lease === undefined) {
+      lease = { holder: undefined, live: false, upstreamId: undefined }
+      if (this.#sessions.size >= LOCAL_SESSIONS) {
+        for (const [id, old] of this.#sessions) {
+          if (old.holder === undefined) {
+            this.#sessions.delete(id)
+            break
+          }
+        }
+      }
+    } else {
+      this.#sessions.delete(sessionId)
+    }
+    this.#sessions.set(sessionId, lease)
+    return lease
+  }
+
+  /** Local messages come from this process: the coordinator ignores its own, as over Redis. */
+  #emit (sessionId: string, kind: ControlKind): void {
+    for (const listener of [...this.#listeners.get(sessionId) ?? []]) listener({ kind, origin: this.replicaId })
+  }
+}

@@ -1,0 +1,162 @@
+import { Cluster } from 'ioredis'
+import type { Redis } from 'ioredis'
+import type {
+  AcquireResult, ControlKind, ControlListener, ControlMessage, ControlSubscription, LeaseBackend, RenewResult, TickRequest, TickResult
+} from '../../cluster/lease.js'
+import { STANDALONE_STREAM } from '../contract.js'
+import { LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RELEASE_IF_IDLE, LEASE_RENEW } from './scripts.js'
+
+type Connection = Redis | Cluster
+type AcquireReply = [number, (string | number)?, string?]
+
+interface LeaseCommands {
+  mcpgwLeaseAcquire (lease: string, meta: string, token: string, ttlMs: number, streamId: string): Promise<AcquireReply>
+  mcpgwLeaseRenew (lease: string, meta: string, token: string, ttlMs: number, streamId: string): Promise<number>
+  mcpgwLeaseRelease (lease: string, meta: string, token: string, live: string, streamId: string, channel: string, message: string): Promise<number>
+  mcpgwLeaseReleaseIfIdle (lease: string, meta: string, attached: string, token: string, streamId: string, channel: string, message: string): Promise<number>
+}
+
+export interface LeaseKeys {
+  readonly lease: string
+  readonly meta: string
+  readonly attached: string
+  readonly channel: string
+}
+
+export interface RedisLeaseBackendOptions {
+  /** The store's command connection: leases cost no connection of their own. */
+  readonly redis: Connection
+  readonly replicaId: string
+  readonly keys: (sessionId: string) => LeaseKeys
+  /** The store's per-session channel subscription, shared with its notices. */
+  readonly subscribeControl: (sessionId: string, listener: ControlListener) => ControlSubscription
+}
+
+/** A lease coordination message as PUBLISHed on the session's channel: `k` tells it from a notice. */
+export function controlMessage (kind: ControlKind, origin: string): string {
+  return JSON.stringify({ k: kind, o: origin })
+}
+
+export function parseControl (message: string): ControlMessage | null {
+  if (!message.startsWith('{"k":')) return null
+  try {
+    const { k, o } = JSON.parse(message) as Record<string, unknown>
+    if ((k === 'released' || k === 'want' || k === 'draining') && typeof o === 'string') return { kind: k, origin: o }
+  } catch {}
+  return null
+}
+
+function toAcquireResult (reply: AcquireReply, token: string): AcquireResult {
+  if (reply[0] === -1) return 'gone'
+  if (reply[0] === 0) return { heldForMs: Math.max(0, Number(reply[1] ?? 0)) }
+  const upstreamId = reply[2]
+  return { token, takeover: reply[1] === '1', lastUpstreamId: upstreamId === undefined || upstreamId === '' ? undefined : upstreamId }
+}
+
+function toRenewResult (reply: number): RenewResult {
+  if (reply === -1) return 'gone'
+  return reply === 0 ? 'lost' : 'renewed'
+}
+
+/**
+ * Leases in Redis, next to the session's records (same hash tag, so every
+ * script runs in one slot on Cluster). A tick is one pipeline (one per node on
+ * Cluster, by auto-pipelining), whatever the number of sessions.
+ */
+export class RedisLeaseBackend implements LeaseBackend {
+  readonly replicaId: string
+  readonly shared = true
+  readonly #redis: Connection & LeaseCommands
+  readonly #keys: (sessionId: string) => LeaseKeys
+  readonly #subscribe: (sessionId: string, listener: ControlListener) => ControlSubscription
+
+  constructor (options: RedisLeaseBackendOptions) {
+    this.replicaId = options.replicaId
+    this.#keys = options.keys
+    this.#subscribe = options.subscribeControl
+    const redis = options.redis
+    redis.defineCommand('mcpgwLeaseAcquire', { numberOfKeys: 2, lua: LEASE_ACQUIRE })
+    redis.defineCommand('mcpgwLeaseRenew', { numberOfKeys: 2, lua: LEASE_RENEW })
+    redis.defineCommand('mcpgwLeaseRelease', { numberOfKeys: 2, lua: LEASE_RELEASE })
+    redis.defineCommand('mcpgwLeaseReleaseIfIdle', { numberOfKeys: 3, lua: LEASE_RELEASE_IF_IDLE })
+    this.#redis = redis as Connection & LeaseCommands
+  }
+
+  async acquire (sessionId: string, token: string, ttlMs: number): Promise<AcquireResult> {
+    const k = this.#keys(sessionId)
+    return toAcquireResult(await this.#redis.mcpgwLeaseAcquire(k.lease, k.meta, token, ttlMs, STANDALONE_STREAM), token)
+  }
+
+  async tick (request: TickRequest): Promise<TickResult> {
+    const redis = this.#redis
+    if (redis instanceof Cluster) {
+      // Auto-pipelining sends what is issued in this turn as one pipeline per node.
+      const renew = request.renew.map(({ sessionId, token }) => {
+        const k = this.#keys(sessionId)
+        return redis.mcpgwLeaseRenew(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
+      })
+      const watch = request.watch.map(({ sessionId, token }) => {
+        const k = this.#keys(sessionId)
+        redis.set(k.attached, this.replicaId, 'PX', request.attachedMs).catch(() => {})
+        return redis.mcpgwLeaseAcquire(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
+      })
+      return {
+        renew: (await Promise.all(renew)).map(toRenewResult),
+        watch: (await Promise.all(watch)).map((reply, i) => toAcquireResult(reply, request.watch[i]?.token as string))
+      }
+    }
+    const pipeline = redis.pipeline() as unknown as ReturnType<Redis['pipeline']> & {
+      mcpgwLeaseRenew: (...args: Array<string | number>) => unknown
+      mcpgwLeaseAcquire: (...args: Array<string | number>) => unknown
+    }
+    for (const { sessionId, token } of request.renew) {
+      const k = this.#keys(sessionId)
+      pipeline.mcpgwLeaseRenew(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
+    }
+    for (const { sessionId, token } of request.watch) {
+      const k = this.#keys(sessionId)
+      pipeline.set(k.attached, this.replicaId, 'PX', request.attachedMs)
+      pipeline.mcpgwLeaseAcquire(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
+    }
+    const replies = await pipeline.exec() ?? []
+    const value = (i: number): unknown => {
+      const [err, result] = replies[i] ?? [new Error('no reply')]
+      if (err !== null && err !== undefined) throw err
+      return result
+    }
+    const renewCount = request.renew.length
+    return {
+      renew: request.renew.map((_, i) => toRenewResult(value(i) as number)),
+      watch: request.watch.map(({ token }, i) => toAcquireResult(value(renewCount + 2 * i + 1) as AcquireReply, token))
+    }
+  }
+
+  async release (sessionId: string, token: string, live: boolean): Promise<boolean> {
+    const k = this.#keys(sessionId)
+    const message = controlMessage('released', this.replicaId)
+    return await this.#redis.mcpgwLeaseRelease(k.lease, k.meta, token, live ? '1' : '0', STANDALONE_STREAM, k.channel, message) === 1
+  }
+
+  async releaseIfIdle (sessionId: string, token: string): Promise<number> {
+    const k = this.#keys(sessionId)
+    const message = controlMessage('released', this.replicaId)
+    return await this.#redis.mcpgwLeaseReleaseIfIdle(k.lease, k.meta, k.attached, token, STANDALONE_STREAM, k.channel, message)
+  }
+
+  async markAttached (sessionId: string, ms: number): Promise<void> {
+    await this.#redis.set(this.#keys(sessionId).attached, this.replicaId, 'PX', Math.max(1, ms))
+  }
+
+  /** The append script keeps the upstream's last id in the session hash already. */
+  noteUpstreamId (): void {}
+
+  forget (): void {}
+
+  subscribeControl (sessionId: string, listener: ControlListener): ControlSubscription {
+    return this.#subscribe(sessionId, listener)
+  }
+
+  async publish (sessionId: string, kind: ControlKind): Promise<void> {
+    await this.#redis.publish(this.#keys(sessionId).channel, controlMessage(kind, this.replicaId))
+  }
+}

@@ -1,0 +1,283 @@
+// The lease on a session's upstream GET, in process: the Redis primitives
+// (acquire, renew, release, fencing, the attached marker, the batched tick),
+// the store's detection of lost acknowledged writes, and two gateways on one
+// Redis (hold across replicas, drain handover).
+import t from 'tap'
+import type { Test } from 'tap'
+import { Redis } from 'ioredis'
+import { pino } from 'pino'
+import { request } from 'undici'
+import { createParser } from 'eventsource-parser'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { startExampleServer } from '../../examples/mcp-server.js'
+import { isGrant, LocalLeaseBackend, type LeaseGrant } from '../../src/cluster/lease.js'
+import { LeaseLostError } from '../../src/errors.js'
+import { buildGateway, type Gateway } from '../../src/server.js'
+import { RedisEventStore } from '../../src/store/redis/redis-store.js'
+import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
+import { testConfig } from '../fixtures/gateway.js'
+import { waitUntil } from '../fixtures/mcp-client.js'
+import { useRedis, type TestRedis } from '../fixtures/redis.js'
+
+const RETENTION: RetentionLimits = { maxEvents: 1000, maxBytes: 1024 * 1024, ttlMs: 60_000 }
+
+async function storeFor (t: Test, env: TestRedis): Promise<RedisEventStore> {
+  const store = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention: RETENTION })
+  t.teardown(() => store.close())
+  return store
+}
+
+function grant (result: unknown): LeaseGrant {
+  if (!isGrant(result as never)) throw new Error(`not granted: ${JSON.stringify(result)}`)
+  return result as LeaseGrant
+}
+
+t.test('redis lease primitives', async (t) => {
+  const env = await useRedis(t, 'lease')
+  const a = await storeFor(t, env)
+  const b = await storeFor(t, env)
+  const la = a.leaseBackend()
+  const lb = b.leaseBackend()
+  await a.createSession('s1', 'p')
+
+  t.equal(await la.acquire('nope', 'x', 1000), 'gone', 'unknown session')
+  const first = grant(await la.acquire('s1', 'A1', 1000))
+  t.same(first, { token: 'A1', takeover: false, lastUpstreamId: undefined }, 'a first holder: no takeover')
+  const held = await lb.acquire('s1', 'B1', 1000)
+  t.ok(typeof held === 'object' && 'heldForMs' in held && held.heldForMs > 0 && held.heldForMs <= 1000, 'held elsewhere, with the time it still lives')
+
+  // Fencing: appends under the lease token pass, under another one they are refused.
+  await a.append('s1', 's', [{ data: 'one', upstreamId: 'u-1' }], { fence: 'A1' })
+  await t.rejects(b.append('s1', 's', [{ data: 'stale' }], { fence: 'B0' }), LeaseLostError, 'a stale token is fenced off')
+  t.equal((await a.state('s1', 's'))?.lastSeq, 1, 'nothing written by the fenced append')
+
+  // Release (live: the stream did not end cleanly) is announced; the next holder knows.
+  const heard: string[] = []
+  const sub = lb.subscribeControl('s1', (m) => heard.push(m.kind))
+  await sub.ready
+  t.equal(await la.release('s1', 'A1', true), true)
+  t.ok(await waitUntil(() => heard.includes('released'), 2000), 'the release is published on the session channel')
+  sub.off()
+  const second = grant(await lb.acquire('s1', 'B1', 1000))
+  t.same(second, { token: 'B1', takeover: true, lastUpstreamId: 'u-1' }, 'takeover after a live release, with the upstream\'s last id')
+  t.equal(await la.release('s1', 'A1', false), false, 'a release under a lost token does nothing')
+
+  // Hold: a client attached on another replica keeps the stream held.
+  await la.markAttached('s1', 300)
+  const wait = await lb.releaseIfIdle('s1', 'B1')
+  t.ok(wait > 0 && wait <= 300, `released only when no client is attached (ask again in ${wait} ms)`)
+  await sleep(wait + 20)
+  t.equal(await lb.releaseIfIdle('s1', 'B1'), 0, 'released once the marker expired')
+  t.same(grant(await la.acquire('s1', 'A2', 1000)).takeover, false, 'a clean release owes no gap')
+
+  // Renewal: one pipeline; a lease that expired unclaimed is taken back; a lost one is reported.
+  await a.createSession('s2', 'p')
+  const tick = await la.tick({ ttlMs: 1000, attachedMs: 500, renew: [{ sessionId: 's1', token: 'A2' }, { sessionId: 's2', token: 'A9' }, { sessionId: 'nope', token: 'x' }], watch: [] })
+  t.same(tick.renew, ['renewed', 'renewed', 'gone'], 'renewed, taken back when free, gone')
+  const lost = await lb.tick({ ttlMs: 1000, attachedMs: 500, renew: [{ sessionId: 's1', token: 'B1' }], watch: [{ sessionId: 's2', token: 'B2' }] })
+  t.same(lost.renew, ['lost'], 'a lease another replica holds is lost')
+  t.ok(!isGrant(lost.watch[0] as never), 'a watched lease held elsewhere stays there')
+  t.ok(await env.redis.pttl(`${env.prefix}{s2}:att`) > 0, 'the watcher\'s attached marker is up')
+})
+
+t.test('redis tick: one round trip for a thousand leases', async (t) => {
+  const env = await useRedis(t, 'tick')
+  const redis = new Redis(env.url)
+  const subscriber = new Redis(env.url)
+  const store = new RedisEventStore({ redis, subscriber, keyPrefix: env.prefix, retention: RETENTION })
+  t.teardown(() => store.close())
+  const leases = store.leaseBackend()
+  const ids = Array.from({ length: 1000 }, (_, i) => `t${i}`)
+  await Promise.all(ids.map(async (id) => await store.createSession(id, 'p')))
+  await Promise.all(ids.map(async (id) => await leases.acquire(id, `tok-${id}`, 5000)))
+  let writes = 0
+  const connection = redis as unknown as { stream: { write: (...args: unknown[]) => boolean } }
+  const write = connection.stream.write.bind(connection.stream)
+  connection.stream.write = (...args: unknown[]) => {
+    writes++
+    return write(...args)
+  }
+  const result = await leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: ids.map((id) => ({ sessionId: id, token: `tok-${id}` })), watch: [] })
+  connection.stream.write = write
+  t.ok(result.renew.every((r) => r === 'renewed'), 'all renewed')
+  t.equal(writes, 1, 'in a single write')
+})
+
+t.test('lost acknowledged writes are detected: a new epoch, never wrong events', async (t) => {
+  const env = await useRedis(t, 'rollback')
+  const store = await storeFor(t, env)
+  const before = await store.createSession('r1', 'alice')
+  await store.append('r1', 's', [{ data: 'a' }, { data: 'b' }, { data: 'c' }])
+  const notices: StreamNotice[] = []
+  const off = store.subscribe('r1', 's', (n) => notices.push(n))
+  t.teardown(off)
+  // Redis comes back from an older snapshot: the stream is one event behind.
+  await env.redis.hset(`${env.prefix}{r1}:m`, 'q:s', 2)
+  await env.redis.xdel(`${env.prefix}{r1}:s:s`, '3-0')
+  const [next] = await store.append('r1', 's', [{ data: 'd' }])
+  const record = await store.getSession('r1')
+  t.not(record?.epoch, before.epoch, 'the session starts a new epoch')
+  t.equal(record?.principal, 'alice', 'bound to the same principal')
+  t.equal(next?.seq, 1, 'numbered from 1 in the new epoch')
+  t.same((await store.read('r1', 's', 0, 10))?.events.map((e) => e.data), ['d'], 'nothing of the untrustworthy history')
+  t.equal(notices.at(-1)?.epoch, record?.epoch, 'followers are told the new epoch')
+
+  // Another replica writing another stream of the session does not rotate it again.
+  const other = await storeFor(t, env)
+  await other.createSession('r2', 'bob')
+  await other.append('r2', 'req1', [{ data: 'x' }])
+  await store.append('r2', 's', [{ data: 'y' }])
+  await env.redis.hset(`${env.prefix}{r2}:m`, 'q:s', 0)
+  await store.append('r2', 's', [{ data: 'z' }])
+  const rotated = (await store.getSession('r2'))?.epoch
+  const [after] = await other.append('r2', 'req1', [{ data: 'w' }])
+  t.equal((await store.getSession('r2'))?.epoch, rotated, 'one new epoch, not one per writer')
+  t.equal(after?.seq, 1, 'the other writer goes on in the new epoch')
+})
+
+t.test('a batch resent after a reconnect is not appended twice', async (t) => {
+  const env = await useRedis(t, 'resend')
+  const redis = new Redis(env.url)
+  const subscriber = new Redis(env.url)
+  const store = new RedisEventStore({ redis, subscriber, keyPrefix: env.prefix, retention: RETENTION })
+  t.teardown(() => store.close())
+  await store.createSession('d1', 'p')
+  await store.append('d1', 's', [{ data: 'a' }])
+  // ioredis resends a command in flight when its connection drops: the same script call twice.
+  const tag = `${env.prefix}{d1}`
+  const epoch = (await store.getSession('d1'))?.epoch as string
+  const args = [`${tag}:m`, `${tag}:s:s`, `${tag}:lease`, 's', 1000, 1024 * 1024, 60_000, '0', `${tag}:n`, 'replica', '', 1, epoch, 0, 'b', '', '']
+  const append = (redis as unknown as { mcpgwAppend: (...a: unknown[]) => Promise<unknown[]> }).mcpgwAppend.bind(redis)
+  const first = await append(...args)
+  const again = await append(...args)
+  t.same(first.slice(1, 4), [1, 0, 0], 'applied after seq 1')
+  t.same(again.slice(1, 4), [1, 0, 1], 'the resend is recognised as applied')
+  t.same((await store.read('d1', 's', 0, 10))?.events.map((e) => e.data), ['a', 'b'], 'stored once')
+  await env.redis.hset(`${tag}:m`, 'q:s', 5)
+  t.same((await append(...args)).slice(1, 4), [5, 0, 0], 'a stream ahead of the writer (another writer) is appended to')
+})
+
+t.test('local lease backend (embedded store, one process)', async (t) => {
+  const local = new LocalLeaseBackend()
+  const first = grant(await local.acquire('x', 'k1'))
+  t.equal(first.takeover, false)
+  const held = await local.acquire('x', 'k2')
+  t.notOk(isGrant(held), 'held while held')
+  local.noteUpstreamId('x', 'up-7')
+  t.equal(await local.release('x', 'k1', true), true)
+  t.same(grant(await local.acquire('x', 'k3')), { token: 'k3', takeover: true, lastUpstreamId: 'up-7' })
+  t.equal(await local.releaseIfIdle('x', 'k3'), 0)
+  t.equal(await local.releaseIfIdle('x', 'k3'), -1)
+  t.same((await local.tick({ ttlMs: 1, attachedMs: 1, renew: [{ sessionId: 'x', token: 'k3' }], watch: [{ sessionId: 'y', token: 'k4' }] })).renew, ['lost'])
+})
+
+// ---------------------------------------------------------------------------
+// Two gateways on one Redis
+
+interface SseReader { events: Array<{ id?: string, event?: string, data: string }>, status: number, abort: () => void }
+
+async function openSse (url: string, headers: Record<string, string>): Promise<SseReader> {
+  const controller = new AbortController()
+  const res = await request(url, { method: 'GET', headers: { accept: 'text/event-stream', ...headers }, signal: controller.signal })
+  const reader: SseReader = { events: [], status: res.statusCode, abort: () => controller.abort() }
+  const parser = createParser({ onEvent: (e) => { reader.events.push({ data: e.data, ...(e.id !== undefined && { id: e.id }), ...(e.event !== undefined && { event: e.event }) }) } })
+  res.body.on('data', (chunk: Buffer) => parser.feed(chunk.toString()))
+  res.body.on('error', () => {})
+  return reader
+}
+
+function broadcastSeqs (reader: SseReader): number[] {
+  return reader.events.flatMap((e) => {
+    if (e.data === '' || (e.event !== undefined && e.event !== 'message')) return []
+    const data = (JSON.parse(e.data) as { params?: { data?: { tool?: string, seq?: number } } }).params?.data
+    return data?.tool === 'broadcast' && typeof data.seq === 'number' ? [data.seq] : []
+  })
+}
+
+async function twoGateways (t: Test, env: Record<string, string>): Promise<{ g1: Gateway, g2: Gateway, url1: string, url2: string, redis: TestRedis }> {
+  const redis = await useRedis(t, 'two')
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const config = testConfig(upstream.url, env)
+  const start = async (): Promise<[Gateway, string]> => {
+    const store = await RedisEventStore.connect({ url: redis.url, keyPrefix: redis.prefix, retention: config.retention })
+    const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) })
+    const { url } = await gateway.listen()
+    t.teardown(() => gateway.close())
+    return [gateway, `${url}/mcp`]
+  }
+  const [[g1, url1], [g2, url2]] = await Promise.all([start(), start()])
+  return { g1, g2, url1, url2, redis }
+}
+
+async function initialize (url: string): Promise<Record<string, string>> {
+  const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' }
+  const init = await request(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'lease-test', version: '0' } } }) })
+  await init.body.text()
+  const session = { ...headers, 'mcp-session-id': init.headers['mcp-session-id'] as string }
+  await (await request(url, { method: 'POST', headers: session, body: '{"jsonrpc":"2.0","method":"notifications/initialized"}' })).body.text()
+  return session
+}
+
+async function broadcast (url: string, session: Record<string, string>, count: number, intervalMs: number): Promise<void> {
+  const res = await request(url, { method: 'POST', headers: session, body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'broadcast', arguments: { count, intervalMs } } }) })
+  await res.body.text()
+}
+
+t.test('the holder keeps the upstream GET while a client is attached on another replica', async (t) => {
+  const { g1, g2, url1, url2 } = await twoGateways(t, { STANDALONE_HOLD_SECONDS: '1', LEASE_TTL_MS: '600' })
+  const session = await initialize(url1)
+  const first = await openSse(url1, session)
+  t.ok(await waitUntil(() => g1.hub.pumpCount === 1, 2000), 'the first GET holds the stream on G1')
+  first.abort()
+  const moved = await openSse(url2, session)
+  t.equal(moved.status, 200)
+  await sleep(2500) // more than the hold, several ticks
+  t.equal(g1.hub.pumpCount, 1, 'G1 still holds the upstream GET (its own clients: none)')
+  t.equal(g2.hub.pumpCount, 0, 'G2 follows the store')
+  await broadcast(url2, session, 20, 1)
+  t.ok(await waitUntil(() => broadcastSeqs(moved).length === 20, 3000), 'events G1 records reach the client on G2')
+  moved.abort()
+  t.ok(await waitUntil(() => g1.hub.pumpCount === 0, 5000), 'once no client is attached anywhere for the hold, G1 releases the stream')
+})
+
+t.test('drain hands the upstream GET to the replica that asks, with a small, marked gap', async (t) => {
+  const { g1, g2, url1, url2 } = await twoGateways(t, { DRAIN_SPREAD_SECONDS: '0', LEASE_TTL_MS: '5000' })
+  const session = await initialize(url1)
+  const onG1 = await openSse(url1, session)
+  t.ok(await waitUntil(() => g1.hub.pumpCount === 1, 2000), 'G1 holds the stream')
+  const onG2 = await openSse(url2, session)
+  await sleep(100)
+  await broadcast(url1, session, 400, 5)
+  t.ok(await waitUntil(() => broadcastSeqs(onG2).length >= 50, 5000), 'flowing')
+  const started = Date.now()
+  await g1.drain()
+  const drainMs = Date.now() - started
+  t.ok(await waitUntil(() => g2.hub.pumpCount === 1, 3000), 'G2 took the stream over')
+  t.ok(await waitUntil(() => broadcastSeqs(onG2).includes(399), 10_000), 'the broadcast runs to its end on G2')
+  const seqs = broadcastSeqs(onG2)
+  const lost = 400 - new Set(seqs).size
+  const gaps = onG2.events.filter((e) => e.event === 'gateway-gap').map((e) => (JSON.parse(e.data) as { reason: string }).reason)
+  t.comment(`handover: drain took ${drainMs} ms; ${lost} of 400 broadcast events (5 ms apart) lost in the handover, gap markers [${gaps.join(', ')}]`)
+  t.same(gaps, ['upstream_handover'], 'one handover gap marker')
+  t.ok(lost <= 20, 'a small gap')
+  t.ok(onG1.events.length > 0, 'G1\'s client had been served')
+})
+
+t.test('fencing: a holder whose lease was taken stops recording at once and closes its upstream GET', async (t) => {
+  const { g1, g2, url1, url2, redis } = await twoGateways(t, { LEASE_TTL_MS: '1500' })
+  const session = await initialize(url1)
+  const sessionId = session['mcp-session-id'] as string
+  const onG1 = await openSse(url1, session)
+  t.ok(await waitUntil(() => g1.hub.pumpCount === 1, 2000), 'G1 holds the stream')
+  const onG2 = await openSse(url2, session)
+  t.equal(onG2.status, 200)
+  // Another holder appears under G1 (say a partition healed the wrong way).
+  await redis.redis.set(`${redis.prefix}{${sessionId}}:lease`, 'intruder.token', 'PX', 1500)
+  await broadcast(url1, session, 50, 5)
+  t.ok(await waitUntil(() => g1.hub.pumpCount === 0, 3000), 'G1 stopped its upstream GET (fenced)')
+  const recorded = await g1.store.state(sessionId, 's')
+  t.equal(recorded?.lastSeq ?? 0, 0, 'nothing recorded under the lost lease')
+  t.ok(await waitUntil(() => g1.hub.pumpCount + g2.hub.pumpCount === 1, 5000), 'once the intruder\'s lease expires, a replica with a client takes the stream over')
+  t.equal(onG1.status, 200)
+})
