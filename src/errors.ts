@@ -30,6 +30,8 @@ export const errors = {
     `Bad Request: MCP-Protocol-Version "${value.slice(0, 40)}" is not a protocol revision (YYYY-MM-DD).`),
   badLastEventId: () => new GatewayError('MCPGW_BAD_LAST_EVENT_ID', 400,
     'Bad Request: Last-Event-ID is not an event id this gateway issued. Reconnect without it to get the live stream.'),
+  nonCanonicalMcpPath: (mcpPath: string) => new GatewayError('MCPGW_NON_CANONICAL_PATH', 400,
+    `Bad Request: this path is another spelling of the MCP endpoint; use ${mcpPath} exactly.`),
   originForbidden: () => new GatewayError('MCPGW_ORIGIN_FORBIDDEN', 403,
     'Forbidden: Origin is not in ALLOWED_ORIGINS.'),
   notAcceptable: () => new GatewayError('MCPGW_NOT_ACCEPTABLE', 406,

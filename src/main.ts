@@ -1,7 +1,7 @@
 import closeWithGrace from 'close-with-grace'
 import { ConfigError, loadConfig, type GatewayConfig } from './config/load.js'
 import { buildGateway, createLogger } from './server.js'
-import { createStore } from './store/create.js'
+import { createStore, redactUrl } from './store/create.js'
 import type { FastifyBaseLogger } from 'fastify'
 import { VERSION } from './version.js'
 
@@ -19,7 +19,17 @@ async function main (): Promise<void> {
   }
   const logger = createLogger(config.logLevel)
   const log = logger as unknown as FastifyBaseLogger
-  const store = await createStore(config, log)
+  let store
+  try {
+    store = await createStore(config, log)
+  } catch (err) {
+    const where = config.redisUrl !== undefined
+      ? `REDIS_URL ${redactUrl(config.redisUrl)}`
+      : config.redisClusterNodes !== undefined ? 'REDIS_CLUSTER_NODES' : 'REDIS_SENTINELS'
+    process.stderr.write(`mcp-resumable-gateway: cannot reach the event store (${where}): ${(err as Error).message}\n` +
+      'Check that Redis is running and reachable from here, or unset REDIS_URL to use the embedded store.\n')
+    process.exit(1)
+  }
   const gateway = await buildGateway(config, { store, logger })
   if (config.allowedOrigins === null) log.warn('ALLOWED_ORIGINS is not set: requests from any Origin are accepted')
 

@@ -13,6 +13,7 @@ import { InFlight } from './relay/inflight.js'
 import { SessionHub } from './relay/session-hub.js'
 import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
+import { disguisesMcpPath } from './routes/path.js'
 import { registerMcpRoute } from './routes/mcp.js'
 import type { EventStore } from './store/contract.js'
 import { RedisEventStore } from './store/redis/redis-store.js'
@@ -74,7 +75,17 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     // Oversized header blocks get 431 from Node's parser before any handler runs.
     http: { maxHeaderSize: config.maxHeaderBytes },
     // Upstream answers may take long; nothing here should time a request out.
-    requestTimeout: 0
+    requestTimeout: 0,
+    // Requests Node's HTTP parser refuses get a JSON-RPC error body like every other refusal.
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
+      if (!socket.writable) return
+      const tooLarge = err.code === 'HPE_HEADER_OVERFLOW'
+      const refusal = new GatewayError(tooLarge ? 'MCPGW_HEADERS_TOO_LARGE' : 'MCPGW_BAD_HTTP', tooLarge ? 431 : 400,
+        tooLarge ? `Request Header Fields Too Large: headers are limited to MAX_HEADER_BYTES (${config.maxHeaderBytes}).` : 'Bad Request: the request is not valid HTTP/1.1.')
+      const body = jsonRpcErrorBody(refusal)
+      socket.end(`HTTP/1.1 ${refusal.statusCode} ${tooLarge ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n` +
+        `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
+    }
   })
   const leases = new LeaseCoordinator({
     backend: deps.leases ?? (store instanceof RedisEventStore ? store.leaseBackend() : new LocalLeaseBackend()),
@@ -147,7 +158,10 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     proxy.route({
       method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD'],
       url: '/*',
-      handler: async (request, reply) => await forwardTransparently({ upstream, metrics, maxBodyBytes: config.maxBodyBytes }, request, reply, request.body as Readable | undefined)
+      handler: async (request, reply) => {
+        if (disguisesMcpPath(request.url, config.mcpPath)) throw errors.nonCanonicalMcpPath(config.mcpPath)
+        return await forwardTransparently({ upstream, metrics, maxBodyBytes: config.maxBodyBytes }, request, reply, request.body as Readable | undefined)
+      }
     })
   })
 

@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.js'
 import type { EventInput, EventStore } from '../store/contract.js'
@@ -47,6 +48,9 @@ function isResponseTo (data: string, id: string | number): boolean {
   }
 }
 
+/** Waits between attempts to record a stream's end after the store refused it. */
+const END_RETRY_DELAYS_MS = [250, 1000, 2000, 4000, 8000]
+
 /** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
 export const GAP_MARKER_EVENT = 'gateway-gap'
 
@@ -66,37 +70,50 @@ function toInput (e: UpstreamEvent): EventInput {
 export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOutcome> {
   const decoder = new SseDecoder(o.maxEventBytes)
   let outcome: RecordOutcome = 'completed'
+  /** Events passed on unrecorded since the last append the store took. */
   let unrecorded = 0
-  let sawResponse = o.requestId === undefined
-  const append = async (events: UpstreamEvent[], end: boolean): Promise<void> => {
-    if (events.length === 0 && !end) return
+  /** The request's response (or the gateway's error answer) is safely in the store. */
+  let answered = o.requestId === undefined
+  /** The stream's end could not be recorded yet. */
+  let endPending = false
+  let tooLargeMarker: UpstreamEvent | undefined
+  const marker = (): EventInput => ({ event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded }) })
+  const errorAnswer = (reason: RecordOutcome): EventInput | undefined => {
+    const data = answered ? undefined : o.failureResponse?.(reason)
+    return data === undefined ? undefined : { data }
+  }
+
+  /** Append one upstream read; false when the store refused it (degraded mode). */
+  const append = async (events: readonly UpstreamEvent[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> => {
+    if (events.length === 0 && !end && unrecorded === 0) return true
     const inputs = events.map(toInput)
-    if (!sawResponse) {
-      for (const e of inputs) if (isResponseTo(e.data, o.requestId as string | number)) sawResponse = true
-      if (end && !sawResponse) {
-        // The upstream ended its answer without the response: record an error answer in its place.
-        const data = o.failureResponse?.('upstream_error')
-        if (data !== undefined) {
-          inputs.push({ data })
-          o.log.warn({ streamId: o.streamId }, 'upstream answer ended without its response: recorded an error answer')
-        }
+    let answers = !answered && inputs.some(e => isResponseTo(e.data, o.requestId as string | number))
+    if (end && !answered && !answers) {
+      // The answer is over without its response: record an error answer in its place.
+      const answer = errorAnswer(reason)
+      if (answer !== undefined) {
+        inputs.push(answer)
+        answers = true
+        o.log.warn({ streamId: o.streamId, reason }, 'upstream answer ended without its response: recorded an error answer')
       }
     }
-    const batch = unrecorded === 0
-      ? inputs
-      : [{ event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded }) }, ...inputs]
+    const batch = unrecorded === 0 ? inputs : [marker(), ...inputs]
     try {
       await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, { end, ...(o.fence !== undefined && { fence: o.fence }) }))
     } catch (err) {
       if (err instanceof SessionGoneError || err instanceof LeaseLostError) throw err
       // The store failed: these events cannot be replayed. Reading goes on so
       // the upstream is never stalled; live clients here still get them.
-      unrecorded += inputs.length
-      o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, inputs.length)
-      o.log.error({ err, streamId: o.streamId, events: inputs.length }, 'event store append failed: events passed on unrecorded')
-      if (inputs.length > 0) o.onUnrecorded?.(inputs)
-      return
+      const passed = events.length
+      unrecorded += passed
+      if (end) endPending = true
+      o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, passed)
+      o.log.error({ err, streamId: o.streamId, events: passed }, 'event store append failed: events passed on unrecorded')
+      if (passed > 0) o.onUnrecorded?.(inputs.slice(0, passed))
+      return false
     }
+    if (answers) answered = true
+    if (end) endPending = false
     if (unrecorded > 0) {
       o.metrics.gaps.inc({ reason: 'store_unavailable' })
       o.log.warn({ streamId: o.streamId, unrecorded }, 'event store back: gap marker recorded for the events it missed')
@@ -110,13 +127,28 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       const last = events[events.length - 1]?.id
       if (last !== undefined && last !== '' && o.onUpstreamId !== undefined) o.onUpstreamId(last)
     }
+    return true
+  }
+
+  /**
+   * The end of a request stream must reach the store, or resuming clients wait
+   * for ever: after a refused final append, retry a few times (with the gap
+   * marker and, if the response never made it, an error answer).
+   */
+  const settleEnd = async (reason: RecordOutcome): Promise<void> => {
+    for (const delayMs of END_RETRY_DELAYS_MS) {
+      if (!endPending) return
+      await sleep(delayMs)
+      await append([], true, reason).catch(() => {})
+    }
+    if (endPending) o.log.error({ streamId: o.streamId }, 'could not record the end of the stream: resuming clients will not see it end')
   }
 
   try {
     for await (const chunk of o.body) {
       await append(decoder.push(chunk as Buffer), false)
     }
-    await append(decoder.end(), o.endStreamOnFinish)
+    await append(decoder.end(), o.endStreamOnFinish, 'upstream_error')
   } catch (err) {
     if (err instanceof SessionGoneError) {
       outcome = 'session_gone'
@@ -127,9 +159,12 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       o.log.warn({ streamId: o.streamId }, 'stream lease lost to another replica: stopped recording')
     } else if (err instanceof EventTooLargeError) {
       outcome = 'event_too_large'
-      // What came complete before the oversized event is recorded all the same.
+      // What came complete before the oversized event is recorded all the same, then a
+      // gap marker says that the rest of this answer was cut off.
       await append([...err.completed], false).catch(() => {})
+      tooLargeMarker = { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'event_too_large', limit: o.maxEventBytes }) }
       o.metrics.eventsUnrecorded.inc({ reason: 'too_large' })
+      o.metrics.gaps.inc({ reason: 'event_too_large' })
       o.log.error({ streamId: o.streamId, err }, 'upstream event too large: stream closed')
     } else if ((err as Error).name === 'AbortError' || (err as NodeJS.ErrnoException).code === 'UND_ERR_ABORTED') {
       outcome = 'aborted'
@@ -139,15 +174,16 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       o.log.warn({ err, streamId: o.streamId }, 'upstream SSE answer broke off')
     }
     o.body.destroy()
-    if (o.endStreamOnFinish && outcome !== 'session_gone') {
+    const closing: UpstreamEvent[] = tooLargeMarker === undefined ? [] : [tooLargeMarker]
+    if (o.endStreamOnFinish && outcome !== 'session_gone' && outcome !== 'lease_lost') {
       // Nothing more can arrive: mark the end so resuming clients are not left waiting,
-      // with an error answer for the request when one is known (gap repair).
-      const data = outcome === 'aborted' ? undefined : o.failureResponse?.(outcome)
-      const closing = data === undefined
-        ? o.store.end(o.sessionId, o.streamId)
-        : o.store.append(o.sessionId, o.streamId, [{ data }], { end: true })
-      await closing.catch((err: unknown) => o.log.warn({ err, streamId: o.streamId }, 'could not mark the broken stream ended'))
+      // with an error answer for the request unless its response is already stored.
+      if (outcome === 'aborted') answered = true
+      endPending = !(await append(closing, true, outcome).catch(() => false))
+    } else if (closing.length > 0) {
+      await append(closing, false).catch(() => false)
     }
   }
+  if (endPending) await settleEnd(outcome === 'completed' ? 'upstream_error' : outcome)
   return outcome
 }

@@ -101,6 +101,29 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     return record
   }
 
+  /**
+   * For requests proxied transparently: a known session must belong to the
+   * caller; an unknown one passes only in the modern era (no sessions there).
+   */
+  async function requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest, proto: ProtocolInfo): Promise<void> {
+    const principal = principalOf(request, config.principalHeader)
+    if (proto.era === 'legacy') {
+      await requireSession(sessionId, principal)
+      return
+    }
+    let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
+    if (record === undefined) {
+      try {
+        record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
+      } catch (err) {
+        const e = errors.storeUnavailable()
+        e.cause = err
+        throw e
+      }
+    }
+    if (record !== null && record.principal !== principal) throw errors.sessionNotFound()
+  }
+
   function sessionIdOf (request: FastifyRequest): string | undefined {
     const raw = request.headers['mcp-session-id']
     if (raw === undefined) return undefined
@@ -243,7 +266,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     // The gateway's ids mean nothing upstream; the upstream GET starts fresh.
     delete headers['last-event-id']
     const refusal = await hub.ensurePump(sessionId, headers, log)
-    if (refusal !== null) return sendUpstreamResponse(reply, refusal)
+    if (refusal !== null) {
+      // The upstream no longer knows the session: neither do we.
+      if (refusal.statusCode === 404) await forgetSession(sessionId, log)
+      return sendUpstreamResponse(reply, refusal)
+    }
     let state: StreamState
     let cursor: number
     try {
@@ -367,18 +394,25 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       const versionHeader = request.headers['mcp-protocol-version']
       const proto = protocolInfo(versionHeader)
       if (proto === null) throw errors.badProtocolVersion(String(versionHeader))
-      const sessionHeader = headerValue(request.headers['mcp-session-id'])
-      if (sessionHeader !== undefined) {
-        const wait = limiter.take(sessionHeader)
+      const sessionId = sessionIdOf(request)
+      if (sessionId !== undefined) {
+        // Keyed by session and principal: someone who learnt a session id cannot
+        // exhaust its owner's budget.
+        const wait = limiter.take(`${principalOf(request, config.principalHeader)} ${sessionId}`)
         if (wait > 0) throw errors.rateLimited(wait)
       }
       const body = request.body as Buffer | undefined
-      if (proto.era === 'modern') return await forwardTransparently(deps, request, reply, body)
+      const legacyMethod = request.method === 'POST' || request.method === 'GET' || request.method === 'DELETE'
+      if (proto.era === 'modern' || !legacyMethod) {
+        // Never a way around the principal binding: a session this gateway knows is
+        // checked whatever the method or the protocol revision claimed.
+        if (sessionId !== undefined) await requireKnownSessionOrStateless(sessionId, request, proto)
+        return await forwardTransparently(deps, request, reply, body)
+      }
       switch (request.method) {
         case 'POST': return await handlePost(request, reply, proto)
         case 'GET': return await handleGet(request, reply, proto)
-        case 'DELETE': return await handleDelete(request, reply)
-        default: return await forwardTransparently(deps, request, reply, body)
+        default: return await handleDelete(request, reply)
       }
     }
   })

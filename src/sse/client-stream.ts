@@ -83,16 +83,19 @@ export class ClientStream {
     if (this.#closed) return false
     let text = ''
     let count = 0
+    let last = this.#lastSeq
     for (const e of events) {
-      if (e.seq <= this.#lastSeq) continue
+      if (e.seq <= last) continue
       text += formatEvent(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq: e.seq }), e.data, e.event)
-      this.#lastSeq = e.seq
+      last = e.seq
       count++
     }
     if (count === 0) return true
+    if (!this.#write(text)) return false
+    this.#lastSeq = last
     this.#metrics.eventsDelivered.inc(count)
     if (replayed) this.#metrics.eventsReplayed.inc(count)
-    return this.#write(text)
+    return true
   }
 
   /** Events the store could not take (degraded mode): written without an id, they cannot be resumed. */
@@ -140,8 +143,11 @@ export class ClientStream {
     this.#reply.sse.close()
   }
 
+  /**
+   * The bound applies to what earlier writes left unsent: one large write (a
+   * replay page, a big event) to a client that reads promptly is fine.
+   */
   #write (text: string): boolean {
-    this.#raw.write(text)
     if (this.#raw.writableLength > this.#maxBufferBytes) {
       this.#metrics.slowClientDisconnects.inc()
       this.#log.warn({ streamId: this.streamId, buffered: this.#raw.writableLength }, 'client too slow: closing its stream, it resumes from the store')
@@ -150,6 +156,7 @@ export class ClientStream {
       this.#raw.destroy()
       return false
     }
+    this.#raw.write(text)
     return true
   }
 

@@ -10,14 +10,24 @@ export interface UpstreamEvent {
 /** Room for field names and line breaks around an event's data in the pending bound. */
 const FIELD_SLACK_BYTES = 4096
 
-/** The last blank line (end of an event or comment block) in `text`, as the index just past it. */
+function isLineBreak (c: string | undefined): boolean {
+  return c === '\n' || c === '\r'
+}
+
+/**
+ * Index just past the last blank line (two line breaks in a row, in any of
+ * SSE's spellings: LF, CR, CRLF) in `text`, or -1. Scans backwards, so a
+ * block being assembled costs one pass over the newest read.
+ */
 function lastBoundary (text: string): number {
-  let best = -1
-  for (const terminator of ['\n\n', '\r\n\r\n', '\r\r', '\n\r\n']) {
-    const at = text.lastIndexOf(terminator)
-    if (at !== -1 && at + terminator.length > best) best = at + terminator.length
+  for (let j = text.length - 1; j > 0; j--) {
+    const c = text[j]
+    if (!isLineBreak(c)) continue
+    // The line break ending at j starts at j-1 when it is CRLF.
+    const start = c === '\n' && text[j - 1] === '\r' ? j - 1 : j
+    if (isLineBreak(text[start - 1])) return j + 1
   }
-  return best
+  return -1
 }
 
 /**
@@ -36,7 +46,8 @@ export class SseDecoder {
   #pendingBytes = 0
   #retry: number | undefined
   #tooLarge = false
-  #endsWithCr = false
+  /** The end of the previous read, so a blank line split across two reads is seen. */
+  #tail = ''
 
   constructor (maxEventBytes: number) {
     this.#maxEventBytes = maxEventBytes
@@ -63,20 +74,22 @@ export class SseDecoder {
    */
   push (chunk: Uint8Array): UpstreamEvent[] {
     const text = this.#decoder.decode(chunk, { stream: true })
-    if (text.length > 0) this.#endsWithCr = text.endsWith('\r')
     this.#parser.feed(text)
-    const boundary = lastBoundary(text)
-    this.#pendingBytes = boundary === -1 ? this.#pendingBytes + chunk.byteLength : Buffer.byteLength(text.slice(boundary))
+    const window = this.#tail + text
+    const boundary = lastBoundary(window)
+    this.#pendingBytes = boundary === -1 ? this.#pendingBytes + chunk.byteLength : Buffer.byteLength(window.slice(boundary))
+    this.#tail = window.slice(-3)
     return this.#take()
   }
 
   /** End of the upstream body: an unterminated last event is discarded, as the SSE spec says. */
   end (): UpstreamEvent[] {
-    // A final CR is held by the parser in case LF follows; completing it lets a
-    // CR-terminated last event through, while an unfinished event stays unfinished.
+    // eventsource-parser holds a CR until it sees what follows (it may be CRLF), even
+    // across reads. Ending the last line releases it; a line that already ended
+    // with LF must not get a second one, which would complete an unfinished event.
     const rest = this.#decoder.decode()
-    if (rest.length > 0) this.#endsWithCr = rest.endsWith('\r')
-    this.#parser.feed(this.#endsWithCr ? rest + '\n' : rest)
+    const last = (this.#tail + rest).slice(-1)
+    this.#parser.feed(last === '\n' || last === '' ? rest : rest + '\n')
     return this.#take()
   }
 

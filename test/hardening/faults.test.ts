@@ -101,9 +101,7 @@ t.test('upstream restart mid-stream', async t => {
   t.comment(`standalone reconnects after the restart: ${reconnects().map(e => `${e.status ?? e.error ?? '?'}`).join(', ')}`)
   t.ok(reconnects().every(e => e.status === undefined || e.status < 500), 'never a 5xx: the restarted upstream does not know the session, and says so (404 passes through)')
   t.ok(reconnects().some(e => e.status === 404), 'the client is told the session is gone (404), so it can start a new one')
-  t.equal(await gw.gateway.store.getSession(sessionId), null, 'the records of the session the upstream no longer knows are dropped', {
-    todo: 'bug: an upstream 404 on the standalone GET passes through but does not drop the session\'s records (src/routes/mcp.ts attachStandalone: sendUpstreamResponse(refusal) without forgetSession), unlike POST and DELETE; DESIGN.md: "An upstream 404 for a session also drops its records"'
-  })
+  t.equal(await gw.gateway.store.getSession(sessionId), null, 'the records of the session the upstream no longer knows are dropped')
 
   const fresh = await connectClient(`${gw.url}/mcp`)
   t.teardown(() => fresh.close())
@@ -228,8 +226,6 @@ async function startPadUpstream (t: Test): Promise<{ url: string, emit: (count: 
   }
 }
 
-const BUG_ONE_WRITE = 'bug: ClientStream.#write (src/sse/client-stream.ts) checks writableLength against CLIENT_BUFFER_MAX_BYTES right after writing a whole batch, while Node\'s HTTP response still holds it corked (nothing reached the socket yet), so any single write larger than the bound (one large event, or a replay page: StreamFollower writes up to 500 events at once) destroys the connection of a client that reads promptly, with 0 body bytes sent, counted as a slow client; every resume replays the same page and is cut again: a livelock until retention trims the backlog. The config also accepts CLIENT_BUFFER_MAX_BYTES < MAX_EVENT_BYTES'
-
 const seqOf = (data: string): number => (JSON.parse(data) as { params: { data: { seq: number } } }).params.data.seq
 
 t.test('a slow client: closed past CLIENT_BUFFER_MAX_BYTES, resumes from the store without loss', async t => {
@@ -316,16 +312,16 @@ t.test('a client that reads promptly, and one write larger than CLIENT_BUFFER_MA
     await upstream.emit(1, 256 * 1024)
     const r = await catchUp(upstream.sent - 1)
     t.comment(`256 KiB event, CLIENT_BUFFER_MAX_BYTES=64 KiB: received ${String(r.got)} after ${r.attempts} resume(s), ${r.bytes} body bytes; slow-client disconnects +${r.disconnects}`)
-    t.ok(r.got, 'the client gets the event', { todo: BUG_ONE_WRITE })
-    t.equal(r.disconnects, 0, 'and is not counted as a slow client', { todo: BUG_ONE_WRITE })
+    t.ok(r.got, 'the client gets the event')
+    t.equal(r.disconnects, 0, 'and is not counted as a slow client')
   })
 
   t.test('a backlog of 100 events of 2 KiB: one replay page of 200 KiB', async t => {
     await upstream.emit(100, 2048)
     const r = await catchUp(upstream.sent - 1)
     t.comment(`backlog of 200 KiB, CLIENT_BUFFER_MAX_BYTES=64 KiB: caught up ${String(r.got)} after ${r.attempts} resume(s), ${r.bytes} body bytes; slow-client disconnects +${r.disconnects}`)
-    t.ok(r.got, 'the client catches up', { todo: BUG_ONE_WRITE })
-    t.equal(r.disconnects, 0, 'and is not counted as a slow client', { todo: BUG_ONE_WRITE })
+    t.ok(r.got, 'the client catches up')
+    t.equal(r.disconnects, 0, 'and is not counted as a slow client')
   })
 })
 
@@ -369,11 +365,9 @@ t.test('Redis unreachable at start', async t => {
   t.not(exit, 'timeout', 'the process ends by itself (defined behaviour: exit, so the orchestrator restarts it)')
   t.ok(typeof exit === 'number' && exit !== 0, `a non-zero exit code (${String(exit)})`)
   t.notMatch(stdout, /gateway listening/, 'it never listened')
-  t.match(stderr, /failed to start/, 'it says it failed to start')
+  t.match(stderr, /cannot reach the event store/, 'it says it cannot reach the event store')
   t.match(stdout + stderr, new RegExp(`redis[^\\n]*127\\.0\\.0\\.1:${deadPort}|127\\.0\\.0\\.1:${deadPort}[^\\n]*redis`, 'i'), 'the log names Redis and the address it could not reach')
-  t.match(stderr, /REDIS_URL|redis:\/\/127\.0\.0\.1/, 'the fatal message names REDIS_URL (what to fix)', {
-    todo: 'minor: the fatal line is ioredis\' "MaxRetriesPerRequestError: Reached the max retries per request limit (which is 3)..." (src/main.ts prints the raw stack); it names neither Redis\' address nor REDIS_URL; the README does not document this start-up mode'
-  })
+  t.match(stderr, /REDIS_URL|redis:\/\/127\.0\.0\.1/, 'the fatal message names REDIS_URL (what to fix)')
 })
 
 /**
@@ -475,9 +469,6 @@ t.test('Redis stopped mid-stream and started again', async t => {
   })
 })
 
-const BUG_RESPONSE_IN_GAP = 'bug (gap repair): a JSON-RPC response the store refused counts as answered: recordUpstreamStream sets sawResponse from the batch before the append (src/relay/recorder.ts append()), and onUnrecorded only reaches a client attached at that instant; a client that was away gets, on resume, a store_unavailable gap notice (which MCP clients ignore) and the end of the stream: no response and no JSON-RPC error, so an SDK call waits for its timeout'
-const BUG_FINAL_APPEND = 'bug: when the store also refuses the last append of a request stream (the one with end: true), recordUpstreamStream (src/relay/recorder.ts, append catch) drops the end flag and returns "completed"; the gap marker is written only by a later successful append and there is none: the stream never ends, a resuming client waits forever with no signal'
-
 /**
  * A tool call whose answer ends while the client is away and Redis is down.
  * `longOutage`: Redis stays down until the final append (end of stream) has
@@ -530,10 +521,9 @@ async function answerEndsDuringOutage (t: Test, longOutage: boolean): Promise<vo
   const answer = resume.events.find(e => /"id":5/.test(e.data))
   const state = await gw.store.state(session.sessionId, decodeEventId(lastId)?.streamId ?? '')
   t.comment(`response lost in the outage${longOutage ? ', end of stream too' : ''}: resume HTTP ${resume.status ?? '-'}, events ${JSON.stringify(resume.events).slice(0, 200)}, ended ${String(ended)}; stored stream ${JSON.stringify(state)}`)
-  t.ok(answer !== undefined, 'the resuming client gets the response, or the gateway\'s JSON-RPC error for request 5', { todo: BUG_RESPONSE_IN_GAP })
-  const endTodo = longOutage ? { todo: BUG_FINAL_APPEND } : {}
-  t.ok(resume.events.some(e => e.event === 'gateway-gap'), 'it is told about the gap', endTodo)
-  t.ok(ended, 'the resumed stream ends', endTodo)
+  t.ok(answer !== undefined, 'the resuming client gets the response, or the gateway\'s JSON-RPC error for request 5')
+  t.ok(resume.events.some(e => e.event === 'gateway-gap'), 'it is told about the gap')
+  t.ok(ended, 'the resumed stream ends')
 }
 
 t.test('Redis down when a tool call\'s answer ends (the client is away)', async t => {

@@ -22,7 +22,6 @@ const MAX_BODY_BYTES = 65536
 const GAP_HEADER = 'x-mcp-gateway-gap'
 
 /** Requests the HTTP parser rejects never reach a handler: Fastify answers with its own JSON. */
-const PARSER_BODY_TODO = 'minor: requests rejected by Node\'s HTTP parser (400, 431) get Fastify\'s default body {"error","message","statusCode"}, not a JSON-RPC error object; src/server.ts sets no clientErrorHandler'
 
 type Expected = number | 'gap'
 
@@ -56,7 +55,7 @@ function checkRow (t: Test, row: Row, answer: Answer): void {
   }
   if (row.body !== undefined) {
     const error = jsonRpcError(answer.text)
-    const bodyExtra = row.body === 'parser' ? { todo: PARSER_BODY_TODO } : extra
+    const bodyExtra = extra
     t.ok(error, `a JSON-RPC error body (got ${answer.text.slice(0, 100).replace(/\s+/g, ' ')})`, bodyExtra)
     if (row.body === 'gateway') t.equal(error?.id, null, 'the gateway\'s error: id null', extra)
   }
@@ -215,23 +214,21 @@ t.test('hostile input', async t => {
     const pwned = (marker: string): string => JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'echo', arguments: { text: marker } } })
     const mallory = (path: string, marker: string): (() => Promise<Answer>) =>
       aliceRaw([...Object.entries(alice.headers({ authorization: 'Bearer mallory' }))], 'POST', pwned(marker), path)
-    const bypass = 'bug (security): the MCP route matches the raw path only; a dot-segment spelling of it falls to the transparent proxy (src/server.ts, route "/*"; src/routes/forward.ts forwards request.url as it is), which the upstream normalises to /mcp: another principal\'s request runs in alice\'s session, unchecked (principalOf/requireSession in src/routes/mcp.ts never run) and unrecorded'
     await runTable(t, [
       { name: 'PROPFIND on the MCP path', send: aliceRaw(aliceBase, 'PROPFIND'), status: 404 },
       { name: 'an unknown method token (raw)', send: aliceRaw(aliceBase, 'FOO'), status: 400, body: 'parser' },
       { name: 'a space in the request target (raw)', send: aliceRaw(aliceBase, 'GET', undefined, '/m cp'), status: 400, body: 'parser' },
       { name: 'a header line without a colon (raw)', send: aliceRaw([...aliceBase, ['x-ok', 'v\r\nbroken-line-without-colon']]), status: 400, body: 'parser' },
       { name: 'mallory, alice\'s session, POST /mcp', send: mallory('/mcp', 'pwned-0'), status: 404, body: 'gateway', never: ['pwned-0'] },
-      { name: 'mallory, alice\'s session, POST /./mcp', send: mallory('/./mcp', 'pwned-1'), status: 404, body: 'gateway', never: ['pwned-1'], todo: bypass },
-      { name: 'mallory, alice\'s session, POST /x/../mcp', send: mallory('/x/../mcp', 'pwned-2'), status: 404, body: 'gateway', never: ['pwned-2'], todo: bypass },
-      { name: 'mallory, alice\'s session, POST /%2e/mcp', send: mallory('/%2e/mcp', 'pwned-3'), status: 404, body: 'gateway', never: ['pwned-3'], todo: bypass },
+      { name: 'mallory, alice\'s session, POST /./mcp', send: mallory('/./mcp', 'pwned-1'), status: 400, body: 'gateway', never: ['pwned-1'] },
+      { name: 'mallory, alice\'s session, POST /x/../mcp', send: mallory('/x/../mcp', 'pwned-2'), status: 400, body: 'gateway', never: ['pwned-2'] },
+      { name: 'mallory, alice\'s session, POST /%2e/mcp', send: mallory('/%2e/mcp', 'pwned-3'), status: 400, body: 'gateway', never: ['pwned-3'] },
       {
         name: 'mallory, alice\'s session, a modern-era protocol version',
         send: aliceRaw([...Object.entries(alice.headers({ authorization: 'Bearer mallory', 'mcp-protocol-version': '2026-07-28' }))], 'POST', pwned('pwned-4')),
         status: 404,
         body: 'gateway',
-        never: ['pwned-4'],
-        todo: 'bug (security, depends on the upstream): a request carrying a legacy session id is proxied transparently as soon as its MCP-Protocol-Version says 2026-07-28 or later (src/routes/mcp.ts handler: proto.era === \'modern\' is checked before any session check): the principal binding is skipped; only the SDK upstream\'s own version check refuses it here (400)'
+        never: ['pwned-4']
       }
     ])
   })
@@ -303,9 +300,7 @@ t.test('floods on one session (SESSION_REQUESTS_PER_SECOND=5, bursts of 10)', as
     const answers = await Promise.all(Array.from({ length: 40 }, async (_, i) => await ping(frank, i + 1, { authorization: 'Bearer mallory' })))
     t.same(answers.filter(a => a.status !== 404 && a.status !== 429).map(a => a.status), [], 'mallory gets 404 or 429, never an answer')
     const own = await ping(frank, 77)
-    t.equal(own.status, 200, `frank's own request right after mallory's flood passes (got ${own.status ?? '-'})`, {
-      todo: 'bug (DoS): the rate limit is keyed by the Mcp-Session-Id header alone and taken before the principal check (src/routes/mcp.ts handler: limiter.take(sessionHeader) precedes requireSession), so anyone who knows a session id can keep its owner at 429'
-    })
+    t.equal(own.status, 200, `frank's own request right after mallory's flood passes (got ${own.status ?? '-'})`)
   })
 
   t.test('the gateway still answers', async t => {

@@ -36,10 +36,6 @@ const DECODER_MAX = 1024
 const FIELD_SLACK = 4096
 const RESPONSE_TOKEN = '\u0000RESPONSE\u0000'
 
-const BUG_SPLIT_TERMINATORS = 'bug: SseDecoder counts the bytes of a block with lastBoundary() on each chunk alone (src/sse/decoder.ts push()): a blank line split across two chunks ("\\n" | "\\n"), or spelled "\\n\\r" or "\\r\\n\\r", is never seen as a boundary, so the pending count grows across many small events until it passes MAX_EVENT_BYTES + 4096 and the stream is cut with "an upstream event exceeded MAX_EVENT_BYTES" although no event is large'
-const BUG_HELD_CR = 'bug: a blank line spelled CR at the very end of an upstream read is held back by eventsource-parser until a later read carries a CR or LF; when the body then ends with an unterminated line, SseDecoder.end() (src/sse/decoder.ts) completes only a *final* CR, so the complete event before it is silently dropped (for a request stream: its JSON-RPC response is lost and replaced by the "broke off" error). Until then, every CR-terminated event is delivered one read late'
-const BUG_ANSWER_AFTER_RESPONSE = 'bug: when an upstream answer breaks off (event too large, connection lost) after the JSON-RPC response was already recorded, recordUpstreamStream still records failureResponse() (src/relay/recorder.ts, catch branch: it ignores sawResponse), so the client gets a second answer, an error, for a request already answered'
-
 t.comment(`sse-fuzz seed ${SEED} (rerun with FUZZ_SEED=${SEED}), ${E2E_RUNS} end-to-end runs`)
 
 // ---------------------------------------------------------------------------
@@ -228,7 +224,7 @@ type Verdict = { ok: true, note?: Note } | { ok: false, why: string }
  * Judges what a client received (upstream events, then possibly the
  * gateway's error answer) against the oracle.
  */
-function judge (ref: Reference, delivered: readonly Ev[], cutReason: 'none' | 'too_large' | 'broke_off', requestId: number | undefined, max: number): Verdict {
+function judge (ref: Reference, delivered: readonly Ev[], cutReason: 'none' | 'too_large' | 'broke_off', requestId: number | undefined, max: number, errorAnswer = true): Verdict {
   for (let i = 0; i < delivered.length; i++) {
     const want = ref.events[i]
     const got = delivered[i] as Ev
@@ -254,7 +250,7 @@ function judge (ref: Reference, delivered: readonly Ev[], cutReason: 'none' | 't
   // (An event completed by the read that carried a giant line counts as ending with it: +2 for its line break.)
   const lineBound = ref.giants.some(([start, end]) => end + 2 >= from && start < to)
   if (k !== oversized && !lineBound) return { ok: true, note: 'split_terminators' }
-  if (answered) return { ok: true, note: 'answer_after_response' }
+  if (answered && errorAnswer) return { ok: true, note: 'answer_after_response' }
   return { ok: true, ...(k !== oversized && { note: 'line_bound' as const }) }
 }
 
@@ -302,9 +298,9 @@ function reportNotes (t: Test, tally: Tally, label: string, endToEnd: boolean): 
   for (const [kind, { example }] of tally.notes) {
     if (kind !== 'line_bound') t.comment(`${label}: smallest ${kind} example: ${process.env.FUZZ_VERBOSE === undefined ? example.slice(0, 300) : example}`)
   }
-  t.equal(count('split_terminators'), 0, `${label}: no stream of small events is cut as too large`, { todo: BUG_SPLIT_TERMINATORS })
-  if (endToEnd) t.equal(count('answer_after_response'), 0, `${label}: no request gets an error answer after its response`, { todo: BUG_ANSWER_AFTER_RESPONSE })
-  t.equal(count('held_cr'), 0, `${label}: no complete event is dropped behind a held CR`, { todo: BUG_HELD_CR })
+  t.equal(count('split_terminators'), 0, `${label}: no stream of small events is cut as too large`)
+  if (endToEnd) t.equal(count('answer_after_response'), 0, `${label}: no request gets an error answer after its response`)
+  t.equal(count('held_cr'), 0, `${label}: no complete event is dropped behind a held CR`)
 }
 
 t.test('the decoder alone: random streams, exact chunk boundaries', async t => {
@@ -338,7 +334,7 @@ t.test('the decoder alone: small events whose blank line comes in its own chunk'
   } catch (err) {
     error = err
   }
-  t.equal(error, undefined, `1,000 events of 10 bytes pass a 1 KiB bound (cut after ${delivered})`, { todo: BUG_SPLIT_TERMINATORS })
+  t.equal(error, undefined, `1,000 events of 10 bytes pass a 1 KiB bound (cut after ${delivered})`)
   for (const [name, terminator] of [['LF CR', '\n\r'], ['CRLF CR', '\r\n\r']] as const) {
     const other = new SseDecoder(DECODER_MAX)
     let n = 0
@@ -348,16 +344,20 @@ t.test('the decoder alone: small events whose blank line comes in its own chunk'
     } catch {
       failed = true
     }
-    t.notOk(failed, `1,000 events ended by ${name} (a valid SSE blank line) pass (cut after ${n})`, { todo: BUG_SPLIT_TERMINATORS })
+    t.notOk(failed, `1,000 events ended by ${name} (a valid SSE blank line) pass (cut after ${n})`)
   }
 })
 
 t.test('the decoder alone: a CR blank line at the end of a read, then an unterminated line', async t => {
   const decoder = new SseDecoder(DECODER_MAX)
   const first = decoder.push(Buffer.from('data: {"jsonrpc":"2.0","id":1,"result":{}}\r\r'))
-  t.same(first.map(e => e.data), ['{"jsonrpc":"2.0","id":1,"result":{}}'], 'the event is complete when its blank line arrives', { todo: BUG_HELD_CR })
+  // eventsource-parser holds a final CR until it sees whether LF follows, so a
+  // CR-terminated event comes out with the next read (or at the end of the body).
+  t.same(first.map(e => e.data), ['{"jsonrpc":"2.0","id":1,"result":{}}'], 'the event is complete when its blank line arrives', {
+    todo: 'limitation of eventsource-parser: a blank line spelled CR at the very end of a read is only recognised with the next read or at the end of the body'
+  })
   const rest = [...decoder.push(Buffer.from('data: partial')), ...decoder.end()]
-  t.same([...first, ...rest].map(e => e.data), ['{"jsonrpc":"2.0","id":1,"result":{}}'], 'and it is not lost when the body ends with an unterminated line', { todo: BUG_HELD_CR })
+  t.same([...first, ...rest].map(e => e.data), ['{"jsonrpc":"2.0","id":1,"result":{}}'], 'and it is not lost when the body ends with an unterminated line')
 })
 
 // ---------------------------------------------------------------------------
@@ -475,13 +475,18 @@ t.test('end to end: random SSE answers through the gateway', async t => {
     positions.forEach((p, i) => {
       if (p === null || p.seq !== i + 1 || p.streamId !== positions[0]?.streamId || p.epoch !== positions[0]?.epoch) fail(`event ${i} has id ${got.events[i]?.id ?? '(none)'}`)
     })
-    const last = got.events.at(-1)
+    // The gateway ends a cut answer with a gap marker (too large) and, when the response
+    // had not come yet, its JSON-RPC error answer.
+    let tail = got.events
+    const last = tail.at(-1)
     const errorMessage = last === undefined ? undefined : gatewayError(last.data)
-    const upstreamEvents = errorMessage === undefined ? got.events : got.events.slice(0, -1)
-    const cut = errorMessage === undefined ? 'none' : /MAX_EVENT_BYTES/.test(errorMessage) ? 'too_large' : 'broke_off'
+    if (errorMessage !== undefined) tail = tail.slice(0, -1)
+    const marker = tail.at(-1)?.type === 'gateway-gap' && /"event_too_large"/.test(tail.at(-1)?.data ?? '')
+    const upstreamEvents = marker ? tail.slice(0, -1) : tail
+    const cut = marker || (errorMessage !== undefined && /MAX_EVENT_BYTES/.test(errorMessage)) ? 'too_large' : errorMessage === undefined ? 'none' : 'broke_off'
     const written = chunksOf(bytes, c.split)
-    const verdict = withHeldCr(judge(ref, upstreamEvents, cut, id, E2E_MAX),
-      () => judge({ ...ref, events: chunkedReference(written) }, upstreamEvents, cut, id, E2E_MAX))
+    const verdict = withHeldCr(judge(ref, upstreamEvents, cut, id, E2E_MAX, errorMessage !== undefined),
+      () => judge({ ...ref, events: chunkedReference(written) }, upstreamEvents, cut, id, E2E_MAX, errorMessage !== undefined))
     if (!verdict.ok) fail(verdict.why)
     if (verdict.ok && verdict.note !== undefined) note(tally, verdict.note, JSON.stringify({ split: c.split, text: bytes.toString('latin1') }))
     tally.runs++
@@ -526,8 +531,8 @@ t.test('end to end: the deterministic cases behind the known failures', async t 
     t.ok(got.clean, 'the body ends cleanly')
     const errors = got.events.filter(e => gatewayError(e.data) !== undefined)
     t.comment(`forwarded ${got.events.length - errors.length} of 601 events${errors[0] === undefined ? '' : `, then: ${errors[0].data}`}`)
-    t.equal(got.events.length, 601, 'all 600 notifications and the response arrive', { todo: BUG_SPLIT_TERMINATORS })
-    t.same(errors, [], 'no error answer', { todo: BUG_SPLIT_TERMINATORS })
+    t.equal(got.events.length, 601, 'all 600 notifications and the response arrive')
+    t.same(errors, [], 'no error answer')
   })
 
   t.test('the response ended by CR CR, then an unterminated line', async t => {
@@ -536,7 +541,7 @@ t.test('end to end: the deterministic cases behind the known failures', async t 
     t.equal(got.status, 200)
     const answers = got.events.filter(e => isResponseTo(e.data, 3))
     t.comment(`answers for request 3: ${answers.map(a => a.data).join(' | ')}`)
-    t.ok(answers.length === 1 && gatewayError(answers[0]?.data ?? '') === undefined, 'the upstream\'s response arrives', { todo: BUG_HELD_CR })
+    t.ok(answers.length === 1 && gatewayError(answers[0]?.data ?? '') === undefined, 'the upstream\'s response arrives')
   })
 
   t.test('the response, then an event over MAX_EVENT_BYTES', async t => {
@@ -547,6 +552,6 @@ t.test('end to end: the deterministic cases behind the known failures', async t 
     t.equal(got.status, 200)
     const answers = got.events.filter(e => isResponseTo(e.data, 2))
     t.ok(isResponseTo(answers[0]?.data ?? '', 2) && JSON.parse(answers[0]?.data ?? '{}').result?.ok === true, 'the upstream\'s response arrives first')
-    t.equal(answers.length, 1, `exactly one answer for request 2 (got ${answers.length}: ${answers.map(a => a.data.slice(0, 80)).join(' | ')})`, { todo: BUG_ANSWER_AFTER_RESPONSE })
+    t.equal(answers.length, 1, `exactly one answer for request 2 (got ${answers.length}: ${answers.map(a => a.data.slice(0, 80)).join(' | ')})`)
   })
 })

@@ -1,0 +1,35 @@
+/**
+ * A path reduced to what lenient servers treat as the same route: dot segments
+ * resolved (also when percent-encoded), unreserved characters decoded, slashes
+ * collapsed, trailing slashes dropped, case folded. A request for a path that
+ * reduces to the MCP endpoint's but is not spelled exactly like it would reach
+ * the upstream's MCP route around the gateway (and its principal check): it is
+ * refused instead.
+ */
+export function canonicalPath (rawUrl: string): string {
+  let path: string
+  try {
+    // WHATWG URL parsing resolves "." and ".." segments, "%2e" included.
+    // Collapse slashes first: "//mcp" would otherwise parse as a host name.
+    path = new URL(rawUrl.split('?')[0]!.replace(/\/{2,}/g, '/'), 'http://gateway.invalid').pathname
+  } catch {
+    return rawUrl
+  }
+  path = path.replace(/%([0-9a-fA-F]{2})/g, (match, hex: string) => {
+    const c = String.fromCharCode(Number.parseInt(hex, 16))
+    return /[A-Za-z0-9\-._~]/.test(c) ? c : match
+  })
+  // Decoding may have produced new dot segments ("%2E%2E" is decoded by URL already).
+  try {
+    path = new URL(path, 'http://gateway.invalid').pathname
+  } catch {}
+  path = path.replace(/\/{2,}/g, '/').replace(/;[^/]*/g, '')
+  if (path.length > 1) path = path.replace(/\/+$/, '')
+  return path.toLowerCase()
+}
+
+/** The request path is a disguised spelling of the MCP endpoint. */
+export function disguisesMcpPath (rawUrl: string, mcpPath: string): boolean {
+  const exact = rawUrl.split('?')[0]
+  return exact !== mcpPath && canonicalPath(rawUrl) === canonicalPath(mcpPath)
+}
