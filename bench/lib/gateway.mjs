@@ -1,0 +1,53 @@
+// Start the gateway (dist build) as a child process and read its metrics.
+import { freePort, start, waitHttp } from './procs.mjs'
+
+/**
+ * store: 'memory' | 'redis'. Extra env (e.g. MAX_SESSIONS) and node flags
+ * (e.g. --cpu-prof) are passed through.
+ */
+export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPrefix, env = {}, nodeArgs = [] }) {
+  const port = await freePort()
+  const adminPort = await freePort()
+  const gatewayEnv = {
+    UPSTREAM_URL: `http://127.0.0.1:${upstreamPort}/mcp`,
+    HOST: '127.0.0.1',
+    PORT: String(port),
+    ADMIN_HOST: '127.0.0.1',
+    ADMIN_PORT: String(adminPort),
+    LOG_LEVEL: 'warn',
+    // The idle scenario holds 10,000 sessions; the default cap is exactly that.
+    MAX_SESSIONS: '100000',
+    ...env
+  }
+  if (redisUrl !== undefined) {
+    gatewayEnv.REDIS_URL = redisUrl
+    gatewayEnv.REDIS_KEY_PREFIX = keyPrefix
+  } else {
+    gatewayEnv.REDIS_URL = ''
+  }
+  const proc = start(name, process.execPath, [...nodeArgs, main], { env: gatewayEnv })
+  await waitHttp(`http://127.0.0.1:${adminPort}/readyz`, { proc, timeoutMs: 30_000 })
+  return { proc, pid: proc.pid, port, adminPort }
+}
+
+/** The gateway's counters that the benchmark needs, from /metrics. */
+export async function gatewayMetrics (adminPort) {
+  const res = await fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(5000) })
+  const text = await res.text()
+  const sum = (re) => {
+    let total = 0
+    let found = false
+    for (const m of text.matchAll(re)) { total += Number(m[1]); found = true }
+    return found ? total : NaN
+  }
+  const storeOps = {}
+  for (const m of text.matchAll(/^mcpgw_store_operation_duration_seconds_count\{[^}]*op="([^"]+)"[^}]*\} (\S+)$/gm)) {
+    storeOps[m[1]] = (storeOps[m[1]] ?? 0) + Number(m[2])
+  }
+  return {
+    eventsRecorded: sum(/^mcpgw_events_recorded_total(?:\{[^}]*\})? (\S+)$/gm),
+    eventsDelivered: sum(/^mcpgw_events_delivered_total(?:\{[^}]*\})? (\S+)$/gm),
+    slowClients: sum(/^mcpgw_slow_client_disconnects_total(?:\{[^}]*\})? (\S+)$/gm),
+    storeOps
+  }
+}

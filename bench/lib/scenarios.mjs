@@ -1,0 +1,332 @@
+// The measured scenarios. Each function measures ONE path once (one round);
+// run.mjs interleaves paths and rounds and takes medians.
+//
+// A path is { id, port, pid, adminPort? }: the client talks to `port`, `pid`
+// is the process whose CPU/RSS is read (the proxy; the upstream for 'direct').
+import { setTimeout as sleep } from 'node:timers/promises'
+import { FollowedStream, callTool, deleteSession, initialize, jsonAgent, nowMs, openStream, request } from './client.mjs'
+import { gatewayMetrics } from './gateway.mjs'
+import { commandStats, diffStats, redisCpuSeconds } from './redis.mjs'
+import { cpuSeconds, rssKb, connectionsTo, fdCount, machineJiffies } from './procs.mjs'
+import { mapLimit, mapSettled, summarize } from './stats.mjs'
+
+const range = n => Array.from({ length: n }, (_, i) => i)
+const debug = process.env.BENCH_DEBUG === '1' ? (...a) => process.stderr.write(`  [debug ${new Date().toISOString().slice(14, 23)}] ${a.join(' ')}\n`) : () => {}
+const sum = (xs, f) => xs.reduce((a, x) => a + f(x), 0)
+/** A promise awaited later (allSettled): mark it handled now, so a early rejection is not "unhandled". */
+const quiet = (p) => { p.catch(() => {}); return p }
+
+/** Wait until the upstream holds no stream (everything of the last round is torn down). */
+export async function waitUpstreamQuiet (ctx, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    const res = await request(ctx.upstreamPort, { path: '/bench/stats', agent: ctx.controlAgent })
+    if (JSON.parse(res.text).streams === 0) return true
+    await sleep(50)
+  }
+  return false
+}
+
+/** Wait until a process burns less than 5% of a core (a proxy still chewing buffered data). */
+export async function waitCpuQuiet (pid, timeoutMs = 5000) {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    const a = cpuSeconds(pid)
+    await sleep(100)
+    if (cpuSeconds(pid) - a < 0.005) return true
+  }
+  return false
+}
+
+async function resetUpstream (ctx) {
+  await request(ctx.upstreamPort, { method: 'POST', path: '/bench/reset', agent: ctx.controlAgent })
+}
+
+async function openSessions (path, count, agent) {
+  return await mapLimit(range(count), 32, () => initialize(path.port, agent))
+}
+
+async function upstreamStats (ctx) {
+  const res = await request(ctx.upstreamPort, { path: '/bench/stats', agent: ctx.controlAgent })
+  return JSON.parse(res.text)
+}
+
+/**
+ * Open every stream silent, then start them all at once (POST /bench/go on
+ * the upstream). Response heads are not awaited before the start: a proxy
+ * may hold the head of a silent stream back until its first write.
+ */
+async function openAndGo (ctx, path, ids, opts) {
+  const streams = ids.map(id => new FollowedStream(path.port, id, { ...opts, wait: true }))
+  let settled = 0
+  let refused
+  const heads = streams.map(s => s.open().then(() => {
+    settled++
+    if (s.status !== 200) refused ??= `status ${s.status}`
+  }, err => {
+    settled++
+    refused ??= err.message
+  }))
+  const deadline = Date.now() + 15_000
+  for (;;) {
+    // `refused` is set by the head callbacks above while this loop waits.
+    if (Date.now() >= deadline || refused !== undefined) break
+    if ((await upstreamStats(ctx)).waiting >= ids.length) break
+    await sleep(20)
+  }
+  await request(ctx.upstreamPort, { method: 'POST', path: '/bench/go', agent: ctx.controlAgent })
+  await Promise.all(heads)
+  if (refused !== undefined) {
+    for (const s of streams) s.close()
+    throw new Error(`streams refused: ${refused} (${settled} settled)`)
+  }
+  return streams
+}
+
+async function teardown (ctx, path, sessionIds, streams, agent) {
+  debug(path.id, 'teardown: closing clients')
+  // Close first: an upstream stream ending is a following client's cue to resume.
+  for (const s of streams) s.close()
+  // Then end the upstream streams at the source, so a busy proxy stops at once.
+  await request(ctx.upstreamPort, { method: 'POST', path: '/bench/stop', agent: ctx.controlAgent })
+  debug(path.id, 'teardown: upstream stopped, deleting sessions')
+  await mapLimit(sessionIds, 32, id => deleteSession(path.port, id, agent).catch(() => 0))
+  debug(path.id, 'teardown: deleted')
+  if (!await waitUpstreamQuiet(ctx)) await resetUpstream(ctx)
+  agent.destroy()
+  debug(path.id, 'teardown: upstream quiet')
+  if (path.pid !== undefined && path.id !== 'direct') await waitCpuQuiet(path.pid)
+  debug(path.id, 'teardown: proxy quiet')
+}
+
+async function snapshot (ctx, path, streams) {
+  const own = process.cpuUsage()
+  const snap = { t: nowMs(), events: sum(streams, s => s.events), cpu: cpuSeconds(path.pid), client: (own.user + own.system) / 1e6, machine: machineJiffies() }
+  if (path.adminPort !== undefined) snap.gw = await gatewayMetrics(path.adminPort).catch(() => undefined)
+  if (ctx.redis !== undefined) snap.redisCpu = await redisCpuSeconds(ctx.redis).catch(() => NaN)
+  if (path.store === 'redis' && ctx.redis !== undefined) snap.redis = await commandStats(ctx.redis).catch(() => undefined)
+  return snap
+}
+
+function redisCost (ctx, a, b, seconds) {
+  if (a.redis === undefined || b.redis === undefined || a.gw === undefined || b.gw === undefined) return undefined
+  const commands = diffStats(a.redis, b.redis)
+  delete commands.info // the observer's own
+  const noise = ctx.redisNoisePerSec ?? {}
+  const corrected = {}
+  for (const [name, calls] of Object.entries(commands)) corrected[name] = Math.max(0, calls - (noise[name] ?? 0) * seconds)
+  const recorded = b.gw.eventsRecorded - a.gw.eventsRecorded
+  const ops = {}
+  for (const [op, n] of Object.entries(b.gw.storeOps)) {
+    const d = n - (a.gw.storeOps[op] ?? 0)
+    if (d > 0) ops[op] = d
+  }
+  const appends = ops.append
+  const storeRoundTrips = sum(Object.values(ops), x => x)
+  const allCommands = sum(Object.values(corrected), x => x)
+  // Commands a client sends itself (round trips); everything else runs inside the scripts.
+  const topLevel = (corrected.evalsha ?? 0) + (corrected.eval ?? 0)
+  return {
+    eventsRecorded: recorded,
+    appends,
+    eventsPerAppend: appends > 0 ? recorded / appends : NaN,
+    storeOps: ops,
+    roundTripsPerUpstreamRead: appends > 0 ? storeRoundTrips / appends : NaN,
+    roundTripsPerEvent: recorded > 0 ? storeRoundTrips / recorded : NaN,
+    evalshaPerEvent: recorded > 0 ? topLevel / recorded : NaN,
+    commandsPerEvent: recorded > 0 ? allCommands / recorded : NaN,
+    commandsRaw: commands,
+    commandsCorrected: corrected
+  }
+}
+
+/** Events/s end to end, `sessions` concurrent standalone streams, upstream as fast as the socket takes them. */
+export async function throughputRound (ctx, path, sessions, { warmupMs, windowMs }) {
+  const agent = jsonAgent()
+  const ids = await openSessions(path, sessions, agent)
+  let streams = []
+  try {
+    debug(path.id, 'sessions open')
+    streams = await openAndGo(ctx, path, ids, { rate: 0 })
+    debug(path.id, 'streams open and started')
+    await sleep(warmupMs)
+    const a = await snapshot(ctx, path, streams)
+    await sleep(windowMs)
+    const b = await snapshot(ctx, path, streams)
+    const seconds = (b.t - a.t) / 1000
+    const events = b.events - a.events
+    const out = {
+      eventsPerSec: events / seconds,
+      cpuPct: (b.cpu - a.cpu) / seconds * 100,
+      cpuUsPerEvent: events > 0 ? (b.cpu - a.cpu) * 1e6 / events : NaN,
+      closedEarly: streams.filter(s => s.ended && s.endedAt <= b.t).length,
+      reconnects: sum(streams, s => s.reconnects),
+      clientCpuPct: (b.client - a.client) / seconds * 100,
+      clientCpuUsPerEvent: events > 0 ? (b.client - a.client) * 1e6 / events : NaN,
+      machineBusyPct: (b.machine.busy - a.machine.busy) / (b.machine.total - a.machine.total) * 100,
+      redisCpuPct: (b.redisCpu - a.redisCpu) / seconds * 100
+    }
+    if (a.gw !== undefined && b.gw !== undefined) out.slowClientDisconnects = b.gw.slowClients - a.gw.slowClients
+    const cost = redisCost(ctx, a, b, seconds)
+    if (cost !== undefined) {
+      cost.redisCpuUsPerEvent = events > 0 ? (b.redisCpu - a.redisCpu) * 1e6 / events : NaN
+      out.redis = cost
+    }
+    if (path.store === 'redis' && ctx.redisPort !== undefined) out.redisConnections = connectionsTo(path.pid, ctx.redisPort).length
+    return out
+  } finally {
+    await teardown(ctx, path, ids, streams, agent)
+  }
+}
+
+/** One-way latency at a set aggregate rate: `sessions` streams at `ratePerSession` events/s each. */
+export async function latencyRound (ctx, path, sessions, ratePerSession, { warmupMs, windowMs }) {
+  const agent = jsonAgent()
+  const ids = await openSessions(path, sessions, agent)
+  let streams = []
+  try {
+    streams = await openAndGo(ctx, path, ids, { rate: ratePerSession, mode: 'latency' })
+    await sleep(warmupMs)
+    const a = await snapshot(ctx, { ...path, store: undefined }, [])
+    for (const s of streams) s.recording = true
+    const t0 = nowMs()
+    await sleep(windowMs)
+    for (const s of streams) s.recording = false
+    const seconds = (nowMs() - t0) / 1000
+    const b = await snapshot(ctx, { ...path, store: undefined }, [])
+    const all = []
+    for (const s of streams) for (const v of s.latencies) all.push(v)
+    const stats = summarize(all)
+    return {
+      ...stats,
+      eventsPerSec: stats.n / seconds,
+      cpuPct: (b.cpu - a.cpu) / seconds * 100,
+      clientCpuPct: (b.client - a.client) / seconds * 100,
+      machineBusyPct: (b.machine.busy - a.machine.busy) / (b.machine.total - a.machine.total) * 100,
+      redisCpuPct: (b.redisCpu - a.redisCpu) / seconds * 100,
+      lost: sum(streams, s => s.lost),
+      duplicated: sum(streams, s => s.duplicated),
+      closedEarly: streams.filter(s => s.ended).length,
+      reconnects: sum(streams, s => s.reconnects),
+      gaps: sum(streams, s => s.gaps)
+    }
+  } finally {
+    await teardown(ctx, path, ids, streams, agent)
+  }
+}
+
+/**
+ * Replay: a tool call streams `events` notifications and its result (all
+ * recorded); a client then resumes from the id of the first event, so
+ * `events` events (the rest of the notifications and the result) are behind.
+ */
+export async function replayRound (ctx, path, events) {
+  const agent = jsonAgent()
+  const sessionId = await initialize(path.port, agent)
+  try {
+    const post = await callTool(path.port, sessionId, { count: events })
+    await post.finished()
+    if (post.events !== events || post.results !== 1) throw new Error(`tool call delivered ${post.events} notifications and ${post.results} results, expected ${events} and 1`)
+    if (post.firstId === undefined) throw new Error('no event id in the tool call answer')
+    await waitCpuQuiet(path.pid, 2000)
+    const t0 = nowMs()
+    const resume = await openStream(path.port, sessionId, { lastEventId: post.firstId, mode: 'full' })
+    await resume.finished()
+    const replayed = resume.events + resume.results
+    const seconds = (resume.lastByteAt - t0) / 1000
+    return {
+      replayed,
+      expected: events,
+      gap: resume.headers?.['x-mcp-gateway-gap'] ?? null,
+      status: resume.status,
+      headersMs: resume.headersAt - t0,
+      firstByteMs: resume.firstByteAt - t0,
+      totalMs: resume.lastByteAt - t0,
+      eventsPerSec: replayed / seconds
+    }
+  } finally {
+    await deleteSession(path.port, sessionId, agent).catch(() => 0)
+    agent.destroy()
+  }
+}
+
+/**
+ * Idle capacity: `count` sessions, each with its standalone GET stream held
+ * open and silent, through one freshly started proxy. RSS per stream from
+ * /proc/<pid>/status before and after; CPU at rest from /proc/<pid>/stat.
+ */
+export async function idleRun (ctx, path, count, { settleMs, cpuWindowMs, concurrency = 200, warmup = 200 }) {
+  const agent = jsonAgent()
+  // Warm-up (pools, JIT), then the baseline RSS.
+  const warmIds = (await mapSettled(range(warmup), 50, () => initialize(path.port, agent))).filter(o => o.ok).map(o => o.value)
+  const warmBase = (await upstreamStats(ctx)).streams
+  const warm = warmIds.map(id => quiet(openStream(path.port, id, { timeoutMs: 60_000 })))
+  const warmDeadline = Date.now() + 20_000
+  while (Date.now() < warmDeadline && (await upstreamStats(ctx)).streams < warmBase + warmIds.length) await sleep(25)
+  await mapLimit(warmIds, 50, id => deleteSession(path.port, id, agent).catch(() => 0))
+  for (const w of await Promise.allSettled(warm)) if (w.status === 'fulfilled') w.value.close()
+  await sleep(1000)
+  const redisBefore = path.store === 'redis' && ctx.redisPort !== undefined ? connectionsTo(path.pid, ctx.redisPort).length : undefined
+  const rssBefore = rssKb(path.pid)
+  const fdsBefore = fdCount(path.pid)
+  const t0 = nowMs()
+  // Sessions first, then the GETs in batches: a batch is done when the
+  // upstream holds its streams (the response heads may come later: a proxy
+  // can hold back the head of a silent stream until its first write).
+  const sessions = await mapSettled(range(count), concurrency, () => initialize(path.port, agent))
+  const errors = {}
+  const fail = (message) => { errors[message] = (errors[message] ?? 0) + 1 }
+  for (const o of sessions) if (!o.ok) fail(`initialize: ${o.error.message}`)
+  const ids = sessions.filter(o => o.ok).map(o => o.value)
+  const base = (await upstreamStats(ctx)).streams
+  const heads = []
+  const BATCH = 500
+  for (let i = 0; i < ids.length; i += BATCH) {
+    for (const id of ids.slice(i, i + BATCH)) heads.push(quiet(openStream(path.port, id, { timeoutMs: 120_000 })))
+    const want = base + Math.min(ids.length, i + BATCH)
+    const deadline = Date.now() + 60_000
+    while (Date.now() < deadline && (await upstreamStats(ctx)).streams < want) await sleep(25)
+  }
+  const upstreamHeld = (await upstreamStats(ctx)).streams - base
+  const openMs = nowMs() - t0
+  const opened = await Promise.allSettled(heads)
+  const headsMs = nowMs() - t0
+  const streams = []
+  for (const o of opened) {
+    if (o.status === 'rejected') fail(o.reason.message)
+    else if (o.value.status !== 200) { o.value.close(); fail(`status ${o.value.status}`) } else streams.push(o.value)
+  }
+  try {
+    await sleep(settleMs)
+    const rssAfter = rssKb(path.pid)
+    const fdsAfter = fdCount(path.pid)
+    const c0 = cpuSeconds(path.pid)
+    const tc = nowMs()
+    await sleep(cpuWindowMs)
+    const cpuPct = (cpuSeconds(path.pid) - c0) / ((nowMs() - tc) / 1000) * 100
+    const stillOpen = streams.filter(s => !s.ended).length
+    const out = {
+      attempted: count,
+      accepted: streams.length,
+      stillOpen,
+      errors,
+      openSeconds: openMs / 1000,
+      allHeadsSeconds: headsMs / 1000,
+      upstreamHeld,
+      rssBeforeKb: rssBefore,
+      rssAfterKb: rssAfter,
+      kbPerStream: streams.length > 0 ? (rssAfter - rssBefore) / streams.length : NaN,
+      fdsBefore,
+      fdsAfter,
+      cpuPctAtRest: cpuPct
+    }
+    if (redisBefore !== undefined) {
+      out.redisConnectionsBefore = redisBefore
+      out.redisConnectionsAfter = connectionsTo(path.pid, ctx.redisPort).length
+    }
+    return out
+  } finally {
+    for (const s of streams) s.close()
+    agent.destroy()
+  }
+}

@@ -1,0 +1,398 @@
+#!/usr/bin/env node
+// The side-by-side benchmark of issue 5 (`npm run bench`).
+//
+// Starts everything it needs on 127.0.0.1 and measures, in one run, paths
+// interleaved, median of several rounds:
+//   direct     the upstream itself
+//   nginx      plain pass-through baseline (Debian nginx, buffering off, one worker)
+//   node       plain Node streaming pass-through (reference only, no target)
+//   gw-memory  the gateway on its embedded store
+//   gw-redis   the gateway on Redis (BENCH_REDIS_URL, default redis://127.0.0.1:6379)
+//
+// Usage: node bench/run.mjs [--quick] [--only=thr1,thr100,lat1k,lat10k,replay,idle]
+//                           [--paths=direct,nginx,node,gw-memory,gw-redis]
+//                           [--gateway=dist/src/main.js] [--label=<what that build is>]
+//                           [--gateway-b=<another build's main.js> --label-b=<what it is>]
+//                           [--out=bench/results] [--name=latest] [--nice=-5]
+// --rounds=N overrides the number of rounds of every scenario.
+// --nice runs the benchmark and everything it starts at that niceness (negative
+// needs root): on a shared machine it keeps other load from swamping latency.
+// --quick shrinks everything to about a minute (smoke check); results then go
+// to <out>/quick.* unless --name is given. Needs a build (npm run build).
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { execFileSync } from 'node:child_process'
+import os from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { request } from './lib/client.mjs'
+import { startGateway } from './lib/gateway.mjs'
+import { ensureNginx, nginxVersion, startNginx } from './lib/nginx.mjs'
+import { connectionsTo, freePort, nofileLimits, setNiceness, start, stop, stopAll, waitHttp } from './lib/procs.mjs'
+import { commandStats, connectRedis, deletePrefix, diffStats, redisVersion } from './lib/redis.mjs'
+import { idleRun, latencyRound, replayRound, throughputRound } from './lib/scenarios.mjs'
+import { median } from './lib/stats.mjs'
+import { evaluate, writeReports } from './lib/report.mjs'
+import http from 'node:http'
+
+const here = dirname(fileURLToPath(import.meta.url))
+const root = resolve(here, '..')
+
+function parseArgs (argv) {
+  const out = {}
+  for (const a of argv) {
+    const m = /^--([^=]+)(?:=(.*))?$/.exec(a)
+    if (m === null) throw new Error(`unknown argument ${a}`)
+    out[m[1]] = m[2] ?? true
+  }
+  return out
+}
+
+const args = parseArgs(process.argv.slice(2))
+const QUICK = args.quick === true
+const ALL_PATHS = ['direct', 'nginx', 'node', 'gw-memory', 'gw-redis']
+const ALL_SCENARIOS = ['thr1', 'thr100', 'lat1k', 'lat10k', 'replay', 'idle']
+const pathIds = args.paths === undefined ? ALL_PATHS : String(args.paths).split(',')
+const scenarios = args.only === undefined ? ALL_SCENARIOS : String(args.only).split(',')
+const gatewayMain = resolve(root, args.gateway ?? 'dist/src/main.js')
+// A second build measured side by side (before/after a change): paths gw-memory-b, gw-redis-b.
+const gatewayMainB = args['gateway-b'] === undefined ? undefined : resolve(root, args['gateway-b'])
+const outDir = resolve(root, args.out ?? 'bench/results')
+const reportName = args.name ?? (QUICK ? 'quick' : 'latest')
+const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
+const nice = Number(args.nice ?? 0)
+if (nice !== 0) {
+  setNiceness(nice)
+  os.setPriority(nice)
+}
+
+const CFG = QUICK
+  ? {
+      rounds: 1,
+      latRounds: 1,
+      thr: { warmupMs: 300, windowMs: 700 },
+      lat: { warmupMs: 300, windowMs: 1000 },
+      latSessions: 10,
+      replayRounds: 2,
+      replayEvents: 10_000,
+      idleStreams: 1000,
+      idle: { settleMs: 1000, cpuWindowMs: 1000, warmup: 50 },
+      idleGatewayEnv: {},
+      noiseMs: 1000,
+      warmupMs: 300
+    }
+  : {
+      rounds: 5,
+      latRounds: 3,
+      thr: { warmupMs: 1000, windowMs: 2000 },
+      lat: { warmupMs: 1000, windowMs: 4000 },
+      latSessions: 10,
+      replayRounds: 5,
+      replayEvents: 10_000,
+      idleStreams: 10_000,
+      idle: { settleMs: 3000, cpuWindowMs: 5000, warmup: 200 },
+      idleGatewayEnv: {},
+      noiseMs: 3000,
+      warmupMs: 1500
+    }
+
+if (args.rounds !== undefined) CFG.rounds = CFG.latRounds = CFG.replayRounds = Number(args.rounds)
+
+const log = (...a) => process.stderr.write(`[bench ${((Date.now() - t0) / 1000).toFixed(0).padStart(4)}s] ${a.join(' ')}\n`)
+const t0 = Date.now()
+const loadAtStart = os.loadavg().map(v => v.toFixed(1)).join(' ')
+const runId = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`
+const keyPrefix = `mcpgw-bench-${runId}:`
+const tmp = mkdtempSync(join(os.tmpdir(), 'mcpgw-bench-'))
+
+const ctx = { controlAgent: new http.Agent({ keepAlive: true, maxSockets: 4 }) }
+const results = { thr1: {}, thr100: {}, lat1k: {}, lat10k: {}, replay: {}, idle: {} }
+const errors = []
+let nginxBin
+
+// A hard bound on the whole run: whatever happens, everything is stopped.
+const HARD_LIMIT_MS = (QUICK ? 5 : 20) * 60_000
+const hardStop = setTimeout(() => {
+  log(`run exceeded ${HARD_LIMIT_MS / 60_000} minutes: stopping everything`)
+  cleanup().finally(() => process.exit(3))
+}, HARD_LIMIT_MS)
+hardStop.unref()
+
+let cleaned = false
+async function cleanup () {
+  if (cleaned) return
+  cleaned = true
+  await stopAll()
+  if (ctx.redis !== undefined) {
+    try {
+      const removed = await deletePrefix(ctx.redis, keyPrefix)
+      log(`redis: removed ${removed} keys under ${keyPrefix}`)
+    } catch (err) { log(`redis cleanup failed: ${err.message}`) }
+    ctx.redis.disconnect()
+  }
+  ctx.controlAgent.destroy()
+  rmSync(tmp, { recursive: true, force: true })
+}
+// A stray rejection (a socket reset somewhere in 10,000 streams) is recorded, never fatal.
+process.on('unhandledRejection', (err) => {
+  errors.push({ scenario: 'unhandled', error: String(err?.stack ?? err) })
+  log(`unhandled rejection: ${err?.message ?? err}`)
+})
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.on(sig, () => {
+    log(`${sig}: stopping everything`)
+    cleanup().finally(() => process.exit(130))
+  })
+}
+
+/** Run `fn(path, round)` for every path, `rounds` times, the path order rotated each round. */
+async function interleaved (name, paths, rounds, fn) {
+  const perPath = Object.fromEntries(paths.map(p => [p.id, []]))
+  for (let r = 0; r < rounds; r++) {
+    const order = paths.map((_, i) => paths[(i + r) % paths.length])
+    for (const path of order) {
+      try {
+        const value = await fn(path, r)
+        perPath[path.id].push(value)
+        log(`${name} round ${r + 1}/${rounds} ${path.id}: ${brief(value)}`)
+      } catch (err) {
+        errors.push({ scenario: name, path: path.id, round: r, error: err.message })
+        log(`${name} round ${r + 1}/${rounds} ${path.id}: ERROR ${err.message}`)
+      }
+    }
+  }
+  return perPath
+}
+
+function brief (v) {
+  if (v.eventsPerSec !== undefined && v.p99 !== undefined) return `p50 ${v.p50.toFixed(2)} ms p99 ${v.p99.toFixed(2)} ms max ${v.max.toFixed(1)} ms (${Math.round(v.eventsPerSec)} ev/s), proxy cpu ${v.cpuPct.toFixed(0)}%, machine busy ${v.machineBusyPct.toFixed(0)}%${Number.isFinite(v.redisCpuPct) && v.redisCpuPct > 0 ? `, redis ${v.redisCpuPct.toFixed(0)}%` : ''}${v.lost ? `, ${v.lost} LOST` : ''}${v.reconnects ? `, ${v.reconnects} reconnects` : ''}`
+  if (v.firstByteMs !== undefined) return `${v.replayed} events, first byte ${v.firstByteMs.toFixed(2)} ms, ${Math.round(v.eventsPerSec)} ev/s`
+  if (v.eventsPerSec !== undefined) return `${Math.round(v.eventsPerSec)} ev/s, proxy cpu ${v.cpuPct.toFixed(0)}% (${v.cpuUsPerEvent.toFixed(2)} us/ev), client ${v.clientCpuPct.toFixed(0)}% (${v.clientCpuUsPerEvent.toFixed(2)} us/ev), machine busy ${v.machineBusyPct.toFixed(0)}%${v.redis ? `, redis ${v.redisCpuPct.toFixed(0)}%` : ''}${v.reconnects ? `, ${v.reconnects} reconnects` : ''}${v.closedEarly ? `, ${v.closedEarly} closed early` : ''}`
+  return JSON.stringify(v)
+}
+
+/** Medians over rounds of every numeric field. */
+function medians (rounds) {
+  if (rounds.length === 0) return null
+  const out = { rounds: rounds.length }
+  for (const key of Object.keys(rounds[0])) {
+    if (typeof rounds[0][key] === 'number') out[key] = median(rounds.map(r => r[key]))
+  }
+  if (rounds[0].max !== undefined) out.worstMax = Math.max(...rounds.map(r => r.max))
+  if (rounds.some(r => r.redis !== undefined)) {
+    const withCost = rounds.filter(r => r.redis !== undefined).map(r => r.redis)
+    out.redis = {}
+    for (const key of Object.keys(withCost[0])) {
+      if (typeof withCost[0][key] === 'number') out.redis[key] = median(withCost.map(c => c[key]))
+    }
+    out.redis.commandsCorrected = withCost[withCost.length >> 1].commandsCorrected
+  }
+  return out
+}
+
+async function main () {
+  if (!existsSync(gatewayMain)) throw new Error(`${gatewayMain} not found: build first (npm run build)`)
+  mkdirSync(outDir, { recursive: true })
+  const limits = nofileLimits()
+  log(`run ${runId}${QUICK ? ' (quick)' : ''}; fd limit soft ${limits.soft} hard ${limits.hard}`)
+
+  const want = new Set(pathIds)
+  if (want.has('nginx')) nginxBin = ensureNginx(log)
+
+  if (want.has('gw-redis')) {
+    try {
+      ctx.redis = await connectRedis(redisUrl)
+      ctx.redisPort = Number(new URL(redisUrl).port || 6379)
+    } catch (err) {
+      log(`redis at ${redisUrl} unavailable (${err.message}): gw-redis skipped`)
+      errors.push({ scenario: 'setup', path: 'gw-redis', error: `redis unavailable: ${err.message}` })
+      want.delete('gw-redis')
+    }
+  }
+
+  const upstream = start('upstream', process.execPath, [join(here, 'lib/upstream.mjs')], { readyLine: true, env: { PORT: '0' } })
+  ctx.upstreamPort = (await upstream.ready).port
+  const paths = []
+  if (want.has('direct')) paths.push({ id: 'direct', port: ctx.upstreamPort, pid: upstream.pid })
+  if (want.has('nginx')) {
+    const port = await freePort()
+    const proc = startNginx({ bin: nginxBin, dir: join(tmp, 'nginx'), port, upstreamPort: ctx.upstreamPort, nofile: limits.hard })
+    await waitHttp(`http://127.0.0.1:${port}/bench/stats`, { proc })
+    paths.push({ id: 'nginx', port, pid: proc.pid, proc })
+  }
+  if (want.has('node')) {
+    const proc = start('node-proxy', process.execPath, [join(here, 'lib/node-proxy.mjs')], { readyLine: true, env: { PORT: '0', UPSTREAM_PORT: String(ctx.upstreamPort) } })
+    paths.push({ id: 'node', port: (await proc.ready).port, pid: proc.pid, proc })
+  }
+  for (const [suffix, main] of [['', gatewayMain], ['-b', gatewayMainB]]) {
+    if (main === undefined) continue
+    if (!existsSync(main)) throw new Error(`${main} not found`)
+    if (want.has('gw-memory')) {
+      const gw = await startGateway({ name: `gw-memory${suffix}`, main, upstreamPort: ctx.upstreamPort })
+      paths.push({ id: `gw-memory${suffix}`, store: 'memory', port: gw.port, pid: gw.pid, adminPort: gw.adminPort, proc: gw.proc })
+    }
+    if (want.has('gw-redis')) {
+      const gw = await startGateway({ name: `gw-redis${suffix}`, main, upstreamPort: ctx.upstreamPort, redisUrl, keyPrefix })
+      paths.push({ id: `gw-redis${suffix}`, store: 'redis', port: gw.port, pid: gw.pid, adminPort: gw.adminPort, proc: gw.proc })
+    }
+  }
+  log(`paths: ${paths.map(p => `${p.id}:${p.port}`).join(' ')}`)
+
+  // Other users of a shared Redis show up in INFO commandstats: measure that background first.
+  if (ctx.redis !== undefined) {
+    const a = await commandStats(ctx.redis)
+    await sleep(CFG.noiseMs)
+    const d = diffStats(a, await commandStats(ctx.redis))
+    delete d.info
+    ctx.redisNoisePerSec = Object.fromEntries(Object.entries(d).map(([k, v]) => [k, v / (CFG.noiseMs / 1000)]))
+    results.redisNoisePerSec = ctx.redisNoisePerSec
+  }
+
+  // Warm-up (JIT, pools), not measured.
+  for (const path of paths) {
+    await throughputRound(ctx, path, 4, { warmupMs: CFG.warmupMs, windowMs: 200 }).catch(err => log(`warm-up ${path.id}: ${err.message}`))
+  }
+  const gwRedis = paths.find(p => p.id === 'gw-redis')
+  if (gwRedis !== undefined) results.redisConnectionsAtRest = connectionsTo(gwRedis.pid, ctx.redisPort).length
+
+  if (scenarios.includes('thr1')) {
+    log('throughput, 1 session')
+    results.thr1 = await interleaved('thr1', paths, CFG.rounds, p => throughputRound(ctx, p, 1, CFG.thr))
+  }
+  if (scenarios.includes('thr100')) {
+    log('throughput, 100 sessions')
+    results.thr100 = await interleaved('thr100', paths, CFG.rounds, p => throughputRound(ctx, p, 100, CFG.thr))
+  }
+  if (scenarios.includes('lat1k')) {
+    log(`latency at 1,000 events/s (${CFG.latSessions} sessions)`)
+    results.lat1k = await interleaved('lat1k', paths, CFG.latRounds, p => latencyRound(ctx, p, CFG.latSessions, 1000 / CFG.latSessions, CFG.lat))
+  }
+  if (scenarios.includes('lat10k')) {
+    log(`latency at 10,000 events/s (${CFG.latSessions} sessions)`)
+    results.lat10k = await interleaved('lat10k', paths, CFG.latRounds, p => latencyRound(ctx, p, CFG.latSessions, 10_000 / CFG.latSessions, CFG.lat))
+  }
+  if (scenarios.includes('replay')) {
+    const gateways = paths.filter(p => p.id.startsWith('gw-'))
+    log(`replay of ${CFG.replayEvents} events`)
+    results.replay = await interleaved('replay', gateways, CFG.replayRounds, p => replayRound(ctx, p, CFG.replayEvents))
+  }
+
+  // The shared long-running proxies are done; idle capacity uses fresh ones (RSS from a clean start).
+  for (const p of paths) if (p.proc !== undefined) await stop(p.proc)
+  if (scenarios.includes('idle')) {
+    // Each idle stream costs a proxy two descriptors (client + upstream socket), and
+    // pooled keep-alive connections (from the initialize POSTs) need room too.
+    const fit = Math.floor((limits.hard - 600) / 2)
+    const count = Math.min(CFG.idleStreams, fit)
+    results.idleNote = count < CFG.idleStreams
+      ? `${count} streams instead of ${CFG.idleStreams}: the hard RLIMIT_NOFILE here is ${limits.hard} and each stream costs a proxy 2 descriptors, plus room for pooled connections (raising the hard limit needs CAP_SYS_RESOURCE)`
+      : undefined
+    if (results.idleNote !== undefined) log(results.idleNote)
+    for (const id of ['nginx', 'node', 'gw-memory', 'gw-redis'].filter(i => want.has(i))) {
+      let path
+      try {
+        path = await freshPath(id, limits)
+        path.store = id === 'gw-redis' ? 'redis' : id === 'gw-memory' ? 'memory' : undefined
+        log(`idle: ${count} streams through ${id}`)
+        const value = await idleRun(ctx, path, count, CFG.idle)
+        results.idle[id] = [value]
+        log(`idle ${id}: ${value.accepted}/${value.attempted} accepted, ${value.kbPerStream.toFixed(1)} KB/stream, cpu at rest ${value.cpuPctAtRest.toFixed(2)}%, opened in ${value.openSeconds.toFixed(1)} s`)
+      } catch (err) {
+        errors.push({ scenario: 'idle', path: id, error: err.message })
+        log(`idle ${id}: ERROR ${err.message}`)
+      } finally {
+        if (path?.proc !== undefined) await stop(path.proc, 10_000)
+        await request(ctx.upstreamPort, { method: 'POST', path: '/bench/reset', agent: ctx.controlAgent }).catch(() => {})
+        await sleep(500)
+      }
+    }
+  }
+  await stop(upstream)
+}
+
+async function freshPath (id, limits) {
+  if (id === 'nginx') {
+    const port = await freePort()
+    const proc = startNginx({ bin: nginxBin, dir: join(tmp, 'nginx-idle'), port, upstreamPort: ctx.upstreamPort, nofile: limits.hard })
+    await waitHttp(`http://127.0.0.1:${port}/bench/stats`, { proc })
+    return { id, port, pid: proc.pid, proc }
+  }
+  if (id === 'node') {
+    const proc = start('node-proxy-idle', process.execPath, [join(here, 'lib/node-proxy.mjs')], { readyLine: true, env: { PORT: '0', UPSTREAM_PORT: String(ctx.upstreamPort) } })
+    return { id, port: (await proc.ready).port, pid: proc.pid, proc }
+  }
+  const gw = await startGateway({
+    name: `${id}-idle`,
+    main: gatewayMain,
+    upstreamPort: ctx.upstreamPort,
+    env: CFG.idleGatewayEnv,
+    ...(id === 'gw-redis' ? { redisUrl, keyPrefix } : {})
+  })
+  return { id, port: gw.port, pid: gw.pid, adminPort: gw.adminPort, proc: gw.proc }
+}
+
+function meanBusy () {
+  const all = []
+  for (const scen of ['thr1', 'thr100', 'lat1k', 'lat10k']) {
+    for (const rounds of Object.values(results[scen])) for (const r of rounds) if (Number.isFinite(r.machineBusyPct)) all.push(r.machineBusyPct)
+  }
+  return all.length === 0 ? undefined : all.reduce((a, b) => a + b, 0) / all.length
+}
+
+function machine () {
+  const git = (...a) => { try { return execFileSync('git', ['-C', root, ...a], { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim() } catch { return '' } }
+  return {
+    cpu: os.cpus()[0]?.model ?? 'unknown',
+    cores: os.cpus().length,
+    memoryGiB: Math.round(os.totalmem() / 2 ** 30),
+    kernel: os.release(),
+    node: process.version,
+    nginx: nginxBin === undefined ? undefined : nginxVersion(nginxBin),
+    gatewayCommit: args.label ?? git('rev-parse', '--short', 'HEAD'),
+    gatewayDirty: args.label === undefined && git('status', '--porcelain', '--', 'src').length > 0,
+    gatewayMain: gatewayMain.replace(root + '/', ''),
+    ...(gatewayMainB === undefined ? {} : { gatewayB: gatewayMainB.replace(root + '/', ''), gatewayBLabel: args['label-b'] ?? 'B' }),
+    loadAtStart,
+    busyPctMean: meanBusy()
+  }
+}
+
+let exitCode = 0
+try {
+  await main()
+} catch (err) {
+  exitCode = 1
+  errors.push({ scenario: 'run', error: err.stack ?? err.message })
+  log(`FAILED: ${err.stack ?? err.message}`)
+} finally {
+  const redisVer = ctx.redis !== undefined ? await redisVersion(ctx.redis).catch(() => 'unknown') : undefined
+  await cleanup()
+  clearTimeout(hardStop)
+  const summary = {
+    thr1: Object.fromEntries(Object.entries(results.thr1).map(([k, v]) => [k, medians(v)])),
+    thr100: Object.fromEntries(Object.entries(results.thr100).map(([k, v]) => [k, medians(v)])),
+    lat1k: Object.fromEntries(Object.entries(results.lat1k).map(([k, v]) => [k, medians(v)])),
+    lat10k: Object.fromEntries(Object.entries(results.lat10k).map(([k, v]) => [k, medians(v)])),
+    replay: Object.fromEntries(Object.entries(results.replay).map(([k, v]) => [k, medians(v)])),
+    idle: Object.fromEntries(Object.entries(results.idle).map(([k, v]) => [k, v[0]])),
+    idleNote: results.idleNote,
+    labelB: args['label-b'],
+    redisConnectionsAtRest: results.redisConnectionsAtRest
+  }
+  const report = {
+    name: reportName,
+    date: new Date().toISOString(),
+    quick: QUICK,
+    durationSeconds: Math.round((Date.now() - t0) / 1000),
+    machine: { ...machine(), redis: redisVer },
+    config: { ...CFG, nice, paths: pathIds, scenarios, redisUrl: redisUrl.replace(/\/\/[^@]*@/, '//***@'), keyPrefix, latencyClock: 'CLOCK_MONOTONIC (process.hrtime), shared by all processes' },
+    summary,
+    targets: evaluate(summary),
+    rounds: results,
+    errors
+  }
+  const files = await writeReports(report, outDir, reportName, log)
+  log(`wrote ${files.join(', ')}`)
+  if (errors.length > 0) exitCode ||= 1
+  process.exit(exitCode)
+}
