@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { EventStore, StreamNotice } from '../store/contract.js'
+import type { EventStore, StoredEvent, StreamNotice } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
 
@@ -21,12 +21,18 @@ export interface FollowOptions {
  * so nothing appended in between is missed; contiguous sequence numbers tell
  * whether a notice continues what was written or a read must fill a hole.
  */
+/** Most events kept from notices during one read. */
+const HELD_MAX = 10_000
+
 export class StreamFollower {
   readonly #o: FollowOptions
   #unsubscribe: (() => void) | undefined
   #reading = false
   #dirty = false
   #stopped = false
+  /** Events that notices carried while a read was in flight: written after it when they continue it. */
+  #held: StoredEvent[] = []
+  #heldEnd: number | undefined
 
   constructor (options: FollowOptions) {
     this.#o = options
@@ -54,7 +60,13 @@ export class StreamFollower {
       return
     }
     if (this.#reading) {
-      this.#dirty = true
+      // Keep what the notice carries rather than read it back (bounded; beyond, read).
+      if (notice.events !== undefined && this.#held.length + notice.events.length <= HELD_MAX) {
+        for (const e of notice.events) this.#held.push(e)
+        if (notice.ended) this.#heldEnd = notice.toSeq
+      } else {
+        this.#dirty = true
+      }
       return
     }
     const first = notice.events?.[0]
@@ -68,6 +80,26 @@ export class StreamFollower {
       this.stop()
       client.close('completed', false)
     }
+  }
+
+  /** Write the held events that continue the client's position; a hole means a read. */
+  #applyHeld (): void {
+    const { client } = this.#o
+    const held = this.#held
+    this.#held = []
+    this.#heldEnd = undefined
+    let next = client.lastSeq + 1
+    let run = 0
+    for (const e of held) {
+      if (e.seq < next) continue
+      if (e.seq !== next) {
+        this.#dirty = true
+        break
+      }
+      held[run++] = e
+      next++
+    }
+    if (run > 0) client.writeEvents(held.slice(0, run))
   }
 
   /** The store lost this stream's history and started a new epoch: the client resumes and is told of the gap. */
@@ -107,7 +139,11 @@ export class StreamFollower {
         if (client.closed) return
         await client.drained()
         if (events.length === pageSize) continue
-        if (state.ended && this.#o.untilEnded && client.lastSeq >= state.lastSeq) {
+        const ended = state.ended || (this.#heldEnd !== undefined)
+        const endSeq = Math.max(state.lastSeq, this.#heldEnd ?? 0)
+        this.#applyHeld()
+        if (client.closed) return
+        if (ended && this.#o.untilEnded && client.lastSeq >= endSeq) {
           this.stop()
           client.close('completed', false)
           return

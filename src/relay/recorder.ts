@@ -48,6 +48,9 @@ function isResponseTo (data: string, id: string | number): boolean {
   }
 }
 
+/** Longest stretch one recorder runs before yielding to the rest of the process. */
+const FAIR_SLICE_MS = 5
+
 /** Waits between attempts to record a stream's end after the store refused it. */
 const END_RETRY_DELAYS_MS = [250, 1000, 2000, 4000, 8000]
 
@@ -144,9 +147,17 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
     if (endPending) o.log.error({ streamId: o.streamId }, 'could not record the end of the stream: resuming clients will not see it end')
   }
 
+  // A fast upstream keeps its socket readable and the store answers quickly, so this
+  // loop could hold the event loop for seconds; yield now and then so health checks,
+  // new sessions and other streams are served (fairness, not throughput).
+  let sliceStart = performance.now()
   try {
     for await (const chunk of o.body) {
       await append(decoder.push(chunk as Buffer), false)
+      if (performance.now() - sliceStart > FAIR_SLICE_MS) {
+        await new Promise(resolve => setImmediate(resolve))
+        sliceStart = performance.now()
+      }
     }
     await append(decoder.end(), o.endStreamOnFinish, 'upstream_error')
   } catch (err) {

@@ -54,7 +54,8 @@ export class SseDecoder {
     this.#parser = createParser({
       onEvent: (message: EventSourceMessage) => {
         if (this.#tooLarge) return
-        if (Buffer.byteLength(message.data) > this.#maxEventBytes) {
+        // A UTF-16 unit is at most 3 UTF-8 bytes: measure only events that could be too large.
+        if (message.data.length * 3 > this.#maxEventBytes && Buffer.byteLength(message.data) > this.#maxEventBytes) {
           this.#tooLarge = true
           return
         }
