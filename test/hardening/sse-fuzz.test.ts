@@ -149,6 +149,8 @@ interface Reference {
   ends: number[]
   /** Character ranges of lines longer than the bound: a cut there is the line bound, not a bug. */
   giants: Array<[number, number]>
+  /** The decoded text, to measure event blocks. */
+  text: string
 }
 
 const typeOf = (event: string | undefined): string => event === undefined || event === '' ? 'message' : event
@@ -178,7 +180,7 @@ function reference (bytes: Buffer, max: number): Reference {
   for (const match of text.matchAll(/[^\r\n]+/g)) {
     if (Buffer.byteLength(match[0]) > max) giants.push([match.index, match.index + match[0].length])
   }
-  return { events, ends, giants }
+  return { events, ends, giants, text }
 }
 
 /** eventsource-parser fed chunk by chunk exactly as the decoder was (to tell its own chunk dependence). */
@@ -249,7 +251,10 @@ function judge (ref: Reference, delivered: readonly Ev[], cutReason: 'none' | 't
   const to = k < ref.events.length ? ref.ends[k] as number : Number.POSITIVE_INFINITY
   // (An event completed by the read that carried a giant line counts as ending with it: +2 for its line break.)
   const lineBound = ref.giants.some(([start, end]) => end + 2 >= from && start < to)
-  if (k !== oversized && !lineBound) return { ok: true, note: 'split_terminators' }
+  // The bound is on an event's bytes on the wire (all its lines, ignored fields too), with
+  // 4 KiB of slack for field names: a block that large may be cut even if its data is small.
+  const blockBound = Buffer.byteLength(ref.text.slice(from, Math.min(to, ref.text.length))) > max + 4096
+  if (k !== oversized && !lineBound && !blockBound) return { ok: true, note: 'split_terminators' }
   if (answered && errorAnswer) return { ok: true, note: 'answer_after_response' }
   return { ok: true, ...(k !== oversized && { note: 'line_bound' as const }) }
 }
