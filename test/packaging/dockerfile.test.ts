@@ -9,11 +9,11 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
 import { cp, mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join, relative, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import { ConfigSchema } from '../../src/config/schema.js'
+import { freePort } from '../fixtures/net.js'
 
 const run = promisify(execFile)
 const ROOT = join(import.meta.dirname, '..', '..')
@@ -117,16 +117,6 @@ function dockerignoreRules (text: string): string[] {
 
 // ---------------------------------------------------------------------------
 // Process helpers
-
-async function freePort (): Promise<number> {
-  const server = createServer()
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  server.close()
-  await once(server, 'close')
-  return port
-}
 
 interface Started { child: ChildProcess, output: () => string }
 
