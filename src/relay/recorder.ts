@@ -5,6 +5,7 @@ import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.
 import type { EventInput, EventStore } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder, type UpstreamEvent } from '../sse/decoder.js'
+import { parseFrame } from '../sse/frame.js'
 
 export interface RecordOptions {
   readonly store: EventStore
@@ -37,9 +38,12 @@ export interface RecordOptions {
   readonly fence?: string
 }
 
-/** Cheap pre-check, then a parse: is this event the JSON-RPC response to `id`? */
-function isResponseTo (data: string, id: string | number): boolean {
-  if (!data.includes('"id"') || (!data.includes('"result"') && !data.includes('"error"'))) return false
+/** Cheap pre-check on the bytes, then a parse: is this event the JSON-RPC response to `id`? */
+function isResponseTo (e: EventInput, id: string | number): boolean {
+  const raw = e.frame ?? e.data
+  if (!raw.includes('"id"') || (!raw.includes('"result"') && !raw.includes('"error"'))) return false
+  const data = e.frame === undefined ? e.data : parseFrame(e.frame)?.data
+  if (data === undefined) return false
   try {
     const message = JSON.parse(data) as { id?: unknown, result?: unknown, error?: unknown }
     return message.id === id && (message.result !== undefined || message.error !== undefined)
@@ -60,7 +64,7 @@ export const GAP_MARKER_EVENT = 'gateway-gap'
 export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'aborted' | 'event_too_large' | 'lease_lost'
 
 function toInput (e: UpstreamEvent): EventInput {
-  return { data: e.data, event: e.event, upstreamId: e.id }
+  return e.id === undefined ? { frame: e.frame } : { frame: e.frame, upstreamId: e.id }
 }
 
 /**
@@ -79,7 +83,7 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   let answered = o.requestId === undefined
   /** The stream's end could not be recorded yet. */
   let endPending = false
-  let tooLargeMarker: UpstreamEvent | undefined
+  let tooLargeMarker: EventInput | undefined
   const marker = (): EventInput => ({ event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded }) })
   const errorAnswer = (reason: RecordOutcome): EventInput | undefined => {
     const data = answered ? undefined : o.failureResponse?.(reason)
@@ -87,10 +91,10 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   }
 
   /** Append one upstream read; false when the store refused it (degraded mode). */
-  const append = async (events: readonly UpstreamEvent[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> => {
+  const append = async (events: readonly EventInput[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> => {
     if (events.length === 0 && !end && unrecorded === 0) return true
-    const inputs = events.map(toInput)
-    let answers = !answered && inputs.some(e => isResponseTo(e.data, o.requestId as string | number))
+    const inputs = events.slice()
+    let answers = !answered && inputs.some(e => isResponseTo(e, o.requestId as string | number))
     if (end && !answered && !answers) {
       // The answer is over without its response: record an error answer in its place.
       const answer = errorAnswer(reason)
@@ -125,9 +129,9 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
     if (inputs.length > 0) {
       o.metrics.eventsRecorded.inc(inputs.length)
       let bytes = 0
-      for (const e of inputs) bytes += e.data.length
+      for (const e of inputs) bytes += e.frame !== undefined ? e.frame.length : e.data.length
       o.metrics.eventBytesRecorded.inc(bytes)
-      const last = events[events.length - 1]?.id
+      const last = events[events.length - 1]?.upstreamId
       if (last !== undefined && last !== '' && o.onUpstreamId !== undefined) o.onUpstreamId(last)
     }
     return true
@@ -153,13 +157,13 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   let sliceStart = performance.now()
   try {
     for await (const chunk of o.body) {
-      await append(decoder.push(chunk as Buffer), false)
+      await append(decoder.push(chunk as Buffer).map(toInput), false)
       if (performance.now() - sliceStart > FAIR_SLICE_MS) {
         await new Promise(resolve => setImmediate(resolve))
         sliceStart = performance.now()
       }
     }
-    await append(decoder.end(), o.endStreamOnFinish, 'upstream_error')
+    await append(decoder.end().map(toInput), o.endStreamOnFinish, 'upstream_error')
   } catch (err) {
     if (err instanceof SessionGoneError) {
       outcome = 'session_gone'
@@ -172,7 +176,7 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       outcome = 'event_too_large'
       // What came complete before the oversized event is recorded all the same, then a
       // gap marker says that the rest of this answer was cut off.
-      await append([...err.completed], false).catch(() => {})
+      await append(err.completed.map(toInput), false).catch(() => {})
       tooLargeMarker = { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'event_too_large', limit: o.maxEventBytes }) }
       o.metrics.eventsUnrecorded.inc({ reason: 'too_large' })
       o.metrics.gaps.inc({ reason: 'event_too_large' })
@@ -185,7 +189,7 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       o.log.warn({ err, streamId: o.streamId }, 'upstream SSE answer broke off')
     }
     o.body.destroy()
-    const closing: UpstreamEvent[] = tooLargeMarker === undefined ? [] : [tooLargeMarker]
+    const closing: EventInput[] = tooLargeMarker === undefined ? [] : [tooLargeMarker]
     if (o.endStreamOnFinish && outcome !== 'session_gone' && outcome !== 'lease_lost') {
       // Nothing more can arrive: mark the end so resuming clients are not left waiting,
       // with an error answer for the request unless its response is already stored.

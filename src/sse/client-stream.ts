@@ -8,6 +8,8 @@ import { encodeEventId, encodePrimingId, randomToken } from '../protocol/event-i
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
 import { formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry } from './frame.js'
 
+const BLANK_LINE = Buffer.from('\n')
+
 export interface ClientStreamOptions {
   readonly reply: FastifyReply
   readonly kind: StreamKind
@@ -41,11 +43,14 @@ export class ClientStream {
   readonly #onClose: Array<(outcome: CloseOutcome) => void> = []
   #closed = false
   #lastSeq = 0
+  /** `id: <epoch>.<stream>.`: an event's id line is this, its sequence number in base 36, a line break. */
+  readonly #idPrefix: string
 
   constructor (options: ClientStreamOptions) {
     this.kind = options.kind
     this.streamId = options.streamId
     this.epoch = options.epoch
+    this.#idPrefix = `id: ${encodeEventId({ epoch: options.epoch, streamId: options.streamId, seq: 0 }).slice(0, -1)}`
     this.#reply = options.reply
     this.#raw = options.reply.raw
     this.#priming = options.priming
@@ -81,17 +86,43 @@ export class ClientStream {
   /** Write events (contiguous, in order); those at or before lastSeq are skipped. Returns false once closed. */
   writeEvents (events: readonly StoredEvent[], replayed = false): boolean {
     if (this.#closed) return false
-    let text = ''
+    // One buffer per batch: each upstream frame as it came, then our id line
+    // (the last id field of an event is the one the client keeps).
+    const prefix = this.#idPrefix
+    let size = 0
     let count = 0
     let last = this.#lastSeq
     for (const e of events) {
       if (e.seq <= last) continue
-      text += formatEvent(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq: e.seq }), e.data, e.event)
+      size += e.frame !== undefined
+        ? e.frame.length + prefix.length + 15
+        : Buffer.byteLength(formatEvent(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq: e.seq }), e.data, e.event))
       last = e.seq
       count++
     }
     if (count === 0) return true
-    if (!this.#write(text)) return false
+    const out = Buffer.allocUnsafe(size)
+    let at = 0
+    for (const e of events) {
+      if (e.seq <= this.#lastSeq) continue
+      if (e.frame !== undefined) {
+        // A byte order mark starting a response body is dropped by clients: when a
+        // frame starts with one, an empty comment line keeps it where it was.
+        if (e.frame[0] === 0xef && e.frame[1] === 0xbb && e.frame[2] === 0xbf) {
+          out[at++] = 0x3a
+          out[at++] = 0x0a
+        }
+        out.set(e.frame, at)
+        at += e.frame.length
+        at += out.write(prefix, at, 'latin1')
+        at += out.write(e.seq.toString(36), at, 'latin1')
+        out[at++] = 0x0a
+        out[at++] = 0x0a
+      } else {
+        at += out.write(formatEvent(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq: e.seq }), e.data, e.event), at)
+      }
+    }
+    if (!this.#write(out.subarray(0, at))) return false
     this.#lastSeq = last
     this.#metrics.eventsDelivered.inc(count)
     if (replayed) this.#metrics.eventsReplayed.inc(count)
@@ -101,10 +132,12 @@ export class ClientStream {
   /** Events the store could not take (degraded mode): written without an id, they cannot be resumed. */
   writeUnrecorded (events: readonly EventInput[]): void {
     if (this.#closed || events.length === 0) return
-    let text = ''
-    for (const e of events) text += formatEventWithoutId(e.data, e.event)
+    const parts: Buffer[] = []
+    for (const e of events) {
+      parts.push(e.frame !== undefined ? Buffer.concat([e.frame, BLANK_LINE]) : Buffer.from(formatEventWithoutId(e.data, e.event)))
+    }
     this.#metrics.eventsDelivered.inc(events.length)
-    this.#write(text)
+    this.#write(Buffer.concat(parts))
   }
 
   /** An event the gateway made up (a repair answer), under an id of its choosing. */
@@ -147,7 +180,7 @@ export class ClientStream {
    * The bound applies to what earlier writes left unsent: one large write (a
    * replay page, a big event) to a client that reads promptly is fine.
    */
-  #write (text: string): boolean {
+  #write (text: string | Buffer): boolean {
     if (this.#raw.writableLength > this.#maxBufferBytes) {
       this.#metrics.slowClientDisconnects.inc()
       this.#log.warn({ streamId: this.streamId, buffered: this.#raw.writableLength }, 'client too slow: closing its stream, it resumes from the store')

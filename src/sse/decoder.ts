@@ -1,72 +1,95 @@
-import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser'
 import { EventTooLargeError } from '../errors.js'
 
+/**
+ * One complete upstream SSE event, as bytes: its field lines exactly as the
+ * upstream sent them, each with its line break, without the blank line that
+ * ended the event. The gateway forwards these bytes and adds its own `id:`
+ * line after them (the last id field of an event is the one a client keeps),
+ * so the upstream's data is never parsed or re-serialised on the hot path.
+ */
 export interface UpstreamEvent {
-  readonly data: string
-  readonly event?: string | undefined
+  readonly frame: Buffer
+  /** The upstream's own id field (the last one of the event), when it sent one. */
   readonly id?: string | undefined
 }
 
-/** Room for field names and line breaks around an event's data in the pending bound. */
-const FIELD_SLACK_BYTES = 4096
+const LF = 0x0a
+const CR = 0x0d
+const COLON = 0x3a
+const BOM = Buffer.from([0xef, 0xbb, 0xbf])
 
-function isLineBreak (c: string | undefined): boolean {
-  return c === '\n' || c === '\r'
+/** Does the line [start, end) of `buf` name the field `name` ("name" alone, or "name:...")? */
+function isField (buf: Buffer, start: number, end: number, name: string): boolean {
+  const n = name.length
+  if (end - start < n || (end - start > n && buf[start + n] !== COLON)) return false
+  for (let i = 0; i < n; i++) if (buf[start + i] !== name.charCodeAt(i)) return false
+  return true
+}
+
+/** The value of a field line: after the colon, one leading space dropped. */
+function fieldValue (buf: Buffer, start: number, end: number, nameLength: number): string {
+  let from = start + nameLength + 1
+  if (from < end && buf[from] === 0x20) from++
+  return from >= end ? '' : buf.toString('utf8', from, end)
+}
+
+/** An event found in a read, by its offsets. */
+interface Found {
+  readonly start: number
+  readonly end: number
+  readonly id: string | undefined
 }
 
 /**
- * Index just past the last blank line (two line breaks in a row, in any of
- * SSE's spellings: LF, CR, CRLF) in `text`, or -1. Scans backwards, so a
- * block being assembled costs one pass over the newest read.
+ * The events of one read as views of ONE copy of the bytes they span: stored
+ * events then hold on to no more than their own read's events, never to a
+ * read buffer or to the block still being assembled.
  */
-function lastBoundary (text: string): number {
-  for (let j = text.length - 1; j > 0; j--) {
-    const c = text[j]
-    if (!isLineBreak(c)) continue
-    // The line break ending at j starts at j-1 when it is CRLF.
-    const start = c === '\n' && text[j - 1] === '\r' ? j - 1 : j
-    if (isLineBreak(text[start - 1])) return j + 1
-  }
-  return -1
+function materialize (buf: Buffer, found: readonly Found[]): UpstreamEvent[] {
+  const first = found[0]
+  if (first === undefined) return []
+  const base = first.start
+  const copy = Buffer.from(buf.subarray(base, (found[found.length - 1] as Found).end))
+  return found.map(f => f.id === undefined
+    ? { frame: copy.subarray(f.start - base, f.end - base) }
+    : { frame: copy.subarray(f.start - base, f.end - base), id: f.id })
 }
 
 /**
- * Turns the upstream's SSE bytes into events, one batch per read, so a batch
- * can be stored in one round trip. Parsing is eventsource-parser's; this adds
- * UTF-8 decoding across chunk boundaries and a bound on one event's size in
- * bytes (an upstream that never ends an event must not grow memory without
- * limit). Comments and keep-alives never count against the bound.
+ * Splits the upstream's SSE bytes into events, one batch per read, so a batch
+ * can be stored in one round trip. It finds event boundaries (blank lines in
+ * any of SSE's spellings: LF, CR, CRLF, even split across reads) and which
+ * blocks are events (a block without a `data` field dispatches nothing), and
+ * reads the few fields the gateway needs (`id`, `retry`); it never decodes an
+ * event's data. A leading byte order mark is dropped, as a client would.
+ *
+ * MAX_EVENT_BYTES bounds an event's bytes on the wire (all its lines): an
+ * upstream that never ends an event must not grow memory without limit.
  */
 export class SseDecoder {
-  readonly #parser: EventSourceParser
-  readonly #decoder = new TextDecoder('utf-8')
   readonly #maxEventBytes: number
-  #batch: UpstreamEvent[] = []
-  /** Bytes received since the last blank line: the size of the block being assembled. */
-  #pendingBytes = 0
+  /** Bytes of the block being assembled (everything since the last boundary). */
+  #pending: Buffer | undefined
+  /** Where scanning stopped in #pending: the start of its unfinished line. */
+  #scanned = 0
+  #hasData = false
+  /** The block's last id line, as offsets into #pending. */
+  #idStart = -1
+  #idEnd = -1
+  /** The previous read ended with CR: an LF starting the next read belongs to it. */
+  #skipLf = false
+  #atStart = true
   #retry: number | undefined
-  #tooLarge = false
-  /** The end of the previous read, so a blank line split across two reads is seen. */
-  #tail = ''
+  #lastId: string | undefined
 
   constructor (maxEventBytes: number) {
     this.#maxEventBytes = maxEventBytes
-    this.#parser = createParser({
-      onEvent: (message: EventSourceMessage) => {
-        if (this.#tooLarge) return
-        // A UTF-16 unit is at most 3 UTF-8 bytes: measure only events that could be too large.
-        if (message.data.length * 3 > this.#maxEventBytes && Buffer.byteLength(message.data) > this.#maxEventBytes) {
-          this.#tooLarge = true
-          return
-        }
-        this.#batch.push({ data: message.data, event: message.event, id: message.id })
-      },
-      onRetry: (ms: number) => { this.#retry = ms }
-    })
   }
 
   /** The upstream's own retry hint, if it sent one. */
   get retry (): number | undefined { return this.#retry }
+  /** The upstream's last event id, also from blocks that carried no data. */
+  get lastId (): string | undefined { return this.#lastId }
 
   /**
    * Feed one chunk; returns the events it completed (possibly none). Throws
@@ -74,35 +97,130 @@ export class SseDecoder {
    * complete events that came before it, which are still to be recorded.
    */
   push (chunk: Uint8Array): UpstreamEvent[] {
-    const text = this.#decoder.decode(chunk, { stream: true })
-    this.#parser.feed(text)
-    const window = this.#tail + text
-    const boundary = lastBoundary(window)
-    this.#pendingBytes = boundary === -1 ? this.#pendingBytes + chunk.byteLength : Buffer.byteLength(window.slice(boundary))
-    this.#tail = window.slice(-3)
-    return this.#take()
+    let bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
+    if (this.#skipLf && bytes.length > 0) {
+      this.#skipLf = false
+      if (bytes[0] === LF) bytes = bytes.subarray(1)
+    }
+    if (this.#atStart) {
+      const pending = this.#pending === undefined ? bytes : Buffer.concat([this.#pending, bytes])
+      // Too short to tell whether it starts with a byte order mark: wait for more.
+      if (pending.length < BOM.length && BOM.subarray(0, pending.length).equals(pending)) {
+        this.#pending = pending
+        return []
+      }
+      this.#atStart = false
+      this.#pending = undefined
+      bytes = pending.subarray(0, BOM.length).equals(BOM) ? pending.subarray(BOM.length) : pending
+    }
+    if (bytes.length === 0) return []
+    const buf = this.#pending === undefined ? bytes : Buffer.concat([this.#pending, bytes])
+    return this.#scan(buf)
   }
 
   /** End of the upstream body: an unterminated last event is discarded, as the SSE spec says. */
   end (): UpstreamEvent[] {
-    // eventsource-parser holds a CR until it sees what follows (it may be CRLF), even
-    // across reads. Ending the last line releases it; a line that already ended
-    // with LF must not get a second one, which would complete an unfinished event.
-    const rest = this.#decoder.decode()
-    const last = (this.#tail + rest).slice(-1)
-    this.#parser.feed(last === '\n' || last === '' ? rest : rest + '\n')
-    return this.#take()
+    this.#pending = undefined
+    this.#scanned = 0
+    return []
   }
 
-  #take (): UpstreamEvent[] {
-    const batch = this.#batch
-    this.#batch = []
-    // The pending block also holds field names ("data: " per line): allow for them,
-    // so the verdict on a complete event is the same however it was chunked.
-    if (this.#tooLarge || this.#pendingBytes > this.#maxEventBytes + FIELD_SLACK_BYTES) {
-      this.#tooLarge = true
-      throw new EventTooLargeError(this.#maxEventBytes, batch)
+  #scan (buf: Buffer): UpstreamEvent[] {
+    const events: Found[] = []
+    let blockStart = 0
+    let pos = this.#scanned
+    // Most upstreams end lines with LF alone: then one search per line does.
+    const anyCr = buf.indexOf(CR, pos) !== -1
+    for (;;) {
+      let end: number
+      let next: number
+      if (!anyCr) {
+        end = buf.indexOf(LF, pos)
+        if (end === -1) break
+        next = end + 1
+      } else {
+        const lf = buf.indexOf(LF, pos)
+        const cr = buf.indexOf(CR, pos)
+        if (lf === -1 && cr === -1) break
+        end = cr === -1 || (lf !== -1 && lf < cr) ? lf : cr
+        if (buf[end] === CR) {
+          if (end + 1 < buf.length) {
+            next = buf[end + 1] === LF ? end + 2 : end + 1
+          } else {
+            // A CR ending the read ends its line; a following LF is part of it.
+            next = end + 1
+            this.#skipLf = true
+          }
+        } else {
+          next = end + 1
+        }
+      }
+      if (end === pos) {
+        // A blank line: the block is over.
+        if (pos > blockStart) this.#dispatch(buf, blockStart, pos, events)
+        blockStart = next
+      } else {
+        this.#field(buf, pos, end)
+      }
+      pos = next
     }
-    return batch
+    const rest = buf.length - blockStart
+    if (rest > this.#maxEventBytes) {
+      this.#pending = undefined
+      throw new EventTooLargeError(this.#maxEventBytes, materialize(buf, events))
+    }
+    if (rest === 0) {
+      this.#pending = undefined
+      this.#scanned = 0
+    } else {
+      // Keep only the unfinished block (a copy: the read's buffer is not pinned by it).
+      this.#pending = Buffer.from(buf.subarray(blockStart))
+      this.#scanned = pos - blockStart
+      if (this.#idStart !== -1) {
+        this.#idStart -= blockStart
+        this.#idEnd -= blockStart
+      }
+    }
+    return materialize(buf, events)
+  }
+
+  /** Note what the gateway needs from one field line [start, end). */
+  #field (buf: Buffer, start: number, end: number): void {
+    switch (buf[start]) {
+      case 0x64: // d
+        if (!this.#hasData && isField(buf, start, end, 'data')) this.#hasData = true
+        break
+      case 0x69: // i
+        if (isField(buf, start, end, 'id')) {
+          this.#idStart = start
+          this.#idEnd = end
+        }
+        break
+      case 0x72: // r
+        if (isField(buf, start, end, 'retry')) {
+          const value = fieldValue(buf, start, end, 5)
+          if (/^\d+$/.test(value)) this.#retry = Number(value)
+        }
+        break
+    }
+  }
+
+  #dispatch (buf: Buffer, start: number, end: number, events: Found[]): void {
+    let id: string | undefined
+    if (this.#idStart !== -1) {
+      const value = fieldValue(buf, this.#idStart, this.#idEnd, 2)
+      // An id containing NUL is ignored by clients (SSE spec).
+      if (!value.includes('\0')) {
+        id = value
+        this.#lastId = value
+      }
+    }
+    if (this.#hasData) {
+      if (end - start > this.#maxEventBytes) throw new EventTooLargeError(this.#maxEventBytes, materialize(buf, events))
+      events.push({ start, end, id })
+    }
+    this.#hasData = false
+    this.#idStart = -1
+    this.#idEnd = -1
   }
 }

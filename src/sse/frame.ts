@@ -1,8 +1,9 @@
 /**
  * SSE framing of the gateway's outgoing events (WHATWG HTML, "Server-sent
- * events"). The upstream's data is written as it came: only line breaks are
- * re-framed as one `data:` line each.
+ * events"). Upstream events go out as the bytes the upstream sent (see
+ * sse/decoder.ts); these frame what the gateway says itself.
  */
+import { createParser } from 'eventsource-parser'
 
 /** Event type of the gateway's own gap notices; MCP clients only act on "message". */
 export const GAP_EVENT = 'gateway-gap'
@@ -45,4 +46,25 @@ export function formatComment (text: string): string {
  */
 export function formatGap (notice: Record<string, unknown>): string {
   return `event: ${GAP_EVENT}\ndata: ${JSON.stringify(notice)}\n\n`
+}
+
+/** The field lines of an event the gateway makes itself, in the form upstream events are stored in. */
+export function textFrame (data: string, event?: string): Buffer {
+  const framed = formatEventWithoutId(data, event)
+  // Without the blank line: a frame ends with its last field line.
+  return Buffer.from(framed.slice(0, -1))
+}
+
+/**
+ * What a client makes of a stored frame: its data and event type, by the
+ * same parser clients use. Off the hot path (tests, and the check whether a
+ * request stream's event answers its request).
+ */
+export function parseFrame (frame: Buffer): { data: string, event: string | undefined } | undefined {
+  let parsed: { data: string, event: string | undefined } | undefined
+  const parser = createParser({ onEvent: e => { parsed ??= { data: e.data, event: e.event } } })
+  // A frame never starts a stream: a byte order mark in it is data, as for a client.
+  parser.feed(new TextDecoder('utf-8', { ignoreBOM: true }).decode(frame))
+  parser.feed('\n\n')
+  return parsed
 }

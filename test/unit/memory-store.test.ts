@@ -27,7 +27,8 @@ async function all (store: MemoryEventStore, session: string, stream: string): P
 }
 
 function bytesOf (e: EventInput): number {
-  return Buffer.byteLength(e.data) + (e.event?.length ?? 0) + (e.upstreamId?.length ?? 0)
+  const upstreamId = e.upstreamId?.length ?? 0
+  return e.frame !== undefined ? e.frame.length + upstreamId : Buffer.byteLength(e.data) + (e.event?.length ?? 0) + upstreamId
 }
 
 t.test('the byte cap evicts the least recently appended stream first', async (t) => {

@@ -10,6 +10,7 @@ import {
 import { SseDecoder, type UpstreamEvent } from '../../src/sse/decoder.js'
 import { EventTooLargeError } from '../../src/errors.js'
 import { encodeEventId } from '../../src/protocol/event-id.js'
+import { dataOf, eventOf } from '../fixtures/events.js'
 
 interface Parsed {
   events: EventSourceMessage[]
@@ -53,8 +54,9 @@ function byteByByte (bytes: Uint8Array): Uint8Array[] {
 /** Events as plain objects, for t.same (undefined fields removed). */
 function plain (events: readonly UpstreamEvent[]): Array<Record<string, string>> {
   return events.map((e) => {
-    const o: Record<string, string> = { data: e.data }
-    if (e.event !== undefined) o.event = e.event
+    const o: Record<string, string> = { data: dataOf(e) }
+    const event = eventOf(e)
+    if (event !== undefined) o.event = event
     if (e.id !== undefined) o.id = e.id
     return o
   })
@@ -215,13 +217,13 @@ t.test('SseDecoder', async (t) => {
     t.same(plain(events), [{ data: 'a' }, { data: 'b' }])
   })
 
-  t.test('an event ended by CR CR is delivered at the latest at the end of the body', async (t) => {
-    // eventsource-parser holds a final CR in case an LF follows; end() completes it.
+  t.test('an event ended by CR CR at the end of a read is delivered with that read', async (t) => {
     const decoder = new SseDecoder(1024)
-    t.same(plain([...decoder.push(utf8('data: a\r\r')), ...decoder.push(utf8('data: b\r\r'))]), [{ data: 'a' }], 'a later chunk releases it')
-    const again = new SseDecoder(1024)
-    const batches = [...again.push(utf8('data: last\r\r')), ...again.end()]
-    t.same(plain(batches), [{ data: 'last' }], 'end() at the latest returns it')
+    t.same(plain(decoder.push(utf8('data: a\r\r'))), [{ data: 'a' }], 'not held back for the next read')
+    // The LF that may follow belongs to the blank line (CRLF): it starts nothing new.
+    t.same(plain(decoder.push(utf8('\ndata: b\r\r'))), [{ data: 'b' }])
+    t.same(plain(decoder.push(utf8('\n\ndata: c\n\n'))), [{ data: 'c' }], 'an LF after that is a blank line of its own (nothing to dispatch)')
+    t.same(decoder.end(), [])
   })
 
   t.test('comments are ignored', async (t) => {
@@ -247,8 +249,8 @@ t.test('SseDecoder', async (t) => {
     const text = 'id: up-1\ndata: a\n\ndata: b\n\nid: up-2\nevent: message\ndata: c\n\nid\ndata: d\n\n'
     const { events } = decodeChunks([utf8(text)])
     t.same(events.map(e => e.id), ['up-1', undefined, 'up-2', ''])
-    t.same(events.map(e => e.event), [undefined, undefined, 'message', undefined], 'the upstream\'s type is kept as sent')
-    t.same(events.map(e => e.data), ['a', 'b', 'c', 'd'])
+    t.same(events.map(eventOf), [undefined, undefined, 'message', undefined], 'the upstream\'s type is kept as sent')
+    t.same(events.map(dataOf), ['a', 'b', 'c', 'd'])
   })
 
   t.test('an id containing NUL is ignored', async (t) => {
@@ -264,13 +266,13 @@ t.test('SseDecoder', async (t) => {
   t.test('field parsing follows the SSE spec', async (t) => {
     const text = 'data:no-space\n\ndata:  two spaces\n\ndata\n\nunknown: x\ndata: z\n\n'
     const { events } = decodeChunks([utf8(text)])
-    t.same(events.map(e => e.data), ['no-space', ' two spaces', '', 'z'])
+    t.same(events.map(dataOf), ['no-space', ' two spaces', '', 'z'])
   })
 
   t.test('multi-line data', async (t) => {
     const text = 'data: {\ndata:   "a": 1\ndata: }\n\ndata:\ndata:\n\n'
     const { events } = decodeChunks([utf8(text)])
-    t.same(events.map(e => e.data), ['{\n  "a": 1\n}', '\n'])
+    t.same(events.map(dataOf), ['{\n  "a": 1\n}', '\n'])
   })
 
   t.test('a byte order mark at the start is skipped', async (t) => {
@@ -284,7 +286,7 @@ t.test('SseDecoder', async (t) => {
     const text = `id: \u00e9\ndata: ${data}\n\n`
     const { events, batches } = decodeChunks(byteByByte(utf8(text)))
     t.same(plain(events), [{ data, id: '\u00e9' }])
-    t.notOk(events.some(e => e.data.includes('\ufffd')), 'no replacement characters')
+    t.notOk(events.some(e => dataOf(e).includes('\ufffd')), 'no replacement characters')
     t.equal(batches.filter(b => b.length > 0).length, 1, 'delivered once, by the chunk that ended it')
   })
 
@@ -292,7 +294,7 @@ t.test('SseDecoder', async (t) => {
     const bytes = utf8('data: \u{1f600}\u4e16\n\ndata: \u00e9\u00e9\n\n')
     for (let i = 0; i <= bytes.length; i++) {
       const { events } = decodeChunks([bytes.subarray(0, i), bytes.subarray(i)])
-      t.same(events.map(e => e.data), ['\u{1f600}\u4e16', '\u00e9\u00e9'], `split at ${i}`)
+      t.same(events.map(dataOf), ['\u{1f600}\u4e16', '\u00e9\u00e9'], `split at ${i}`)
     }
   })
 
@@ -301,7 +303,7 @@ t.test('SseDecoder', async (t) => {
     const decoder = new SseDecoder(1024)
     const batch = decoder.push(utf8(text))
     t.equal(batch.length, 100)
-    t.same(batch.map(e => e.data), Array.from({ length: 100 }, (_, i) => String(i)))
+    t.same(batch.map(dataOf), Array.from({ length: 100 }, (_, i) => String(i)))
     t.same(decoder.push(utf8('')), [], 'an empty chunk completes nothing')
     t.same(decoder.end(), [])
   })
@@ -339,10 +341,13 @@ t.test('SseDecoder', async (t) => {
       t.throws(() => decoder.push(utf8(`data: ${'a'.repeat(1025)}\n\n`)), EventTooLargeError)
     })
 
-    t.test('an event exactly at the limit is accepted', async (t) => {
+    t.test('an event of exactly the limit, in bytes on the wire, is accepted; one byte more is not', async (t) => {
+      // "data: " + 1017 bytes + "\n" is 1,024 bytes; the blank line after it does not count.
       const decoder = new SseDecoder(1024)
-      const [e] = decoder.push(utf8(`data: ${'a'.repeat(1024)}\n\n`))
-      t.equal(e?.data.length, 1024)
+      const [e] = decoder.push(utf8(`data: ${'a'.repeat(1017)}\n\n`))
+      t.equal((e === undefined ? undefined : dataOf(e).length), 1017)
+      t.equal(e?.frame.length, 1024)
+      t.throws(() => new SseDecoder(1024).push(utf8(`data: ${'a'.repeat(1018)}\n\n`)), EventTooLargeError)
     })
 
     t.test('one large event spread over many chunks', async (t) => {
@@ -401,7 +406,7 @@ t.test('SseDecoder', async (t) => {
     })
 
     t.test('the verdict on one event does not depend on how it was chunked', async (t) => {
-      const text = `data: ${'a'.repeat(1024)}\n\n`
+      const text = `data: ${'a'.repeat(1017)}\n\n`
       const whole = new SseDecoder(1024)
       const wholeOk = (() => { try { whole.push(utf8(text)); return true } catch { return false } })()
       const split = new SseDecoder(1024)
@@ -411,11 +416,18 @@ t.test('SseDecoder', async (t) => {
     })
 
     t.test('an unterminated tail after a complete event is counted', async (t) => {
-      // The pending bound allows 4096 bytes for field names on top of the data limit.
       const decoder = new SseDecoder(1024)
       decoder.push(utf8(`data: x\n\ndata: ${'a'.repeat(1000)}`))
-      t.doesNotThrow(() => decoder.push(utf8('a'.repeat(100))), 'within the slack')
-      t.throws(() => decoder.push(utf8('a'.repeat(5000))), EventTooLargeError, 'the tail after the complete event counts toward the bound')
+      t.doesNotThrow(() => decoder.push(utf8('a'.repeat(18))), 'a block of 1,024 bytes so far is within the bound')
+      t.throws(() => decoder.push(utf8('a')), EventTooLargeError, 'one byte more, before the event is even complete, is not')
+    })
+
+    t.test('a byte order mark starting the stream is dropped, even split across reads', async (t) => {
+      const bom = Buffer.from([0xef, 0xbb, 0xbf])
+      t.same(plain(decodeChunks([bom.subarray(0, 1), bom.subarray(1), utf8('data: a\n\n')]).events), [{ data: 'a' }])
+      const frames = decodeChunks([Buffer.concat([bom, utf8('data: b\n\n')])]).events.map(e => e.frame.toString())
+      t.same(frames, ['data: b\n'], 'the frame holds the field lines only')
+      t.same(plain(decodeChunks([utf8('data: c\n\n'), bom, utf8('data: d\n\n')]).events).map(e => e.data), ['c'], 'later, it is part of a line (an unknown field)')
     })
 
     t.test('events completed before an oversized one in the same chunk are not lost', async (t) => {
@@ -428,7 +440,7 @@ t.test('SseDecoder', async (t) => {
         t.type(err, EventTooLargeError, 'the oversized event is refused')
         delivered = [...(err as EventTooLargeError).completed]
       }
-      t.same(delivered.map(e => e.data), ['before'], 'the preceding event is carried by the error')
+      t.same(delivered.map(dataOf), ['before'], 'the preceding event is carried by the error')
     })
   })
 
@@ -455,7 +467,7 @@ t.test('SseDecoder', async (t) => {
         return events.every((e, i) => {
           const d = decoded[i] as UpstreamEvent
           const type = e.event === 'message' ? undefined : e.event
-          return d.id === e.id && d.data === e.data && d.event === type
+          return d.id === e.id && dataOf(d) === e.data && eventOf(d) === type
         })
       }
     ), { numRuns: 1000 })

@@ -36,7 +36,8 @@ interface MemorySession {
 
 /** Bytes an event costs for retention: its data plus the small fields. */
 function eventBytes (e: EventInput): number {
-  return Buffer.byteLength(e.data) + (e.event?.length ?? 0) + (e.upstreamId?.length ?? 0)
+  const upstreamId = e.upstreamId?.length ?? 0
+  return e.frame !== undefined ? e.frame.length + upstreamId : Buffer.byteLength(e.data) + (e.event?.length ?? 0) + upstreamId
 }
 
 /**
@@ -97,7 +98,10 @@ export class MemoryEventStore implements EventStore {
     const stream = this.#stream(session, streamId)
     const stored: StoredEvent[] = []
     for (const input of events) {
-      const event: StoredEvent = { seq: ++stream.lastSeq, data: input.data, event: input.event, upstreamId: input.upstreamId }
+      const seq = ++stream.lastSeq
+      const event: StoredEvent = input.frame !== undefined
+        ? { seq, frame: input.frame, upstreamId: input.upstreamId }
+        : { seq, data: input.data, event: input.event, upstreamId: input.upstreamId }
       stream.events.push(event)
       const size = eventBytes(event)
       stream.bytes += size

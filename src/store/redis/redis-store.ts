@@ -79,12 +79,13 @@ interface Channel {
 /** Where this replica left a stream it writes: the next append expects it (see APPEND). */
 interface WriteMark { seq: number, fence: string, epoch: string }
 
-type ReadReply = [string, number, number, number, Array<[string, string[]]>] | null
+type ReadReply = [string, number, number, number, Array<[Buffer, Buffer[]]>] | null
 
 interface ScriptCommands {
-  mcpgwAppend (...args: Array<string | number>): Promise<[string, number, number, number] | null>
+  mcpgwAppend (...args: Array<string | number | Buffer>): Promise<[string, number, number, number] | null>
   mcpgwOpen (...args: Array<string | number>): Promise<[string, number, number, number] | null>
-  mcpgwRead (...args: Array<string | number>): Promise<ReadReply>
+  /** Binary replies: frames are the upstream's bytes, whatever their encoding. */
+  mcpgwReadBuffer (...args: Array<string | number>): Promise<[Buffer, number, number, number, Array<[Buffer, Buffer[]]>] | null>
   mcpgwTouch (...args: Array<string | number>): Promise<[string, string] | null>
   mcpgwSaveCursor (...args: Array<string | number>): Promise<number>
   mcpgwReset (...args: Array<string | number>): Promise<number>
@@ -92,6 +93,8 @@ interface ScriptCommands {
 
 const FLAG_EVENT = 1
 const FLAG_UPSTREAM_ID = 2
+/** The event is an upstream frame (stored in field f), not text data (field d). */
+const FLAG_FRAME = 4
 /** The session's stream set changing under a reset this often in a row means something is wrong. */
 const RESET_ATTEMPTS = 16
 /** Sessions whose write marks are kept (the least recently written are forgotten first). */
@@ -223,7 +226,7 @@ export class RedisEventStore implements EventStore {
 
   async append (sessionId: string, streamId: string, events: readonly EventInput[], options: AppendOptions = {}): Promise<StoredEvent[]> {
     for (const event of events) {
-      if (typeof event.data !== 'string') throw new TypeError('event data must be a string')
+      if (event.frame === undefined ? typeof event.data !== 'string' : !Buffer.isBuffer(event.frame)) throw new TypeError('an event needs a string data or a Buffer frame')
     }
     try {
       return await this.#append(sessionId, streamId, events, options)
@@ -245,15 +248,12 @@ export class RedisEventStore implements EventStore {
     const mark = this.#marks.get(sessionId)?.get(streamId)
     // A mark left under another lease says nothing: someone else wrote since.
     const known = mark !== undefined && mark.fence === fence
-    const args: Array<string | number> = [
+    const args: Array<string | number | Buffer> = [
       keys.meta, keys.stream(streamId), keys.lease,
       streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId,
       fence, known ? mark.seq : -1, known ? mark.epoch : ''
     ]
-    for (const event of events) {
-      const flags = (event.event === undefined ? 0 : FLAG_EVENT) + (event.upstreamId === undefined ? 0 : FLAG_UPSTREAM_ID)
-      args.push(flags, event.data, event.event ?? '', event.upstreamId ?? '')
-    }
+    args.push(...packBatch(events))
     let reply: [string, number, number, number] | null
     try {
       reply = await this.#redis.mcpgwAppend(...args)
@@ -268,9 +268,7 @@ export class RedisEventStore implements EventStore {
     // A batch Redis had already applied (resent after a reconnect) comes back as if applied now.
     const [epoch, previous, ended] = reply
     this.#mark(sessionId, streamId, ended === 1 ? undefined : { seq: previous + events.length, fence, epoch })
-    const stored = events.map((event, i): StoredEvent => ({
-      seq: previous + i + 1, data: event.data, event: event.event, upstreamId: event.upstreamId
-    }))
+    const stored = events.map((event, i): StoredEvent => ({ ...event, seq: previous + i + 1 }))
     if (stored.length > 0 || ending) {
       // Local listeners get the events themselves: no read back from Redis.
       this.#deliver(keys.channel, epoch, {
@@ -398,9 +396,10 @@ export class RedisEventStore implements EventStore {
     return { meta: `${tag}:m`, channel: `${tag}:n`, lease: `${tag}:lease`, attached: `${tag}:att`, stream: (id) => `${tag}:s:${id}` }
   }
 
-  #read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadReply> {
+  async #read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadReply> {
     const keys = this.#keys(sessionId, streamId)
-    return this.#redis.mcpgwRead(keys.meta, keys.stream(streamId), streamId, afterSeq, limit)
+    const reply = await this.#redis.mcpgwReadBuffer(keys.meta, keys.stream(streamId), streamId, afterSeq, limit)
+    return reply === null ? null : [reply[0].toString(), reply[1], reply[2], reply[3], reply[4]]
   }
 
   /** Remember where this replica left a stream it writes (undefined: forget it). */
@@ -553,19 +552,48 @@ function escapeTag (sessionId: string): string {
   return sessionId.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
 }
 
-function toStoredEvent ([id, fields]: [string, string[]]): StoredEvent {
+/**
+ * A batch as APPEND takes it: every event's fields in one buffer, and their
+ * layout (flags and three byte lengths per event) in one string.
+ */
+function packBatch (events: readonly EventInput[]): [Buffer, string] {
+  const parts: Buffer[] = []
+  let layout = ''
+  for (const event of events) {
+    const upstreamId = event.upstreamId === undefined ? undefined : Buffer.from(event.upstreamId)
+    const upstreamFlag = upstreamId === undefined ? 0 : FLAG_UPSTREAM_ID
+    if (event.frame !== undefined) {
+      parts.push(event.frame)
+      layout += `${FLAG_FRAME + upstreamFlag} ${event.frame.length} 0 ${upstreamId?.length ?? 0} `
+    } else {
+      const data = Buffer.from(event.data)
+      const type = event.event === undefined ? undefined : Buffer.from(event.event)
+      parts.push(data)
+      if (type !== undefined) parts.push(type)
+      layout += `${(type === undefined ? 0 : FLAG_EVENT) + upstreamFlag} ${data.length} ${type?.length ?? 0} ${upstreamId?.length ?? 0} `
+    }
+    if (upstreamId !== undefined) parts.push(upstreamId)
+  }
+  return [Buffer.concat(parts), layout]
+}
+
+function toStoredEvent ([id, fields]: [Buffer, Buffer[]]): StoredEvent {
   let data = ''
+  let frame: Buffer | undefined
   let event: string | undefined
   let upstreamId: string | undefined
   for (let i = 0; i + 1 < fields.length; i += 2) {
-    const value = fields[i + 1] as string
-    switch (fields[i]) {
-      case 'd': data = value; break
-      case 'e': event = value; break
-      case 'u': upstreamId = value; break
+    const value = fields[i + 1] as Buffer
+    // Field names are one byte: d(ata), f(rame), e(vent type), u(pstream id).
+    switch ((fields[i] as Buffer)[0]) {
+      case 0x64: data = value.toString(); break
+      case 0x66: frame = value; break
+      case 0x65: event = value.toString(); break
+      case 0x75: upstreamId = value.toString(); break
     }
   }
-  return { seq: Number.parseInt(id, 10), data, event, upstreamId }
+  const seq = Number.parseInt(id.toString(), 10)
+  return frame !== undefined ? { seq, frame, upstreamId } : { seq, data, event, upstreamId }
 }
 
 /** An error reply of one of our scripts (see scripts.ts). */

@@ -19,7 +19,9 @@
  * client on the standalone stream that do not hold the lease; while it
  * lives the holder keeps the upstream GET open.
  * Stream `<prefix>{<session>}:s:<stream>`: one entry per event, id `<seq>-0`,
- * fields d (data), e (event type, optional), u (upstream id, optional).
+ * fields f (an upstream event's bytes, see sse/decoder.ts) or d (the data of
+ * an event the gateway made) with e (its event type, optional), and u (the
+ * upstream's id, optional).
  *
  * The session hash is refreshed by every call that refreshes a stream key, so
  * it always outlives them. A stream key can still expire on its own (idle
@@ -46,8 +48,6 @@ end
 
 /** Number of leading ARGV entries of APPEND before the events. */
 export const APPEND_HEAD = 10
-/** ARGV entries per event: presence flags, data, event type, upstream id. */
-export const APPEND_WIDTH = 4
 
 /** Error reply prefixes of APPEND. */
 export const FENCED = 'MCPGW_FENCED'
@@ -57,8 +57,12 @@ export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
  * KEYS: session hash, stream, the session's lease.
  * ARGV: streamId, maxEvents, maxBytes, ttlMs, end ('1'|'0'), channel, origin
  *       replica, fence token ('' for none), expected lastSeq (-1 for none),
- *       the epoch that expectation belongs to, then per event: flags (bit 1 event type, bit 2 upstream id), data,
- *       event type, upstream id.
+ *       the epoch that expectation belongs to, then the batch packed in two
+ *       arguments (a few arguments per batch, not per event, so a batch of
+ *       hundreds of events costs the client one small write): the events'
+ *       fields concatenated, and their layout, four decimal numbers per event:
+ *       flags (1 event type, 2 upstream id, 4 a frame rather than data), then
+ *       the byte lengths of its frame or data, event type and upstream id.
  * Returns nil when the session is unknown, else
  * { epoch, previous lastSeq, ended, already applied (1|0) }.
  *
@@ -83,8 +87,11 @@ local meta, skey, lease = KEYS[1], KEYS[2], KEYS[3]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
 local fence, expected = ARGV[8], tonumber(ARGV[9])
-local HEAD, WIDTH = ${APPEND_HEAD}, ${APPEND_WIDTH}
-local n = (#ARGV - HEAD) / WIDTH
+local HEAD = ${APPEND_HEAD}
+local blob, layout = ARGV[HEAD + 1] or '', ARGV[HEAD + 2] or ''
+local nums = {}
+for v in string.gmatch(layout, '%d+') do nums[#nums + 1] = tonumber(v) end
+local n = math.floor(#nums / 4)
 
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then return false end
@@ -113,8 +120,8 @@ end
 
 local sizes, total = {}, bytes
 for i = 1, n do
-  local at = HEAD + (i - 1) * WIDTH
-  local size = #ARGV[at + 2] + #ARGV[at + 3] + #ARGV[at + 4]
+  local at = (i - 1) * 4
+  local size = nums[at + 2] + nums[at + 3] + nums[at + 4]
   sizes[i] = size
   total = total + size
 end
@@ -153,23 +160,30 @@ if keep > first and first <= last then
 end
 
 local upstreamId = nil
+local off = 1
 for i = 1, n do
   local seq = last + i
-  local at = HEAD + (i - 1) * WIDTH
-  local flags = tonumber(ARGV[at + 1])
-  if flags >= 2 and ARGV[at + 4] ~= '' then upstreamId = ARGV[at + 4] end
+  local at = (i - 1) * 4
+  local flags, a, b, c = nums[at + 1], nums[at + 2], nums[at + 3], nums[at + 4]
+  local hasUpstream = math.floor(flags / 2) % 2 == 1
+  local uid = nil
+  if hasUpstream then
+    uid = string.sub(blob, off + a + b, off + a + b + c - 1)
+    if uid ~= '' then upstreamId = uid end
+  end
   if seq >= keep then
-    local args = { 'XADD', skey, seq .. '-0', 'd', ARGV[at + 2] }
+    local args = { 'XADD', skey, seq .. '-0', flags >= 4 and 'f' or 'd', string.sub(blob, off, off + a - 1) }
     if flags % 2 == 1 then
       args[#args + 1] = 'e'
-      args[#args + 1] = ARGV[at + 3]
+      args[#args + 1] = string.sub(blob, off + a, off + a + b - 1)
     end
-    if flags >= 2 then
+    if hasUpstream then
       args[#args + 1] = 'u'
-      args[#args + 1] = ARGV[at + 4]
+      args[#args + 1] = uid
     end
     redis.call(unpack(args))
   end
+  off = off + a + b + c
 end
 
 if ending then ended = true end
