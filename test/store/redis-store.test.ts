@@ -120,7 +120,9 @@ t.test('redis: every key carries a TTL', async (t) => {
     t.ok(ttl > 0 && ttl <= 30_000, `${key} expires (pttl ${ttl})`)
   }
   const entries = await env.redis.xrange(`${env.prefix}{sess}:s:r1`, '-', '+')
-  t.same(entries, [['1-0', ['d', 'c']]], 'stream entries are plain strings with explicit ids')
+  t.same(entries, [['1-1', ['s', '1', 'l', '0 1 0 0 ', 'b', 'c']]], 'one entry per batch, id <first seq>-<count>: its size, layout and fields')
+  const batch = await env.redis.xrange(`${env.prefix}{sess}:s:s`, '-', '+')
+  t.same(batch.map(([id]) => id), ['1-2'], 'two events appended together are one entry')
 })
 
 t.test('redis: session ids with braces stay in their own hash tag', async (t) => {
@@ -228,4 +230,22 @@ t.test('redis: a killed subscriber connection catches up', async (t) => {
   await b.append('sess', 's', [{ data: '2' }]) // most likely published while nobody listens
   await eventually('the missed append to be caught up', () => heard.some((n) => n.toSeq === 2))
   t.pass('the listener learnt of seq 2')
+})
+
+t.test('redis: batches are stored as whole entries, trimmed exactly by sequence and physically by entry', async (t) => {
+  const env = await useRedis(t, 'batches')
+  const store = await storeFor(t, env, { ...RETENTION, maxEvents: 5 })
+  const { epoch } = await store.createSession('sess', 'p')
+  for (let b = 0; b < 20; b++) {
+    await store.append('sess', 's', [0, 1, 2].map(i => ({ frame: Buffer.from(`data: ${b * 3 + i + 1}\n`) })))
+  }
+  t.same(await store.state('sess', 's'), { epoch, lastSeq: 60, firstSeq: 56, ended: false }, 'the newest 5 events are retained, exactly')
+  const key = `${env.prefix}{sess}:s:s`
+  t.same((await env.redis.xrange(key, '-', '+')).map(([id]) => id), ['55-3', '58-3'], 'storage holds only the entries those events are in')
+  const seqsOf = (r: Awaited<ReturnType<typeof store.read>>): number[] => r?.events.map(e => e.seq) ?? []
+  const frames = (r: Awaited<ReturnType<typeof store.read>>): string[] => r?.events.map(e => e.frame?.toString() ?? '') ?? []
+  t.same(seqsOf(await store.read('sess', 's', 0, 100)), [56, 57, 58, 59, 60], 'a read from before the window starts at its first event, not at its entry')
+  t.same(frames(await store.read('sess', 's', 56, 2)), ['data: 57\n', 'data: 58\n'], 'a page across two entries, cut at the limit')
+  t.same(seqsOf(await store.read('sess', 's', 59, 100)), [60], 'from inside the last entry')
+  t.same(seqsOf(await store.read('sess', 's', 60, 100)), [], 'past the end')
 })

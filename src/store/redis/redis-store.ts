@@ -268,7 +268,9 @@ export class RedisEventStore implements EventStore {
     // A batch Redis had already applied (resent after a reconnect) comes back as if applied now.
     const [epoch, previous, ended] = reply
     this.#mark(sessionId, streamId, ended === 1 ? undefined : { seq: previous + events.length, fence, epoch })
-    const stored = events.map((event, i): StoredEvent => ({ ...event, seq: previous + i + 1 }))
+    const stored = events.map((event, i): StoredEvent => event.frame !== undefined
+      ? { seq: previous + i + 1, frame: event.frame, upstreamId: event.upstreamId }
+      : { seq: previous + i + 1, data: event.data, event: event.event, upstreamId: event.upstreamId })
     if (stored.length > 0 || ending) {
       // Local listeners get the events themselves: no read back from Redis.
       this.#deliver(keys.channel, epoch, {
@@ -288,7 +290,7 @@ export class RedisEventStore implements EventStore {
     const reply = await this.#read(sessionId, streamId, afterSeq, limit)
     if (reply === null) return null
     const [epoch, lastSeq, firstSeq, ended, rows] = reply
-    return { events: rows.map(toStoredEvent), state: { epoch, lastSeq, firstSeq, ended: ended === 1 } }
+    return { events: unpackEntries(rows, Math.max(afterSeq + 1, firstSeq), limit), state: { epoch, lastSeq, firstSeq, ended: ended === 1 } }
   }
 
   async state (sessionId: string, streamId: string): Promise<StreamState | null> {
@@ -553,15 +555,18 @@ function escapeTag (sessionId: string): string {
 }
 
 /**
- * A batch as APPEND takes it: every event's fields in one buffer, and their
- * layout (flags and three byte lengths per event) in one string.
+ * A batch as APPEND takes it (see scripts.ts): every event's fields in one
+ * buffer, their layout (flags and three byte lengths per event) in one
+ * string, the batch's last upstream id, and the number of events.
  */
-function packBatch (events: readonly EventInput[]): [Buffer, string] {
+function packBatch (events: readonly EventInput[]): [Buffer, string, string, number] {
   const parts: Buffer[] = []
   let layout = ''
+  let lastUpstreamId = ''
   for (const event of events) {
     const upstreamId = event.upstreamId === undefined ? undefined : Buffer.from(event.upstreamId)
     const upstreamFlag = upstreamId === undefined ? 0 : FLAG_UPSTREAM_ID
+    if (event.upstreamId !== undefined && event.upstreamId !== '') lastUpstreamId = event.upstreamId
     if (event.frame !== undefined) {
       parts.push(event.frame)
       layout += `${FLAG_FRAME + upstreamFlag} ${event.frame.length} 0 ${upstreamId?.length ?? 0} `
@@ -574,26 +579,41 @@ function packBatch (events: readonly EventInput[]): [Buffer, string] {
     }
     if (upstreamId !== undefined) parts.push(upstreamId)
   }
-  return [Buffer.concat(parts), layout]
+  return [Buffer.concat(parts), layout, lastUpstreamId, events.length]
 }
 
-function toStoredEvent ([id, fields]: [Buffer, Buffer[]]): StoredEvent {
-  let data = ''
-  let frame: Buffer | undefined
-  let event: string | undefined
-  let upstreamId: string | undefined
-  for (let i = 0; i + 1 < fields.length; i += 2) {
-    const value = fields[i + 1] as Buffer
-    // Field names are one byte: d(ata), f(rame), e(vent type), u(pstream id).
-    switch ((fields[i] as Buffer)[0]) {
-      case 0x64: data = value.toString(); break
-      case 0x66: frame = value; break
-      case 0x65: event = value.toString(); break
-      case 0x75: upstreamId = value.toString(); break
+/** The events of stream entries (batches, see scripts.ts) numbered from `from`, at most `limit`. */
+function unpackEntries (rows: Array<[Buffer, Buffer[]]>, from: number, limit: number): StoredEvent[] {
+  const events: StoredEvent[] = []
+  for (const [id, fields] of rows) {
+    let seq = Number.parseInt(id.toString(), 10)
+    let layout = ''
+    let blob: Buffer = Buffer.alloc(0)
+    for (let i = 0; i + 1 < fields.length; i += 2) {
+      const name = (fields[i] as Buffer)[0]
+      if (name === 0x6c) layout = (fields[i + 1] as Buffer).toString() // l
+      else if (name === 0x62) blob = fields[i + 1] as Buffer // b
+    }
+    const nums = layout.split(' ')
+    let at = 0
+    for (let i = 0; i + 3 < nums.length; i += 4, seq++) {
+      const flags = Number(nums[i])
+      const a = Number(nums[i + 1])
+      const b = Number(nums[i + 2])
+      const c = Number(nums[i + 3])
+      const start = at
+      at += a + b + c
+      if (seq < from) continue
+      if (events.length === limit) return events
+      const upstreamId = (flags & FLAG_UPSTREAM_ID) !== 0 ? blob.toString('utf8', start + a + b, start + a + b + c) : undefined
+      if ((flags & FLAG_FRAME) !== 0) {
+        events.push({ seq, frame: blob.subarray(start, start + a), upstreamId })
+      } else {
+        events.push({ seq, data: blob.toString('utf8', start, start + a), event: (flags & FLAG_EVENT) !== 0 ? blob.toString('utf8', start + a, start + a + b) : undefined, upstreamId })
+      }
     }
   }
-  const seq = Number.parseInt(id.toString(), 10)
-  return frame !== undefined ? { seq, frame, upstreamId } : { seq, data, event, upstreamId }
+  return events
 }
 
 /** An error reply of one of our scripts (see scripts.ts). */

@@ -18,10 +18,14 @@
  * Attached marker `<prefix>{<session>}:att`: refreshed by replicas with a
  * client on the standalone stream that do not hold the lease; while it
  * lives the holder keeps the upstream GET open.
- * Stream `<prefix>{<session>}:s:<stream>`: one entry per event, id `<seq>-0`,
- * fields f (an upstream event's bytes, see sse/decoder.ts) or d (the data of
- * an event the gateway made) with e (its event type, optional), and u (the
- * upstream's id, optional).
+ * Stream `<prefix>{<session>}:s:<stream>`: one entry per appended batch,
+ * id `<first seq>-<event count>`, fields s (bytes), l (layout: four decimal
+ * numbers per event: flags 1 event type, 2 upstream id, 4 an upstream frame
+ * rather than data; then the byte lengths of its frame or data, event type
+ * and upstream id) and b (those fields concatenated). Redis does one XADD per
+ * upstream read, whatever the number of events in it; the gateway packs and
+ * unpacks. The session hash's f: is exact: a batch's events below it are
+ * hidden from reads until the whole entry is trimmed.
  *
  * The session hash is refreshed by every call that refreshes a stream key, so
  * it always outlives them. A stream key can still expire on its own (idle
@@ -88,10 +92,8 @@ local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
 local fence, expected = ARGV[8], tonumber(ARGV[9])
 local HEAD = ${APPEND_HEAD}
-local blob, layout = ARGV[HEAD + 1] or '', ARGV[HEAD + 2] or ''
-local nums = {}
-for v in string.gmatch(layout, '%d+') do nums[#nums + 1] = tonumber(v) end
-local n = math.floor(#nums / 4)
+local blob, layout, upstreamId = ARGV[HEAD + 1] or '', ARGV[HEAD + 2] or '', ARGV[HEAD + 3] or ''
+local n = tonumber(ARGV[HEAD + 4] or '0')
 
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then return false end
@@ -118,77 +120,56 @@ if last == nil then
   last, first, bytes, ended = 0, 1, 0, false
 end
 
-local sizes, total = {}, bytes
-for i = 1, n do
-  local at = (i - 1) * 4
-  local size = nums[at + 2] + nums[at + 3] + nums[at + 4]
-  sizes[i] = size
-  total = total + size
-end
+-- Trimming. f: (keep) is exact per event; storage goes by whole entries: an
+-- entry is deleted once all of its events are below keep, or while the
+-- stream is over the byte limit (never the entry being added).
 local newLast = last + n
-
--- Sizes of retained entries, read oldest first in chunks as trimming needs them.
-local buffer, index = {}, 1
-local function sizeOf (seq)
-  if seq > last then return sizes[seq - last] end
-  if index > #buffer then
-    buffer, index = {}, 1
-    local rows = redis.call('XRANGE', skey, seq .. '-0', last .. '-0', 'COUNT', 256)
-    for _, row in ipairs(rows) do
-      local size, fields = 0, row[2]
-      for j = 2, #fields, 2 do size = size + #fields[j] end
-      buffer[#buffer + 1] = size
-    end
-  end
-  local size = buffer[index] or 0
-  index = index + 1
-  return size
-end
-
+local total = bytes + #blob
 local keep = first
-while keep < newLast and (newLast - keep + 1 > maxEvents or total > maxBytes) do
-  total = total - sizeOf(keep)
-  keep = keep + 1
-end
-if keep > first and first <= last then
-  if keep > last then
-    redis.call('DEL', skey)
-  else
-    -- Entries are contiguous, so keeping the newest (last - keep + 1) is trimming below keep.
-    redis.call('XTRIM', skey, 'MAXLEN', last - keep + 1)
-  end
-end
-
-local upstreamId = nil
-local off = 1
-for i = 1, n do
-  local seq = last + i
-  local at = (i - 1) * 4
-  local flags, a, b, c = nums[at + 1], nums[at + 2], nums[at + 3], nums[at + 4]
-  local hasUpstream = math.floor(flags / 2) % 2 == 1
-  local uid = nil
-  if hasUpstream then
-    uid = string.sub(blob, off + a + b, off + a + b + c - 1)
-    if uid ~= '' then upstreamId = uid end
-  end
-  if seq >= keep then
-    local args = { 'XADD', skey, seq .. '-0', flags >= 4 and 'f' or 'd', string.sub(blob, off, off + a - 1) }
-    if flags % 2 == 1 then
-      args[#args + 1] = 'e'
-      args[#args + 1] = string.sub(blob, off + a, off + a + b - 1)
+if n > 0 then
+  if keep < newLast - maxEvents + 1 then keep = newLast - maxEvents + 1 end
+  if keep > first or total > maxBytes then
+    local cursor, keptId, dropped = '-', nil, 0
+    repeat
+      local rows = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 2)
+      for _, row in ipairs(rows) do
+        local id = row[1]
+        local dash = string.find(id, '-', 1, true)
+        local elast = tonumber(string.sub(id, 1, dash - 1)) + tonumber(string.sub(id, dash + 1)) - 1
+        if elast < keep or total > maxBytes then
+          total = total - tonumber(row[2][2])
+          if keep <= elast then keep = elast + 1 end
+          dropped = dropped + 1
+        else
+          keptId = id
+          break
+        end
+      end
+      if #rows > 0 then cursor = '(' .. rows[#rows][1] end
+    until keptId or #rows < 2
+    if dropped > 0 then
+      if keptId then redis.call('XTRIM', skey, 'MINID', keptId) else redis.call('DEL', skey) end
     end
-    if hasUpstream then
-      args[#args + 1] = 'u'
-      args[#args + 1] = uid
+    if not keptId and total > maxBytes then
+      -- The new batch alone is over the limit: hide its oldest events (the newest stays).
+      local sizes, i, visible = {}, 0, total
+      for _, a, b, c in string.gmatch(layout, '(%d+) (%d+) (%d+) (%d+)') do
+        i = i + 1
+        sizes[i] = tonumber(a) + tonumber(b) + tonumber(c)
+      end
+      for seq = last + 1, keep - 1 do visible = visible - sizes[seq - last] end
+      while keep < newLast and visible > maxBytes do
+        visible = visible - sizes[keep - last]
+        keep = keep + 1
+      end
     end
-    redis.call(unpack(args))
   end
-  off = off + a + b + c
+  redis.call('XADD', skey, (last + 1) .. '-' .. n, 's', #blob, 'l', layout, 'b', blob)
 end
 
 if ending then ended = true end
 redis.call('HSET', meta, 'q:' .. sid, newLast, 'f:' .. sid, keep, 'b:' .. sid, total, 'e:' .. sid, ended and '1' or '0')
-if upstreamId then redis.call('HSET', meta, 'u:' .. sid, upstreamId) end
+if upstreamId ~= '' then redis.call('HSET', meta, 'u:' .. sid, upstreamId) end
 redis.call('PEXPIRE', meta, ttl)
 redis.call('PEXPIRE', skey, ttl)
 if n > 0 or ending then
@@ -229,10 +210,33 @@ local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then return false end
 local last, first, bytes, ended = streamState(meta, skey, sid)
 if last == nil then return false end
+-- Entries hold batches: the one holding \`from\`, then as many as \`limit\` events need.
+local function countOf (id)
+  return tonumber(string.sub(id, string.find(id, '-', 1, true) + 1))
+end
+local function lastOf (id)
+  return tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) + countOf(id) - 1
+end
 local rows = {}
 local from = math.max(after + 1, first)
 if limit > 0 and from <= last then
-  rows = redis.call('XRANGE', skey, from .. '-0', last .. '-0', 'COUNT', limit)
+  local got, cursor = 0, '-'
+  local head = redis.call('XREVRANGE', skey, tostring(from), '-', 'COUNT', 1)
+  if #head > 0 then
+    rows[1] = head[1]
+    got = math.max(0, lastOf(head[1][1]) - from + 1)
+    cursor = '(' .. head[1][1]
+  end
+  while got < limit do
+    local more = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 4)
+    for _, row in ipairs(more) do
+      rows[#rows + 1] = row
+      got = got + countOf(row[1])
+      cursor = '(' .. row[1]
+      if got >= limit then break end
+    end
+    if #more < 4 then break end
+  end
 end
 return { epoch, last, first, ended and 1 or 0, rows }
 `
