@@ -26,6 +26,24 @@ export function encodeEventId (position: EventPosition): string {
 }
 
 /**
+ * Writes a sequence number in base 36 into `out` at `at`, byte for byte what
+ * encodeEventId spells, without making a string (the hot path writes one per
+ * event). Returns the offset after it.
+ */
+export function writeBase36 (out: Uint8Array, at: number, value: number): number {
+  let digits = 1
+  // (v - d) / 36 is exact for any safe integer; Math.floor(v / 36) is not near 2^53.
+  for (let v = value; v >= 36; v = (v - (v % 36)) / 36) digits++
+  let v = value
+  for (let i = at + digits - 1; i >= at; i--) {
+    const d = v % 36
+    out[i] = d < 10 ? 0x30 + d : 0x57 + d
+    v = (v - d) / 36
+  }
+  return at + digits
+}
+
+/**
  * The id of a priming event: the position it resumes from plus a nonce, so it
  * never repeats the id of an event the client already has (ids are unique
  * within a session) yet resumes from the same place.

@@ -4,7 +4,7 @@ import type { ServerResponse } from 'node:http'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { EventInput, StoredEvent } from '../store/contract.js'
 import { randomBytes } from 'node:crypto'
-import { encodeEventId, encodePrimingId, randomToken } from '../protocol/event-id.js'
+import { encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../protocol/event-id.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
 import { formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry } from './frame.js'
 
@@ -44,13 +44,13 @@ export class ClientStream {
   #closed = false
   #lastSeq = 0
   /** `id: <epoch>.<stream>.`: an event's id line is this, its sequence number in base 36, a line break. */
-  readonly #idPrefix: string
+  readonly #idPrefix: Buffer
 
   constructor (options: ClientStreamOptions) {
     this.kind = options.kind
     this.streamId = options.streamId
     this.epoch = options.epoch
-    this.#idPrefix = `id: ${encodeEventId({ epoch: options.epoch, streamId: options.streamId, seq: 0 }).slice(0, -1)}`
+    this.#idPrefix = Buffer.from(`id: ${encodeEventId({ epoch: options.epoch, streamId: options.streamId, seq: 0 }).slice(0, -1)}`, 'latin1')
     this.#reply = options.reply
     this.#raw = options.reply.raw
     this.#priming = options.priming
@@ -114,8 +114,8 @@ export class ClientStream {
         }
         out.set(e.frame, at)
         at += e.frame.length
-        at += out.write(prefix, at, 'latin1')
-        at += out.write(e.seq.toString(36), at, 'latin1')
+        out.set(prefix, at)
+        at = writeBase36(out, at + prefix.length, e.seq)
         out[at++] = 0x0a
         out[at++] = 0x0a
       } else {

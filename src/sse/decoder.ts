@@ -41,18 +41,15 @@ interface Found {
 }
 
 /**
- * The events of one read as views of ONE copy of the bytes they span: stored
- * events then hold on to no more than their own read's events, never to a
- * read buffer or to the block still being assembled.
+ * The events of one read as views of the read's bytes: no copy. A store that
+ * keeps events copies what it keeps (the memory store packs a batch into one
+ * buffer, Redis gets them over a socket), so a view never outlives its batch
+ * for long.
  */
 function materialize (buf: Buffer, found: readonly Found[]): UpstreamEvent[] {
-  const first = found[0]
-  if (first === undefined) return []
-  const base = first.start
-  const copy = Buffer.from(buf.subarray(base, (found[found.length - 1] as Found).end))
   return found.map(f => f.id === undefined
-    ? { frame: copy.subarray(f.start - base, f.end - base) }
-    : { frame: copy.subarray(f.start - base, f.end - base), id: f.id })
+    ? { frame: buf.subarray(f.start, f.end) }
+    : { frame: buf.subarray(f.start, f.end), id: f.id })
 }
 
 /**

@@ -4,7 +4,7 @@
 import t from 'tap'
 import fc from 'fast-check'
 import {
-  MAX_EVENT_ID_LENGTH, decodeEventId, encodeEventId, encodePrimingId, isStreamId, randomToken, type EventPosition
+  MAX_EVENT_ID_LENGTH, decodeEventId, encodeEventId, encodePrimingId, isStreamId, randomToken, writeBase36, type EventPosition
 } from '../../src/protocol/event-id.js'
 
 const ALPHABET = '0123456789abcdefghijklmnopqrstuvwxyz'
@@ -220,4 +220,15 @@ t.test('priming ids resume from their position and never equal an event id', asy
   for (const bad of ['e1.s.15_', 'e1.s.15_K', 'e1.s.15_123456789', 'e1.s.15_ab_cd', 'e1.s.15-ab']) {
     t.equal(decodeEventId(bad), null, `refused: ${bad}`)
   }
+})
+
+t.test('writeBase36 writes what toString(36) spells, for every safe integer', async (t) => {
+  const spelled = (n: number): string => {
+    const out = Buffer.alloc(16, 0x2e)
+    const end = writeBase36(out, 2, n)
+    return out.toString('latin1', 2, end) + (out[end] === 0x2e && out[1] === 0x2e ? '' : '!overwrote')
+  }
+  for (const n of [0, 1, 35, 36, 1295, 1296, 2 ** 31, 2 ** 52 - 1, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER - 35]) t.equal(spelled(n), n.toString(36), String(n))
+  fc.assert(fc.property(fc.maxSafeNat(), n => spelled(n) === n.toString(36)), { numRuns: 20_000 })
+  t.pass('20,000 random safe integers')
 })

@@ -473,3 +473,23 @@ t.test('property: byte accounting and the cap hold under random operations', asy
   }), { numRuns: 300 })
   t.pass('300 random operation sequences kept totalBytes exact and within the cap')
 })
+
+t.test('upstream frames are kept packed per append: trimming inside a batch, reads across batches', async (t) => {
+  const { store } = makeStore(t, { retention: { ...ROOMY, maxEvents: 7 }, maxBytes: 1_000_000 })
+  await store.createSession('S', 'p')
+  const frame = (n: number): EventInput => n % 4 === 0 ? { frame: Buffer.from(`data: ${n}\n`), upstreamId: `u${n}` } : { frame: Buffer.from(`data: ${n}\n`) }
+  const batch = (from: number, count: number): EventInput[] => Array.from({ length: count }, (_, i) => frame(from + i))
+  await store.append('S', 's', batch(1, 5))
+  await store.append('S', 's', batch(6, 5))
+  await store.append('S', 's', [{ data: 'marker', event: 'gateway-gap' }])
+  const kept = await all(store, 'S', 's')
+  t.same(seqs(kept), [5, 6, 7, 8, 9, 10, 11], 'the newest 7, the first batch trimmed inside')
+  t.same(kept.slice(0, 6).map(e => e.frame?.toString()), ['data: 5\n', 'data: 6\n', 'data: 7\n', 'data: 8\n', 'data: 9\n', 'data: 10\n'], 'frames intact')
+  t.same(kept.map(e => e.upstreamId), [undefined, undefined, undefined, 'u8', undefined, undefined, undefined], 'upstream ids at their positions')
+  t.equal(kept[6]?.data, 'marker', 'a text event among frame batches')
+  t.equal(store.totalBytes, kept.reduce((sum, e) => sum + bytesOf(e), 0), 'bytes accounted per event, also after trimming inside a batch')
+  const page = await store.read('S', 's', 5, 3)
+  t.same(seqs(page?.events ?? []), [6, 7, 8], 'a page starting inside a batch, cut at the limit')
+  t.same(seqs((await store.read('S', 's', 9, 100))?.events ?? []), [10, 11], 'a page across the last frame batch into a text batch')
+  t.same(seqs((await store.read('S', 's', 1, 100))?.events ?? []), [5, 6, 7, 8, 9, 10, 11], 'a resume before the window starts at its first event')
+})

@@ -16,11 +16,41 @@ export interface MemoryStoreOptions {
   readonly sweepIntervalMs?: number
 }
 
+/**
+ * The events of one append. Upstream frames are copied into one buffer with
+ * their end offsets, so a retained batch is a handful of objects however many
+ * events it holds (the garbage collector then has little to trace in a full
+ * store); events the gateway made itself are kept as they came.
+ */
+type Segment = FrameSegment | EventSegment
+
+interface FrameSegment {
+  /** Sequence number of the segment's first event. */
+  readonly first: number
+  readonly count: number
+  readonly blob: Buffer
+  /** End offset of each event's frame in `blob`. */
+  readonly ends: Uint32Array
+  /** Upstream ids by position, when any event had one. */
+  readonly upstreamIds: ReadonlyArray<string | undefined> | undefined
+  readonly events?: undefined
+}
+
+interface EventSegment {
+  readonly first: number
+  readonly count: number
+  readonly events: readonly StoredEvent[]
+}
+
 interface MemoryStream {
   readonly id: string
-  events: StoredEvent[]
-  /** Index of the first live element of `events` (trimming shifts lazily). */
+  segments: Segment[]
+  /** Index of the first live segment (trimming shifts lazily). */
   head: number
+  /** Events of the first live segment already trimmed. */
+  hidden: number
+  /** Events retained. */
+  retained: number
   lastSeq: number
   bytes: number
   ended: boolean
@@ -38,6 +68,40 @@ interface MemorySession {
 function eventBytes (e: EventInput): number {
   const upstreamId = e.upstreamId?.length ?? 0
   return e.frame !== undefined ? e.frame.length + upstreamId : Buffer.byteLength(e.data) + (e.event?.length ?? 0) + upstreamId
+}
+
+function segmentOf (first: number, stored: readonly StoredEvent[]): Segment {
+  let total = 0
+  let upstreamIds: Array<string | undefined> | undefined
+  for (const [i, e] of stored.entries()) {
+    if (e.frame === undefined) return { first, count: stored.length, events: stored.slice() }
+    total += e.frame.length
+    if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
+  }
+  const blob = Buffer.allocUnsafe(total)
+  const ends = new Uint32Array(stored.length)
+  let at = 0
+  for (const [i, e] of stored.entries()) {
+    blob.set(e.frame as Buffer, at)
+    at += (e.frame as Buffer).length
+    ends[i] = at
+  }
+  return { first, count: stored.length, blob, ends, upstreamIds }
+}
+
+/** The event at position `i` of a segment. */
+function eventAt (segment: Segment, i: number): StoredEvent {
+  if (segment.events !== undefined) return segment.events[i] as StoredEvent
+  const start = i === 0 ? 0 : segment.ends[i - 1] as number
+  const frame = segment.blob.subarray(start, segment.ends[i])
+  const upstreamId = segment.upstreamIds?.[i]
+  return upstreamId === undefined ? { seq: segment.first + i, frame } : { seq: segment.first + i, frame, upstreamId }
+}
+
+function sizeAt (segment: Segment, i: number): number {
+  if (segment.events !== undefined) return eventBytes(segment.events[i] as StoredEvent)
+  const start = i === 0 ? 0 : segment.ends[i - 1] as number
+  return (segment.ends[i] as number) - start + (segment.upstreamIds?.[i]?.length ?? 0)
 }
 
 /**
@@ -97,16 +161,20 @@ export class MemoryEventStore implements EventStore {
     const session = this.#require(sessionId)
     const stream = this.#stream(session, streamId)
     const stored: StoredEvent[] = []
+    let size = 0
     for (const input of events) {
       const seq = ++stream.lastSeq
       const event: StoredEvent = input.frame !== undefined
         ? { seq, frame: input.frame, upstreamId: input.upstreamId }
         : { seq, data: input.data, event: input.event, upstreamId: input.upstreamId }
-      stream.events.push(event)
-      const size = eventBytes(event)
+      size += eventBytes(event)
+      stored.push(event)
+    }
+    if (stored.length > 0) {
+      stream.segments.push(segmentOf(stream.lastSeq - stored.length + 1, stored))
+      stream.retained += stored.length
       stream.bytes += size
       this.#totalBytes += size
-      stored.push(event)
     }
     if (options.end === true) stream.ended = true
     session.expiresAt = this.#now() + this.#retention.ttlMs
@@ -131,9 +199,22 @@ export class MemoryEventStore implements EventStore {
     const stream = session?.streams.get(streamId)
     if (session === undefined || stream === undefined) return null
     const state = this.#stateOf(session, stream)
-    // Sequence numbers are contiguous, so the position of afterSeq + 1 is arithmetic.
-    const from = stream.head + Math.max(0, afterSeq + 1 - state.firstSeq)
-    return { events: stream.events.slice(from, from + limit), state }
+    const from = Math.max(afterSeq + 1, state.firstSeq)
+    const events: StoredEvent[] = []
+    if (from > stream.lastSeq || limit <= 0) return { events, state }
+    // Segments are in sequence order: find the one holding `from`, then walk on.
+    let lo = stream.head
+    let hi = stream.segments.length - 1
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1
+      if ((stream.segments[mid] as Segment).first <= from) lo = mid
+      else hi = mid - 1
+    }
+    for (let k = lo; k < stream.segments.length && events.length < limit; k++) {
+      const segment = stream.segments[k] as Segment
+      for (let i = Math.max(0, from - segment.first); i < segment.count && events.length < limit; i++) events.push(eventAt(segment, i))
+    }
+    return { events, state }
   }
 
   async state (sessionId: string, streamId: string): Promise<StreamState | null> {
@@ -201,14 +282,14 @@ export class MemoryEventStore implements EventStore {
   #stream (session: MemorySession, streamId: string): MemoryStream {
     let stream = session.streams.get(streamId)
     if (stream === undefined) {
-      stream = { id: streamId, events: [], head: 0, lastSeq: 0, bytes: 0, ended: false, cursor: 0 }
+      stream = { id: streamId, segments: [], head: 0, hidden: 0, retained: 0, lastSeq: 0, bytes: 0, ended: false, cursor: 0 }
       session.streams.set(streamId, stream)
     }
     return stream
   }
 
   #stateOf (session: MemorySession, stream: MemoryStream): StreamState {
-    const retained = stream.events.length - stream.head
+    const retained = stream.retained
     return {
       epoch: session.record.epoch,
       lastSeq: stream.lastSeq,
@@ -220,26 +301,39 @@ export class MemoryEventStore implements EventStore {
   /** Per-stream retention: drop the oldest events beyond the count or byte limit, never the newest. */
   #trim (stream: MemoryStream): void {
     const { maxEvents, maxBytes } = this.#retention
-    while (stream.events.length - stream.head > 1 &&
-      (stream.events.length - stream.head > maxEvents || stream.bytes > maxBytes)) {
+    while (stream.retained > 1 && (stream.retained > maxEvents || stream.bytes > maxBytes)) {
       this.#dropOldest(stream)
     }
     this.#compact(stream)
   }
 
   #dropOldest (stream: MemoryStream): void {
-    const oldest = stream.events[stream.head] as StoredEvent
-    stream.events[stream.head] = undefined as unknown as StoredEvent
-    stream.head++
-    const size = eventBytes(oldest)
+    const segment = stream.segments[stream.head] as Segment
+    const size = sizeAt(segment, stream.hidden)
     stream.bytes -= size
     this.#totalBytes -= size
+    stream.retained--
+    if (++stream.hidden === segment.count) {
+      stream.segments[stream.head] = undefined as unknown as Segment
+      stream.head++
+      stream.hidden = 0
+    }
+  }
+
+  /** Drop every retained event at once (the stream keeps its numbering). */
+  #empty (stream: MemoryStream): void {
+    this.#totalBytes -= stream.bytes
+    stream.bytes = 0
+    stream.retained = 0
+    stream.segments = []
+    stream.head = 0
+    stream.hidden = 0
   }
 
   /** Release trimmed slots once they are a large share of the array (amortised O(1)). */
   #compact (stream: MemoryStream): void {
-    if (stream.head > 1024 && stream.head * 2 > stream.events.length) {
-      stream.events = stream.events.slice(stream.head)
+    if (stream.head > 64 && stream.head * 2 > stream.segments.length) {
+      stream.segments = stream.segments.slice(stream.head)
       stream.head = 0
     }
   }
@@ -249,12 +343,11 @@ export class MemoryEventStore implements EventStore {
     for (const stream of this.#lru.keys()) {
       if (this.#totalBytes <= this.#maxBytes) return
       if (stream === current) continue
-      while (stream.events.length - stream.head > 0) this.#dropOldest(stream)
-      this.#compact(stream)
+      this.#empty(stream)
       this.#lru.delete(stream)
     }
     // Still over: the current stream alone exceeds the cap; keep only its newest event.
-    while (this.#totalBytes > this.#maxBytes && current.events.length - current.head > 1) this.#dropOldest(current)
+    while (this.#totalBytes > this.#maxBytes && current.retained > 1) this.#dropOldest(current)
     this.#compact(current)
   }
 
