@@ -114,7 +114,7 @@ t.test('lost acknowledged writes are detected: a new epoch, never wrong events',
   t.teardown(off)
   // Redis comes back from an older snapshot: the stream is one batch behind.
   await env.redis.hset(`${env.prefix}{r1}:m`, 'q:s', 2)
-  t.equal(await env.redis.xdel(`${env.prefix}{r1}:s:s`, '3-1'), 1, 'the batch holding event 3 is gone')
+  t.equal(await env.redis.xdel(`${env.prefix}{r1}:b:s`, '3-1'), 1, 'the batch holding event 3 is gone')
   const [next] = await store.append('r1', 's', [{ data: 'd' }])
   const record = await store.getSession('r1')
   t.not(record?.epoch, before.epoch, 'the session starts a new epoch')
@@ -147,7 +147,7 @@ t.test('a batch resent after a reconnect is not appended twice', async (t) => {
   // ioredis resends a command in flight when its connection drops: the same script call twice.
   const tag = `${env.prefix}{d1}`
   const epoch = (await store.getSession('d1'))?.epoch as string
-  const args = [`${tag}:m`, `${tag}:s:s`, `${tag}:lease`, 's', 1000, 1024 * 1024, 60_000, '0', `${tag}:n`, 'replica', '', 1, epoch, 'b', '0 1 0 0 ', '', 1]
+  const args = [`${tag}:m`, `${tag}:b:s`, `${tag}:lease`, 's', 1000, 1024 * 1024, 60_000, '0', `${tag}:n`, 'replica', '', 1, epoch, 'b', '0 1 0 0 ', '', 1]
   const append = (redis as unknown as { mcpgwAppend: (...a: unknown[]) => Promise<unknown[]> }).mcpgwAppend.bind(redis)
   const first = await append(...args)
   const again = await append(...args)

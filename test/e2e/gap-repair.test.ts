@@ -52,7 +52,7 @@ t.test('a resume whose stream history is gone gets a JSON-RPC error for the requ
   })(), 'the stream was recorded to its end')
   const keys = await redis.redis.keys(`${redis.prefix}*`)
   for (const key of keys) {
-    if (key.endsWith(`:s:${streamId}`)) await redis.redis.del(key)
+    if (key.endsWith(`:b:${streamId}`)) await redis.redis.del(key)
     if (key.endsWith(':m')) await redis.redis.hdel(key, ...['q', 'f', 'b', 'e', 'c'].map(f => `${f}:${streamId}`))
   }
   const outcome = await call.then(() => 'resolved', (err: unknown) => err)

@@ -114,14 +114,14 @@ t.test('redis: every key carries a TTL', async (t) => {
   await store.getSession('sess')
 
   const keys = await scanKeys(env.redis, prefixPattern(env.prefix))
-  t.same(keys.sort(), [`${env.prefix}{sess}:m`, `${env.prefix}{sess}:s:r1`, `${env.prefix}{sess}:s:s`], 'a hash and one stream per written stream')
+  t.same(keys.sort(), [`${env.prefix}{sess}:b:r1`, `${env.prefix}{sess}:b:s`, `${env.prefix}{sess}:m`], 'a hash and one stream per written stream')
   for (const key of keys) {
     const ttl = await env.redis.pttl(key)
     t.ok(ttl > 0 && ttl <= 30_000, `${key} expires (pttl ${ttl})`)
   }
-  const entries = await env.redis.xrange(`${env.prefix}{sess}:s:r1`, '-', '+')
+  const entries = await env.redis.xrange(`${env.prefix}{sess}:b:r1`, '-', '+')
   t.same(entries, [['1-1', ['s', '1', 'l', '0 1 0 0 ', 'b', 'c']]], 'one entry per batch, id <first seq>-<count>: its size, layout and fields')
-  const batch = await env.redis.xrange(`${env.prefix}{sess}:s:s`, '-', '+')
+  const batch = await env.redis.xrange(`${env.prefix}{sess}:b:s`, '-', '+')
   t.same(batch.map(([id]) => id), ['1-2'], 'two events appended together are one entry')
 })
 
@@ -142,7 +142,7 @@ t.test('redis: session ids with braces stay in their own hash tag', async (t) =>
   t.equal(keys.length, ids.length * 2)
   for (const key of keys) {
     const rest = key.slice(env.prefix.length)
-    t.match(rest, /^\{[^{}]+\}:(m|s:s)$/, `${key}: one hash tag, the whole session id`)
+    t.match(rest, /^\{[^{}]+\}:(m|b:s)$/, `${key}: one hash tag, the whole session id`)
   }
   t.throws(() => new RedisEventStore({ redis: env.redis, subscriber: env.redis, keyPrefix: 'a{b}:', retention: RETENTION }), TypeError)
   t.throws(() => new RedisEventStore({ redis: env.redis, subscriber: env.redis, keyPrefix: 'p:', retention: { ...RETENTION, maxEvents: 0 } }), RangeError)
@@ -153,7 +153,7 @@ t.test('redis: a stream whose key expired alone reports its history as gone', as
   const store = await storeFor(t, env)
   const { epoch } = await store.createSession('sess', 'p')
   await store.append('sess', 'r1', [{ data: 'a' }, { data: 'b' }, { data: 'c' }])
-  await env.redis.del(`${env.prefix}{sess}:s:r1`) // what PEXPIRE does to an idle request stream
+  await env.redis.del(`${env.prefix}{sess}:b:r1`) // what PEXPIRE does to an idle request stream
   t.same(await store.state('sess', 'r1'), { epoch, lastSeq: 3, firstSeq: 4, ended: false }, 'a resume after 0..2 sees the gap')
   t.same((await store.read('sess', 'r1', 1, 10))?.events, [])
   const next = await store.append('sess', 'r1', [{ data: 'd' }])
@@ -240,7 +240,7 @@ t.test('redis: batches are stored as whole entries, trimmed exactly by sequence 
     await store.append('sess', 's', [0, 1, 2].map(i => ({ frame: Buffer.from(`data: ${b * 3 + i + 1}\n`) })))
   }
   t.same(await store.state('sess', 's'), { epoch, lastSeq: 60, firstSeq: 56, ended: false }, 'the newest 5 events are retained, exactly')
-  const key = `${env.prefix}{sess}:s:s`
+  const key = `${env.prefix}{sess}:b:s`
   t.same((await env.redis.xrange(key, '-', '+')).map(([id]) => id), ['55-3', '58-3'], 'storage holds only the entries those events are in')
   const seqsOf = (r: Awaited<ReturnType<typeof store.read>>): number[] => r?.events.map(e => e.seq) ?? []
   const frames = (r: Awaited<ReturnType<typeof store.read>>): string[] => r?.events.map(e => e.frame?.toString() ?? '') ?? []

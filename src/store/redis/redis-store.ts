@@ -395,7 +395,7 @@ export class RedisEventStore implements EventStore {
       throw new TypeError('stream id must be a non-empty string')
     }
     const tag = `${this.#prefix}{${escapeTag(sessionId)}}`
-    return { meta: `${tag}:m`, channel: `${tag}:n`, lease: `${tag}:lease`, attached: `${tag}:att`, stream: (id) => `${tag}:s:${id}` }
+    return { meta: `${tag}:m`, channel: `${tag}:n`, lease: `${tag}:lease`, attached: `${tag}:att`, stream: (id) => `${tag}:b:${id}` }
   }
 
   async #read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadReply> {

@@ -18,7 +18,8 @@
  * Attached marker `<prefix>{<session>}:att`: refreshed by replicas with a
  * client on the standalone stream that do not hold the lease; while it
  * lives the holder keeps the upstream GET open.
- * Stream `<prefix>{<session>}:s:<stream>`: one entry per appended batch,
+ * Stream `<prefix>{<session>}:b:<stream>` (":b:" since batches; the per-event
+ * layout of earlier versions lived under ":s:"): one entry per appended batch,
  * id `<first seq>-<event count>`, fields s (bytes), l (layout: four decimal
  * numbers per event: flags 1 event type, 2 upstream id, 4 an upstream frame
  * rather than data; then the byte lengths of its frame or data, event type
