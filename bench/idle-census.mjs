@@ -1,0 +1,121 @@
+#!/usr/bin/env node
+// Where the memory of an idle stream goes: a heap census of the gateway
+// holding N idle standalone streams (what bench/run.mjs's idle scenario
+// measures as RSS per stream).
+//
+//   node bench/idle-census.mjs [--store=memory|redis] [--streams=2000] [--gateway=dist/src/main.js]
+//
+// Starts the bench upstream and the gateway (with a preload that writes a heap
+// snapshot on SIGWINCH), opens 100 streams (warm-up), takes a snapshot, opens
+// N more, takes another, and prints the heap growth per stream by object kind
+// (V8 type, or constructor name for objects and closures). Snapshots go to a
+// temp dir and are deleted at the end.
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import os from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { start, stopAll } from './lib/procs.mjs'
+import { startGateway } from './lib/gateway.mjs'
+import { initialize, jsonAgent, openStream } from './lib/client.mjs'
+import { deletePrefix, connectRedis } from './lib/redis.mjs'
+
+const here = dirname(fileURLToPath(import.meta.url))
+const root = resolve(here, '..')
+const args = Object.fromEntries(process.argv.slice(2).map(a => {
+  const m = /^--([^=]+)(?:=(.*))?$/.exec(a)
+  if (m === null) throw new Error(`unknown argument ${a}`)
+  return [m[1], m[2] ?? true]
+}))
+const store = args.store ?? 'memory'
+const N = Number(args.streams ?? 2000)
+const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
+const keyPrefix = `mcpgw-bench-census-${Date.now().toString(36)}:`
+const dir = mkdtempSync(join(os.tmpdir(), 'mcpgw-census-'))
+const preload = join(dir, 'snapshot-on-sigwinch.mjs')
+writeFileSync(preload, [
+  "import v8 from 'node:v8'",
+  "process.on('SIGWINCH', () => { v8.writeHeapSnapshot(process.env.CENSUS_DIR + '/h-' + Date.now() + '.heapsnapshot') })",
+  ''
+].join('\n'))
+
+process.on('SIGINT', () => { stopAll().finally(() => process.exit(130)) })
+
+const upstream = start('upstream', process.execPath, [join(here, 'lib/upstream.mjs')], { readyLine: true, env: { PORT: '0' } })
+const upstreamPort = (await upstream.ready).port
+const gw = await startGateway({
+  name: `gw-${store}`,
+  main: resolve(root, args.gateway ?? 'dist/src/main.js'),
+  upstreamPort,
+  nodeArgs: [`--import=${preload}`],
+  env: { CENSUS_DIR: dir },
+  ...(store === 'redis' ? { redisUrl, keyPrefix } : {})
+})
+const agent = jsonAgent()
+const held = []
+
+async function open (n) {
+  for (let i = 0; i < n; i++) {
+    const id = await initialize(gw.port, agent)
+    held.push(openStream(gw.port, id, { timeoutMs: 600_000 }).catch(e => e))
+  }
+  await sleep(2000)
+}
+
+/** Self size and count by kind, from a fresh heap snapshot (writing one runs a full GC first). */
+async function census () {
+  const before = readdirSync(dir).filter(f => f.endsWith('.heapsnapshot')).length
+  process.kill(gw.pid, 'SIGWINCH')
+  let file
+  for (let i = 0; i < 120 && file === undefined; i++) {
+    await sleep(500)
+    const files = readdirSync(dir).filter(f => f.endsWith('.heapsnapshot')).sort()
+    if (files.length > before) file = files.at(-1)
+  }
+  if (file === undefined) throw new Error('no heap snapshot was written')
+  await sleep(2000) // written in one go, but give it a moment to be complete
+  const snap = JSON.parse(readFileSync(join(dir, file), 'utf8'))
+  rmSync(join(dir, file))
+  const meta = snap.snapshot.meta
+  const width = meta.node_fields.length
+  const types = meta.node_types[0]
+  const iType = meta.node_fields.indexOf('type')
+  const iName = meta.node_fields.indexOf('name')
+  const iSize = meta.node_fields.indexOf('self_size')
+  const kinds = new Map()
+  for (let i = 0; i < snap.nodes.length; i += width) {
+    const type = types[snap.nodes[i + iType]]
+    const kind = type === 'object' || type === 'closure' ? `${type} ${snap.strings[snap.nodes[i + iName]] || '(anonymous)'}` : `(${type})`
+    const entry = kinds.get(kind) ?? { count: 0, size: 0 }
+    entry.count++
+    entry.size += snap.nodes[i + iSize]
+    kinds.set(kind, entry)
+  }
+  return kinds
+}
+
+try {
+  await open(100)
+  const a = await census()
+  await open(N)
+  const b = await census()
+  const rows = [...b].map(([kind, e]) => {
+    const p = a.get(kind) ?? { count: 0, size: 0 }
+    return { kind, bytes: (e.size - p.size) / N, count: (e.count - p.count) / N }
+  }).sort((x, y) => y.bytes - x.bytes)
+  const heap = rows.reduce((sum, r) => sum + r.bytes, 0)
+  // (RSS is left out: writing a snapshot grows the process by far more than the streams do.)
+  console.log(`gateway (${store} store), ${N} idle streams: live heap +${(heap / 1024).toFixed(1)} KB per stream`)
+  console.log('\n  bytes  count  kind (per stream)')
+  for (const r of rows.slice(0, 40)) console.log(`${r.bytes.toFixed(0).padStart(7)} ${r.count.toFixed(2).padStart(6)}  ${r.kind.slice(0, 90)}`)
+} finally {
+  for (const s of await Promise.allSettled(held)) if (s.status === 'fulfilled' && typeof s.value?.close === 'function') s.value.close()
+  await stopAll()
+  if (store === 'redis') {
+    const redis = await connectRedis(redisUrl)
+    await deletePrefix(redis, keyPrefix)
+    redis.disconnect()
+  }
+  rmSync(dir, { recursive: true, force: true })
+}
+process.exit(0)
