@@ -43,6 +43,10 @@ export interface TickRequest {
    * holder died and it expired).
    */
   readonly watch: ReadonlyArray<{ readonly sessionId: string, readonly token: string }>
+  /** Refresh this replica's liveness mark for this long (see RecorderLiveness). */
+  readonly aliveMs?: number
+  /** Replicas recording request streams that clients here wait on: are they alive? */
+  readonly recorders?: readonly string[]
 }
 
 export interface TickResult {
@@ -50,6 +54,41 @@ export interface TickResult {
   readonly renew: RenewResult[]
   /** One per `watch` entry, same order. */
   readonly watch: AcquireResult[]
+  /** One per `recorders` entry, same order: false once the replica's liveness mark is gone. */
+  readonly recordersAlive: boolean[]
+}
+
+/** The event that ends a request stream whose recorder died: the gateway's error answer (or a gap marker). */
+export interface OrphanAnswer {
+  readonly data: string
+  readonly event?: string | undefined
+}
+
+/**
+ * Request streams have no lease: exactly one replica records each (the one
+ * that got the POST), and a client resuming on another replica only follows
+ * the store. So that a recorder's death does not leave such clients waiting
+ * for their timeout, the recorder's replica id is kept with the stream and
+ * every replica keeps a liveness mark (refreshed in the lease tick, one key
+ * per replica, whatever the number of streams). A replica whose client waits
+ * on a stream whose recorder's mark is gone ends the stream with `OrphanAnswer`.
+ */
+export interface RecorderLiveness {
+  /** Note this replica as the recorder of a request stream (before it records anything). */
+  claimRequestStream (sessionId: string, streamId: string): Promise<void>
+  /** The replica recording the stream; undefined when unknown (no record, or an older gateway recorded it). */
+  requestStreamRecorder (sessionId: string, streamId: string): Promise<string | undefined>
+  /**
+   * Atomically: when the stream is not ended and `recorder` still records it,
+   * append `answer`, mark the stream ended and notify its followers. True when
+   * this call ended it; false when there was nothing to do (ended already, by
+   * its recorder or by another replica that got there first).
+   */
+  endOrphanedRequestStream (sessionId: string, streamId: string, recorder: string, answer: OrphanAnswer): Promise<boolean>
+  /** Refresh this replica's liveness mark now (the tick does it too, with `aliveMs`). */
+  markAlive (ms: number): Promise<void>
+  /** Shutting down: drop the liveness mark, so streams left unended are ended by others at once. */
+  retire (): Promise<void>
 }
 
 /**
@@ -67,7 +106,7 @@ export interface ControlSubscription {
 }
 
 /** Lease primitives. Every call is one round trip at most; `tick` is one for everything. */
-export interface LeaseBackend {
+export interface LeaseBackend extends RecorderLiveness {
   readonly replicaId: string
   /** Other processes share these leases (Redis); false for the local one. */
   readonly shared: boolean
@@ -119,9 +158,17 @@ export class LocalLeaseBackend implements LeaseBackend {
   async tick (request: TickRequest): Promise<TickResult> {
     return {
       renew: request.renew.map(({ sessionId, token }) => this.#sessions.get(sessionId)?.holder === token ? 'renewed' : 'lost'),
-      watch: request.watch.map(({ sessionId, token }) => this.#acquire(sessionId, token))
+      watch: request.watch.map(({ sessionId, token }) => this.#acquire(sessionId, token)),
+      recordersAlive: (request.recorders ?? []).map(() => true)
     }
   }
+
+  // One process: a recorder cannot die while this process lives, so no stream is ever orphaned.
+  async claimRequestStream (): Promise<void> {}
+  async requestStreamRecorder (): Promise<string | undefined> { return undefined }
+  async endOrphanedRequestStream (): Promise<boolean> { return false }
+  async markAlive (): Promise<void> {}
+  async retire (): Promise<void> {}
 
   async release (sessionId: string, token: string, live: boolean): Promise<boolean> {
     const lease = this.#sessions.get(sessionId)

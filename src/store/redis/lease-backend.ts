@@ -1,10 +1,11 @@
 import { Cluster } from 'ioredis'
 import type { Redis } from 'ioredis'
 import type {
-  AcquireResult, ControlKind, ControlListener, ControlMessage, ControlSubscription, LeaseBackend, RenewResult, TickRequest, TickResult
+  AcquireResult, ControlKind, ControlListener, ControlMessage, ControlSubscription, LeaseBackend, OrphanAnswer, RenewResult, TickRequest, TickResult
 } from '../../cluster/lease.js'
+import type { RetentionLimits, StreamNotice } from '../contract.js'
 import { STANDALONE_STREAM } from '../contract.js'
-import { LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RELEASE_IF_IDLE, LEASE_RENEW } from './scripts.js'
+import { CLAIM_RECORDER, END_ORPHANED, LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RELEASE_IF_IDLE, LEASE_RENEW } from './scripts.js'
 
 type Connection = Redis | Cluster
 type AcquireReply = [number, (string | number)?, string?]
@@ -14,6 +15,8 @@ interface LeaseCommands {
   mcpgwLeaseRenew (lease: string, meta: string, token: string, ttlMs: number, streamId: string): Promise<number>
   mcpgwLeaseRelease (lease: string, meta: string, token: string, live: string, streamId: string, channel: string, message: string): Promise<number>
   mcpgwLeaseReleaseIfIdle (lease: string, meta: string, attached: string, token: string, streamId: string, channel: string, message: string): Promise<number>
+  mcpgwClaimRecorder (meta: string, streamId: string, replicaId: string): Promise<number>
+  mcpgwEndOrphaned (meta: string, stream: string, ...args: Array<string | number>): Promise<[string, number] | 0 | null>
 }
 
 export interface LeaseKeys {
@@ -21,6 +24,8 @@ export interface LeaseKeys {
   readonly meta: string
   readonly attached: string
   readonly channel: string
+  /** The key of one of the session's streams. */
+  readonly stream: (streamId: string) => string
 }
 
 export interface RedisLeaseBackendOptions {
@@ -30,6 +35,12 @@ export interface RedisLeaseBackendOptions {
   readonly keys: (sessionId: string) => LeaseKeys
   /** The store's per-session channel subscription, shared with its notices. */
   readonly subscribeControl: (sessionId: string, listener: ControlListener) => ControlSubscription
+  /** A replica's liveness key (not a session's: no hash tag). */
+  readonly aliveKey: (replicaId: string) => string
+  /** The store's retention: an orphaned stream's last event is trimmed for like any other. */
+  readonly retention: RetentionLimits
+  /** Give a notice to this replica's own listeners (they do not hear their own PUBLISH). */
+  readonly deliver: (sessionId: string, epoch: string, notice: StreamNotice) => void
 }
 
 /** A lease coordination message as PUBLISHed on the session's channel: `k` tells it from a notice. */
@@ -69,16 +80,20 @@ export class RedisLeaseBackend implements LeaseBackend {
   readonly #redis: Connection & LeaseCommands
   readonly #keys: (sessionId: string) => LeaseKeys
   readonly #subscribe: (sessionId: string, listener: ControlListener) => ControlSubscription
+  readonly #o: RedisLeaseBackendOptions
 
   constructor (options: RedisLeaseBackendOptions) {
     this.replicaId = options.replicaId
     this.#keys = options.keys
     this.#subscribe = options.subscribeControl
+    this.#o = options
     const redis = options.redis
     redis.defineCommand('mcpgwLeaseAcquire', { numberOfKeys: 2, lua: LEASE_ACQUIRE })
     redis.defineCommand('mcpgwLeaseRenew', { numberOfKeys: 2, lua: LEASE_RENEW })
     redis.defineCommand('mcpgwLeaseRelease', { numberOfKeys: 2, lua: LEASE_RELEASE })
     redis.defineCommand('mcpgwLeaseReleaseIfIdle', { numberOfKeys: 3, lua: LEASE_RELEASE_IF_IDLE })
+    redis.defineCommand('mcpgwClaimRecorder', { numberOfKeys: 1, lua: CLAIM_RECORDER })
+    redis.defineCommand('mcpgwEndOrphaned', { numberOfKeys: 2, lua: END_ORPHANED })
     this.#redis = redis as Connection & LeaseCommands
   }
 
@@ -100,9 +115,13 @@ export class RedisLeaseBackend implements LeaseBackend {
         redis.set(k.attached, this.replicaId, 'PX', request.attachedMs).catch(() => {})
         return redis.mcpgwLeaseAcquire(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
       })
+      const recorders = Promise.all((request.recorders ?? []).map(async replicaId => await redis.exists(this.#o.aliveKey(replicaId))))
+      const alive = request.aliveMs === undefined ? undefined : redis.set(this.#o.aliveKey(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
+      const [renewReplies, watchReplies, recorderReplies] = await Promise.all([Promise.all(renew), Promise.all(watch), recorders, alive])
       return {
-        renew: (await Promise.all(renew)).map(toRenewResult),
-        watch: (await Promise.all(watch)).map((reply, i) => toAcquireResult(reply, request.watch[i]?.token as string))
+        renew: renewReplies.map(toRenewResult),
+        watch: watchReplies.map((reply, i) => toAcquireResult(reply, request.watch[i]?.token as string)),
+        recordersAlive: recorderReplies.map(n => n === 1)
       }
     }
     const pipeline = redis.pipeline() as unknown as ReturnType<Redis['pipeline']> & {
@@ -118,6 +137,9 @@ export class RedisLeaseBackend implements LeaseBackend {
       pipeline.set(k.attached, this.replicaId, 'PX', request.attachedMs)
       pipeline.mcpgwLeaseAcquire(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
     }
+    const recorders = request.recorders ?? []
+    for (const replicaId of recorders) pipeline.exists(this.#o.aliveKey(replicaId))
+    if (request.aliveMs !== undefined) pipeline.set(this.#o.aliveKey(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
     const replies = await pipeline.exec() ?? []
     const value = (i: number): unknown => {
       const [err, result] = replies[i] ?? [new Error('no reply')]
@@ -125,9 +147,12 @@ export class RedisLeaseBackend implements LeaseBackend {
       return result
     }
     const renewCount = request.renew.length
+    const recordersAt = renewCount + 2 * request.watch.length
+    if (request.aliveMs !== undefined) value(recordersAt + recorders.length)
     return {
       renew: request.renew.map((_, i) => toRenewResult(value(i) as number)),
-      watch: request.watch.map(({ token }, i) => toAcquireResult(value(renewCount + 2 * i + 1) as AcquireReply, token))
+      watch: request.watch.map(({ token }, i) => toAcquireResult(value(renewCount + 2 * i + 1) as AcquireReply, token)),
+      recordersAlive: recorders.map((_, i) => value(recordersAt + i) === 1)
     }
   }
 
@@ -145,6 +170,34 @@ export class RedisLeaseBackend implements LeaseBackend {
 
   async markAttached (sessionId: string, ms: number): Promise<void> {
     await this.#redis.set(this.#keys(sessionId).attached, this.replicaId, 'PX', Math.max(1, ms))
+  }
+
+  async claimRequestStream (sessionId: string, streamId: string): Promise<void> {
+    await this.#redis.mcpgwClaimRecorder(this.#keys(sessionId).meta, streamId, this.replicaId)
+  }
+
+  async requestStreamRecorder (sessionId: string, streamId: string): Promise<string | undefined> {
+    return await this.#redis.hget(this.#keys(sessionId).meta, `w:${streamId}`) ?? undefined
+  }
+
+  async endOrphanedRequestStream (sessionId: string, streamId: string, recorder: string, answer: OrphanAnswer): Promise<boolean> {
+    const k = this.#keys(sessionId)
+    const { maxEvents, maxBytes, ttlMs } = this.#o.retention
+    const reply = await this.#redis.mcpgwEndOrphaned(k.meta, k.stream(streamId),
+      streamId, recorder, maxEvents, maxBytes, ttlMs, k.channel, this.replicaId, answer.data, answer.event ?? '')
+    if (reply === null || reply === 0) return false
+    const [epoch, seq] = reply
+    // Local followers get the event itself, as with any append made here.
+    this.#o.deliver(sessionId, epoch, { streamId, toSeq: seq, events: [{ seq, data: answer.data, event: answer.event }], ended: true })
+    return true
+  }
+
+  async markAlive (ms: number): Promise<void> {
+    await this.#redis.set(this.#o.aliveKey(this.replicaId), '1', 'PX', Math.max(1, ms))
+  }
+
+  async retire (): Promise<void> {
+    await this.#redis.del(this.#o.aliveKey(this.replicaId))
   }
 
   /** The append script keeps the upstream's last id in the session hash already. */

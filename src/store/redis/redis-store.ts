@@ -210,9 +210,12 @@ export class RedisEventStore implements EventStore {
       replicaId: this.replicaId,
       keys: (sessionId) => {
         const keys = this.#keys(sessionId)
-        return { lease: keys.lease, meta: keys.meta, attached: keys.attached, channel: keys.channel }
+        return { lease: keys.lease, meta: keys.meta, attached: keys.attached, channel: keys.channel, stream: keys.stream }
       },
-      subscribeControl: (sessionId, listener) => this.subscribeControl(sessionId, listener)
+      subscribeControl: (sessionId, listener) => this.subscribeControl(sessionId, listener),
+      aliveKey: (replicaId) => `${this.#prefix}r:${replicaId}:alive`,
+      retention: this.#retention,
+      deliver: (sessionId, epoch, notice) => this.#deliver(this.#keys(sessionId).channel, epoch, notice)
     })
     return this.#leases
   }

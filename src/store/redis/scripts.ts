@@ -367,3 +367,84 @@ if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HSET', KEYS[2], 'h:' .. A
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 0
 `
+
+/**
+ * Request stream recorders (cluster/lease.ts, RecorderLiveness). The session
+ * hash's w:<stream> field names the replica recording a request stream; each
+ * replica keeps a liveness key `<prefix>r:<replicaId>:alive` (PX LEASE_TTL_MS,
+ * refreshed in every lease tick). That key is not the session's: a script
+ * cannot read it on Cluster, so a replica reads it first (GET) and the script
+ * below checks what it can in one slot: the stream is still unended and still
+ * recorded by that replica. Replica ids are never reused (random per process),
+ * so a recorder found dead stays dead.
+ */
+
+/**
+ * KEYS: session hash. ARGV: streamId, replicaId.
+ * Returns 0 when the session is unknown, else 1.
+ */
+export const CLAIM_RECORDER = `
+if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'w:' .. ARGV[1], ARGV[2])
+return 1
+`
+
+/**
+ * KEYS: session hash, stream. ARGV: streamId, recorder replica, maxEvents,
+ * maxBytes, ttlMs, channel, origin replica, data, event type ('' for none).
+ * Returns nil when the session is unknown, 0 when there is nothing to do (the
+ * stream ended, or another replica records it), else { epoch, lastSeq }.
+ *
+ * Appends one text event as a batch of one, in APPEND's entry format and with
+ * its retention (f: exact per event, whole entries trimmed, never the new
+ * one), marks the stream ended and PUBLISHes the usual notice. Idempotent: a
+ * second caller finds the stream ended.
+ */
+export const END_ORPHANED = STREAM_STATE + `
+local meta, skey = KEYS[1], KEYS[2]
+local sid, recorder = ARGV[1], ARGV[2]
+local maxEvents, maxBytes, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local channel, origin, data, etype = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+
+local epoch = redis.call('HGET', meta, 'epoch')
+if not epoch then return false end
+if redis.call('HGET', meta, 'w:' .. sid) ~= recorder then return 0 end
+local last, first, bytes, ended = streamState(meta, skey, sid)
+if last == nil or ended then return 0 end
+
+local blob = data .. etype
+local layout = (etype ~= '' and 1 or 0) .. ' ' .. #data .. ' ' .. #etype .. ' 0 '
+local newLast = last + 1
+local total = bytes + #blob
+local keep = first
+if keep < newLast - maxEvents + 1 then keep = newLast - maxEvents + 1 end
+if keep > first or total > maxBytes then
+  local cursor, keptId, dropped = '-', nil, 0
+  repeat
+    local rows = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 2)
+    for _, row in ipairs(rows) do
+      local id = row[1]
+      local dash = string.find(id, '-', 1, true)
+      local elast = tonumber(string.sub(id, 1, dash - 1)) + tonumber(string.sub(id, dash + 1)) - 1
+      if elast < keep or total > maxBytes then
+        total = total - tonumber(row[2][2])
+        if keep <= elast then keep = elast + 1 end
+        dropped = dropped + 1
+      else
+        keptId = id
+        break
+      end
+    end
+    if #rows > 0 then cursor = '(' .. rows[#rows][1] end
+  until keptId or #rows < 2
+  if dropped > 0 then
+    if keptId then redis.call('XTRIM', skey, 'MINID', keptId) else redis.call('DEL', skey) end
+  end
+end
+redis.call('XADD', skey, newLast .. '-1', 's', #blob, 'l', layout, 'b', blob)
+redis.call('HSET', meta, 'q:' .. sid, newLast, 'f:' .. sid, keep, 'b:' .. sid, total, 'e:' .. sid, '1')
+redis.call('PEXPIRE', meta, ttl)
+redis.call('PEXPIRE', skey, ttl)
+redis.call('PUBLISH', channel, cjson.encode({ o = origin, p = epoch, s = sid, t = newLast, e = true }))
+return { epoch, newLast }
+`
