@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { randomToken } from '../protocol/event-id.js'
-import { isGrant, type AcquireResult, type ControlMessage, type ControlSubscription, type LeaseBackend, type LeaseGrant } from './lease.js'
+import { isGrant, type AcquireResult, type ControlMessage, type ControlSubscription, type LeaseBackend, type LeaseGrant, type OrphanAnswer } from './lease.js'
 
 export interface LeaseCoordinatorOptions {
   readonly backend: LeaseBackend
@@ -95,6 +95,19 @@ interface Watch {
   retry: NodeJS.Timeout | undefined
 }
 
+/** A client here waits on a request stream another replica records (see RecorderLiveness). */
+interface RecorderWatch {
+  readonly sessionId: string
+  readonly streamId: string
+  readonly answer: OrphanAnswer
+  readonly onEnded: () => void
+  /** The recording replica, once looked up. */
+  recorder: string | undefined
+  looking: boolean
+  ending: boolean
+  stopped: boolean
+}
+
 /** How long drain waits for its control subscriptions before going on without them. */
 const SUBSCRIBE_WAIT_MS = 1000
 /** A watcher tries again this long after the holder's lease would expire (clock skew inside Redis is nil). */
@@ -104,8 +117,11 @@ const EXPIRY_SLACK_MS = 20
  * Replica coordination for upstream GETs. Holds this replica's leases and
  * renews them; watches the sessions whose clients are attached here while
  * another replica holds the stream, to take over when the holder dies (its
- * lease expires) or lets go (a `released` message). Everything periodic is
- * one batched round trip per tick (every ttl/3), whatever the session count.
+ * lease expires) or lets go (a `released` message). Also keeps this
+ * replica's liveness mark up for the request streams it records, and ends
+ * the request streams clients here wait on when their recorder's mark runs
+ * out (RecorderLiveness). Everything periodic is one batched round trip per
+ * tick (every ttl/3), whatever the session and stream count.
  */
 export class LeaseCoordinator {
   readonly backend: LeaseBackend
@@ -114,6 +130,9 @@ export class LeaseCoordinator {
   readonly #held = new Map<string, Lease>()
   readonly #watched = new Map<string, Watch>()
   readonly #drainSubscriptions = new Map<string, ControlSubscription>()
+  readonly #recorderWatches = new Set<RecorderWatch>()
+  /** When the last refresh of this replica's liveness mark was sent (0: never). */
+  #aliveAt = 0
   #timer: NodeJS.Timeout | undefined
   #ticking = false
   #draining = false
@@ -132,6 +151,35 @@ export class LeaseCoordinator {
     if (this.#timer !== undefined) return
     this.#timer = setInterval(() => { this.tick().catch(() => {}) }, this.tickMs)
     this.#timer.unref()
+    if (this.backend.shared) this.#markAlive().catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not mark this replica alive'))
+  }
+
+  /**
+   * This replica records a request stream: note it with the stream, so a
+   * replica whose client waits on it can end it if this one dies. The
+   * liveness mark is refreshed first when the ticks have not kept it fresh.
+   */
+  async claimRequestStream (sessionId: string, streamId: string): Promise<void> {
+    if (!this.backend.shared) return
+    if (Date.now() - this.#aliveAt > this.tickMs * 1.5) await this.#markAlive()
+    await this.backend.claimRequestStream(sessionId, streamId)
+  }
+
+  /**
+   * A client here waits on a request stream. If another replica records it
+   * and dies (its liveness mark runs out, LEASE_TTL_MS), the next tick ends
+   * the stream with `answer` (every follower sees the end as usual) and calls
+   * `onEnded` on the replica that did. Returns the function that stops.
+   */
+  watchRequestStream (sessionId: string, streamId: string, answer: OrphanAnswer, onEnded: () => void): () => void {
+    if (!this.backend.shared) return () => {}
+    const watch: RecorderWatch = { sessionId, streamId, answer, onEnded, recorder: undefined, looking: false, ending: false, stopped: false }
+    this.#recorderWatches.add(watch)
+    this.#lookUpRecorder(watch)
+    return () => {
+      watch.stopped = true
+      this.#recorderWatches.delete(watch)
+    }
   }
 
   /** Take the session's lease now if it is free. */
@@ -193,17 +241,25 @@ export class LeaseCoordinator {
     if (this.#ticking) return
     const held = [...this.#held.values()]
     const watched = [...this.#watched.values()].filter(w => !w.acquiring)
-    if (held.length === 0 && watched.length === 0) return
+    // Shared leases: the liveness mark goes out every tick, even with nothing else to do.
+    const shared = this.backend.shared
+    if (held.length === 0 && watched.length === 0 && !shared) return
     this.#ticking = true
     for (const w of watched) w.acquiring = true
     const watchTokens = watched.map(() => this.#token())
+    for (const w of this.#recorderWatches) if (w.recorder === undefined) this.#lookUpRecorder(w)
+    const recorders = [...new Set([...this.#recorderWatches].flatMap(w => w.recorder === undefined || w.ending ? [] : [w.recorder]))]
+    const sentAt = Date.now()
     try {
       const result = await this.backend.tick({
         ttlMs: this.#o.ttlMs,
         attachedMs: this.#attachedMs(),
         renew: held.map(lease => ({ sessionId: lease.sessionId, token: lease.token })),
-        watch: watched.map((w, i) => ({ sessionId: w.sessionId, token: watchTokens[i] as string }))
+        watch: watched.map((w, i) => ({ sessionId: w.sessionId, token: watchTokens[i] as string })),
+        ...(shared && { aliveMs: this.#o.ttlMs, recorders })
       })
+      if (shared) this.#aliveAt = Math.max(this.#aliveAt, sentAt)
+      result.recordersAlive.forEach((alive, i) => { if (!alive) this.#endOrphans(recorders[i] as string) })
       result.renew.forEach((outcome, i) => {
         const lease = held[i] as Lease
         if (outcome === 'renewed' || lease.settled) return
@@ -226,6 +282,52 @@ export class LeaseCoordinator {
     for (const watch of [...this.#watched.values()]) this.#unwatch(watch)
     for (const subscription of this.#drainSubscriptions.values()) subscription.off()
     this.#drainSubscriptions.clear()
+    for (const watch of this.#recorderWatches) watch.stopped = true
+    this.#recorderWatches.clear()
+    // After drain: a request stream still unended here never will be; let the other replicas end it now.
+    if (this.backend.shared) await this.backend.retire().catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not drop the liveness mark'))
+  }
+
+  async #markAlive (): Promise<void> {
+    const sentAt = Date.now()
+    await this.backend.markAlive(this.#o.ttlMs)
+    this.#aliveAt = Math.max(this.#aliveAt, sentAt)
+  }
+
+  /** Which replica records the stream: unknown (an older gateway) or this one means nothing to watch. */
+  #lookUpRecorder (watch: RecorderWatch): void {
+    if (watch.looking || watch.stopped) return
+    watch.looking = true
+    this.backend.requestStreamRecorder(watch.sessionId, watch.streamId).then(recorder => {
+      watch.looking = false
+      if (recorder === undefined || recorder === this.backend.replicaId) {
+        watch.stopped = true
+        this.#recorderWatches.delete(watch)
+      } else {
+        watch.recorder = recorder
+      }
+    }, (err: unknown) => {
+      // Tried again at the next tick.
+      watch.looking = false
+      this.#o.log.warn({ err }, 'lease: could not look up the recorder of a request stream')
+    })
+  }
+
+  /** The replica's liveness mark is gone: end the streams it left unended that clients here wait on. */
+  #endOrphans (recorder: string): void {
+    for (const watch of this.#recorderWatches) {
+      if (watch.recorder !== recorder || watch.ending || watch.stopped) continue
+      watch.ending = true
+      this.backend.endOrphanedRequestStream(watch.sessionId, watch.streamId, recorder, watch.answer).then(ended => {
+        this.#recorderWatches.delete(watch)
+        // Ended by someone else (its recorder, or another replica first): the usual notice ends the client.
+        watch.stopped = true
+        if (ended) watch.onEnded()
+      }, (err: unknown) => {
+        watch.ending = false
+        this.#o.log.warn({ err }, 'lease: could not end a request stream whose recorder died; trying again next tick')
+      })
+    }
   }
 
   /** @internal a lease was released or lost. */
