@@ -148,7 +148,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   await app.register(async mcp => {
     mcp.removeAllContentTypeParsers()
     mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
-    registerMcpRoute(mcp, { maxBodyBytes: config.maxBodyBytes, config, store, hub, upstream, metrics, inflight, random: deps.random })
+    registerMcpRoute(mcp, { maxBodyBytes: config.maxBodyBytes, config, store, hub, upstream, metrics, inflight, leases, random: deps.random })
   })
 
   // Every other path of the upstream origin (OAuth metadata and the like) is proxied as it is, streamed.

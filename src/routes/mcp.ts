@@ -1,6 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyBaseLogger as Logger } from 'fastify'
+import type { LeaseCoordinator } from '../cluster/coordinator.js'
+import type { OrphanAnswer } from '../cluster/lease.js'
 import type { GatewayConfig } from '../config/load.js'
 import { errors, GatewayError } from '../errors.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
@@ -9,7 +11,7 @@ import { protocolInfo, type ProtocolInfo } from '../protocol/era.js'
 import { decodeEventId, encodeEventId, randomToken, type EventPosition } from '../protocol/event-id.js'
 import { lostResponseError, makeRequestStreamId, REPAIRED_SEQ, requestIdOfBody, requestIdOfStream } from '../protocol/request-stream.js'
 import { StreamFollower } from '../relay/follower.js'
-import { recordUpstreamStream } from '../relay/recorder.js'
+import { GAP_MARKER_EVENT, recordUpstreamStream } from '../relay/recorder.js'
 import type { InFlight } from '../relay/inflight.js'
 import type { SessionHub } from '../relay/session-hub.js'
 import { SessionRateLimiter } from './rate-limit.js'
@@ -28,12 +30,16 @@ export interface McpRouteDeps {
   readonly upstream: UpstreamClient
   readonly metrics: GatewayMetrics
   readonly inflight: InFlight
+  /** Request stream recorders across replicas: claimed here, watched while a resuming client waits. */
+  readonly leases: LeaseCoordinator
   readonly random?: (size: number) => Uint8Array
 }
 
 /** Header carrying the gap reason when a resume cannot be served in full. */
 export const GAP_HEADER = 'x-mcp-gateway-gap'
 const REPLAY_PAGE = 500
+/** Gap reason (mcpgw_gaps_total) of a request stream ended for its dead recorder. */
+const RECORDER_LOST = 'recorder_lost'
 /** Transports spec: session ids are visible ASCII (0x21-0x7E). */
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 
@@ -192,9 +198,13 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     const streamId = makeRequestStreamId(randomToken(8, random), randomToken(3, random), requestId)
     const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId })
     let state: StreamState
+    // Noted before any event id goes out: a client resuming elsewhere can then learn if this replica dies.
+    const claimed = deps.leases.claimRequestStream(sessionId, streamId)
+      .catch((err: unknown) => log.warn({ err }, 'could not note this replica as the recorder: if it dies, resuming clients wait for their timeout'))
     try {
       state = await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
     } catch (err) {
+      await claimed
       // Degraded mode: the request already reached the upstream; pass its answer
       // on as it is (live, not resumable) rather than lose the result.
       log.error({ err }, 'event store unavailable: passing the SSE answer through unrecorded')
@@ -202,6 +212,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       sendUpstreamResponse(reply, res)
       return
     }
+    await claimed
     const client = streamOptions(reply, log, 'request', state.epoch, streamId, proto)
     hub.attach(sessionId, client)
     client.open(clientResponseHeaders(res.headers, ['content-type', 'content-length', 'content-encoding', 'cache-control']), 0)
@@ -328,6 +339,20 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     hub.attach(sessionId, client)
     openWithGap(client, log, position, resumePoint(state, position, record, 0))
     await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: true }).start()
+    if (client.closed) return
+    // The client waits for the rest: should the replica recording it die, end the stream with an answer.
+    const unwatch = deps.leases.watchRequestStream(sessionId, position.streamId, orphanAnswer(position.streamId), () => {
+      metrics.gaps.inc({ reason: RECORDER_LOST })
+      log.warn({ reason: RECORDER_LOST }, 'gap: the replica recording this request stream died; ended it with the gateway\'s error answer')
+    })
+    client.onClose(unwatch)
+  }
+
+  /** What ends a request stream whose recorder died: the JSON-RPC error for its request, else a gap marker. */
+  function orphanAnswer (streamId: string): OrphanAnswer {
+    const requestId = requestIdOfStream(streamId)
+    if (requestId === undefined) return { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: RECORDER_LOST, streamId }) }
+    return { data: lostResponseError(requestId, 'the gateway replica recording the answer went away') }
   }
 
   interface StartPoint { readonly after: number, readonly gap?: { reason: GapReason, missingFrom?: number, missingTo?: number } }
