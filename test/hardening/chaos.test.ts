@@ -14,8 +14,11 @@
 // A second run kills the gateway replica that is recording a tool call's
 // stream (SIGKILL, real processes from dist/: test/fixtures/replica.ts) and
 // starts another: the standalone stream is taken over (its loss is signalled
-// by an upstream_handover marker, test/cluster covers that in depth); the
-// question here is what becomes of the tool call the dead replica was recording.
+// by an upstream_handover marker, test/cluster covers that in depth); the tool
+// call the dead replica was recording must end with the gateway's error answer
+// (a surviving replica ends the stream once the recorder's liveness mark runs
+// out), never at its timeout (test/cluster/orphaned-request-stream.test.ts
+// measures how soon).
 import t from 'tap'
 import { existsSync, readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
@@ -274,8 +277,6 @@ t.test(`chaos: connection cuts and Redis restarts, seed ${SEED}`, async t => {
   t.same(bad.lostWithoutOutage, [], 'tool calls: without a store outage, nothing missing and every result arrived')
 })
 
-const BUG_ORPHANED_STREAM = 'bug: a request stream whose recording replica dies is never ended by anyone (no lease or owner on request streams; gap repair only answers for streams whose history is gone, src/routes/mcp.ts resumeRequestStream): the client resumes on a surviving replica, gets what was recorded, then waits for the rest until its own timeout; the upstream\'s answer to that request is lost with the dead replica\'s connection, without a signal'
-
 /** Newest modification time under a directory (to tell a stale dist/). */
 function newest (dir: string): number {
   let latest = 0
@@ -311,7 +312,7 @@ t.test(`chaos: the replica recording a tool call is killed, seed ${SEED}`, async
   t.ok(await waitUntil(() => mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'the standalone stream is open')
   const count = 800
   await mcp.client.callTool({ name: 'broadcast', arguments: { count, intervalMs: 10, tag: 'b' } })
-  const calls: Array<{ tag: string, outcome: string }> = []
+  const calls: Array<{ tag: string, outcome: string, endedAt: number }> = []
   const chaos = { over: false }
   const callLoop = (async () => {
     for (let k = 0; !chaos.over; k++) {
@@ -320,7 +321,7 @@ t.test(`chaos: the replica recording a tool call is killed, seed ${SEED}`, async
         .then(() => 'result', (err: unknown) => err instanceof McpError && /MCP gateway: the response to this request was lost/.test(err.message)
           ? 'gateway error'
           : /fetch failed/.test(String(err)) ? 'transport error' : `failed: ${String(err).slice(0, 100)}`)
-      calls.push({ tag, outcome })
+      calls.push({ tag, outcome, endedAt: Date.now() })
     }
   })()
 
@@ -339,7 +340,7 @@ t.test(`chaos: the replica recording a tool call is killed, seed ${SEED}`, async
   const standaloneDone = await waitUntil(() => standaloneItems(mcp.exchanges).some(i => i.kind === 'seq' && i.seq === count - 1), 20_000)
   await callLoop
   await sleep(300)
-  t.comment(`replica chaos: killed ${victim.name} (recording ${recording.join('/')} request streams) ${Date.now() - killedAt} ms ago; tool calls: ${calls.map(c => `${c.tag}: ${c.outcome}`).join(' | ')}`)
+  t.comment(`replica chaos: killed ${victim.name} (recording ${recording.join('/')} request streams) ${Date.now() - killedAt} ms ago; tool calls: ${calls.map(c => `${c.tag}: ${c.outcome}${c.outcome === 'gateway error' ? ` (${c.endedAt - killedAt} ms after the kill)` : ''}`).join(' | ')}`)
 
   const b = judge(standaloneItems(mcp.exchanges), count)
   t.comment(`standalone: missing ${b.missing.map(([f, l]) => `${f}-${l}`).join(',') || 'none'}; gap notices ${standaloneItems(mcp.exchanges).filter(i => i.kind === 'gap').map(i => i.kind === 'gap' ? i.reason : '').join(',') || 'none'}`)
@@ -357,7 +358,7 @@ t.test(`chaos: the replica recording a tool call is killed, seed ${SEED}`, async
     else other.push(`${call.tag}: ${call.outcome}`)
   }
   t.same(other, [], 'every tool call ends with its result, the gateway\'s error, or a transport error')
-  t.same(orphaned, [], 'no tool call waits for its timeout on a stream its dead replica left unended', { todo: BUG_ORPHANED_STREAM })
+  t.same(orphaned, [], 'no tool call waits for its timeout on a stream its dead replica left unended')
   for (const call of calls) {
     const v = judge(requestItems(mcp.exchanges, call.tag), CALL_COUNT, call.outcome !== 'result')
     if (v.duplicated.length > 0 || v.outOfOrder > 0) t.fail(`${call.tag}: duplicated ${v.duplicated.join(',')}, out of order ${v.outOfOrder}`)
