@@ -37,7 +37,7 @@ export const ConfigSchema = Type.Object({
 
   PRINCIPAL_HEADER: Type.String({ default: 'authorization', description: 'Request header whose hash identifies the principal a session is bound to.' }),
   ALLOWED_ORIGINS: Type.Optional(Type.String({ description: 'Comma-separated Origin allow-list; a request with another Origin gets 403. Unset: any Origin is accepted (a warning is logged).' })),
-  LEASE_TTL_MS: Type.Integer({ default: 5000, minimum: 500, description: 'Lease on a session\'s upstream GET stream: renewed every third of this; another replica takes over this long after the holder dies.' }),
+  LEASE_TTL_MS: Type.Integer({ default: 5000, minimum: 500, description: 'Lease on a session\'s upstream GET stream, and liveness of the replicas recording POST answers: renewed every third of this; another replica takes over (or ends the answers a dead replica was recording) this long after the holder dies.' }),
   DRAIN_SPREAD_SECONDS: Type.Integer({ default: 5, minimum: 0, description: 'On SIGTERM, client streams are closed spread over this window so clients do not all reconnect at once.' }),
   MAX_HEADER_BYTES: Type.Integer({ default: 16384, minimum: 1024, description: 'Largest request header block accepted (431 beyond).' }),
   SESSION_REQUESTS_PER_SECOND: Type.Integer({ default: 100, minimum: 1, description: 'Requests per second one session may make through this replica (bursts of twice that); beyond it 429 with Retry-After.' }),
