@@ -118,7 +118,7 @@ const EXPIRY_SLACK_MS = 20
  * renews them; watches the sessions whose clients are attached here while
  * another replica holds the stream, to take over when the holder dies (its
  * lease expires) or lets go (a `released` message). Also keeps this
- * replica's liveness mark up for the request streams it records, and ends
+ * replica's liveness mark up while it records request streams, and ends
  * the request streams clients here wait on when their recorder's mark runs
  * out (RecorderLiveness). Everything periodic is one batched round trip per
  * tick (every ttl/3), whatever the session and stream count.
@@ -131,8 +131,12 @@ export class LeaseCoordinator {
   readonly #watched = new Map<string, Watch>()
   readonly #drainSubscriptions = new Map<string, ControlSubscription>()
   readonly #recorderWatches = new Set<RecorderWatch>()
-  /** When the last refresh of this replica's liveness mark was sent (0: never). */
+  /** Request streams this replica records now: its liveness mark is kept up while there are any. */
+  #recording = 0
+  /** When the last refresh of this replica's liveness mark was sent (0: not up). */
   #aliveAt = 0
+  /** Bumped when the mark is dropped: a refresh sent before then says nothing of the mark now. */
+  #aliveGeneration = 0
   #timer: NodeJS.Timeout | undefined
   #ticking = false
   #draining = false
@@ -151,18 +155,30 @@ export class LeaseCoordinator {
     if (this.#timer !== undefined) return
     this.#timer = setInterval(() => { this.tick().catch(() => {}) }, this.tickMs)
     this.#timer.unref()
-    if (this.backend.shared) this.#markAlive().catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not mark this replica alive'))
   }
 
   /**
-   * This replica records a request stream: note it with the stream, so a
-   * replica whose client waits on it can end it if this one dies. The
-   * liveness mark is refreshed first when the ticks have not kept it fresh.
+   * This replica starts recording a request stream: note it with the stream,
+   * so a replica whose client waits on it can end it if this one dies, and
+   * keep this replica's liveness mark up until `done` (the stream recorded to
+   * its end). `claimed` settles once both are in place: before the stream's
+   * first event id goes out, no client can resume it, so their order does not matter.
    */
-  async claimRequestStream (sessionId: string, streamId: string): Promise<void> {
-    if (!this.backend.shared) return
-    if (Date.now() - this.#aliveAt > this.tickMs * 1.5) await this.#markAlive()
-    await this.backend.claimRequestStream(sessionId, streamId)
+  recordRequestStream (sessionId: string, streamId: string): { readonly claimed: Promise<void>, readonly done: () => void } {
+    if (!this.backend.shared) return { claimed: Promise.resolve(), done: () => {} }
+    this.#recording++
+    let finished = false
+    const stale = Date.now() - this.#aliveAt > this.tickMs * 1.5
+    const claimed = Promise.all([stale ? this.#markAlive() : undefined, this.backend.claimRequestStream(sessionId, streamId)]).then(() => {})
+    return {
+      claimed,
+      done: () => {
+        if (finished) return
+        finished = true
+        // After close() the count is 0 and the mark dropped already.
+        if (this.#recording > 0 && --this.#recording === 0) this.#dropAlive()
+      }
+    }
   }
 
   /**
@@ -241,24 +257,25 @@ export class LeaseCoordinator {
     if (this.#ticking) return
     const held = [...this.#held.values()]
     const watched = [...this.#watched.values()].filter(w => !w.acquiring)
-    // Shared leases: the liveness mark goes out every tick, even with nothing else to do.
-    const shared = this.backend.shared
-    if (held.length === 0 && watched.length === 0 && !shared) return
+    for (const w of this.#recorderWatches) if (w.recorder === undefined) this.#lookUpRecorder(w)
+    const recorders = [...new Set([...this.#recorderWatches].flatMap(w => w.recorder === undefined || w.ending ? [] : [w.recorder]))]
+    const alive = this.#recording > 0
+    if (held.length === 0 && watched.length === 0 && recorders.length === 0 && !alive) return
     this.#ticking = true
     for (const w of watched) w.acquiring = true
     const watchTokens = watched.map(() => this.#token())
-    for (const w of this.#recorderWatches) if (w.recorder === undefined) this.#lookUpRecorder(w)
-    const recorders = [...new Set([...this.#recorderWatches].flatMap(w => w.recorder === undefined || w.ending ? [] : [w.recorder]))]
     const sentAt = Date.now()
+    const generation = this.#aliveGeneration
     try {
       const result = await this.backend.tick({
         ttlMs: this.#o.ttlMs,
         attachedMs: this.#attachedMs(),
         renew: held.map(lease => ({ sessionId: lease.sessionId, token: lease.token })),
         watch: watched.map((w, i) => ({ sessionId: w.sessionId, token: watchTokens[i] as string })),
-        ...(shared && { aliveMs: this.#o.ttlMs, recorders })
+        recorders,
+        ...(alive && { aliveMs: this.#o.ttlMs })
       })
-      if (shared) this.#aliveAt = Math.max(this.#aliveAt, sentAt)
+      if (alive && generation === this.#aliveGeneration) this.#aliveAt = Math.max(this.#aliveAt, sentAt)
       result.recordersAlive.forEach((alive, i) => { if (!alive) this.#endOrphans(recorders[i] as string) })
       result.renew.forEach((outcome, i) => {
         const lease = held[i] as Lease
@@ -285,13 +302,26 @@ export class LeaseCoordinator {
     for (const watch of this.#recorderWatches) watch.stopped = true
     this.#recorderWatches.clear()
     // After drain: a request stream still unended here never will be; let the other replicas end it now.
-    if (this.backend.shared) await this.backend.retire().catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not drop the liveness mark'))
+    if (this.backend.shared && this.#recording > 0) {
+      this.#recording = 0
+      this.#aliveAt = 0
+      this.#aliveGeneration++
+      await this.backend.retire().catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not drop the liveness mark'))
+    }
   }
 
   async #markAlive (): Promise<void> {
     const sentAt = Date.now()
+    const generation = this.#aliveGeneration
     await this.backend.markAlive(this.#o.ttlMs)
-    this.#aliveAt = Math.max(this.#aliveAt, sentAt)
+    if (generation === this.#aliveGeneration) this.#aliveAt = Math.max(this.#aliveAt, sentAt)
+  }
+
+  /** Nothing recorded here any more: no mark left behind (a new recording sets it again, after this). */
+  #dropAlive (): void {
+    this.#aliveAt = 0
+    this.#aliveGeneration++
+    this.backend.retire().catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not drop the liveness mark'))
   }
 
   /** Which replica records the stream: unknown (an older gateway) or this one means nothing to watch. */

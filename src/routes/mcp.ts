@@ -199,14 +199,16 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId })
     let state: StreamState
     // Noted before any event id goes out: a client resuming elsewhere can then learn if this replica dies.
-    const claimed = deps.leases.claimRequestStream(sessionId, streamId)
+    const recording = deps.leases.recordRequestStream(sessionId, streamId)
+    const claimed = recording.claimed
       .catch((err: unknown) => log.warn({ err }, 'could not note this replica as the recorder: if it dies, resuming clients wait for their timeout'))
     try {
       state = await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
     } catch (err) {
-      await claimed
       // Degraded mode: the request already reached the upstream; pass its answer
-      // on as it is (live, not resumable) rather than lose the result.
+      // on as it is (live, not resumable) rather than lose the result. The claim,
+      // pointless now, is not waited for.
+      recording.done()
       log.error({ err }, 'event store unavailable: passing the SSE answer through unrecorded')
       metrics.eventsUnrecorded.inc({ reason: 'store_error' })
       sendUpstreamResponse(reply, res)
@@ -232,6 +234,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       requestId,
       failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off')
     })).then(outcome => {
+      recording.done()
       metrics.upstreamStreamsOpen.dec({ kind: 'request' })
       if (outcome !== 'completed') client.close('upstream_error', true)
     })

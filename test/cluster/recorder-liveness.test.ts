@@ -6,6 +6,9 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyBaseLogger } from 'fastify'
+import { pino } from 'pino'
+import { LeaseCoordinator } from '../../src/cluster/coordinator.js'
 import { LocalLeaseBackend } from '../../src/cluster/lease.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
@@ -128,6 +131,62 @@ t.test('the answer is bounded by retention like any event, and may be a gap mark
   t.same((await other.read('s2', 'r1', 0, 100))?.events.map(e => e.seq), [3, 4], 'the byte count left by the script is exact: exactly at the bound, nothing trimmed')
   await other.append('s2', 'r1', [{ data: 'w' }])
   t.same((await other.read('s2', 'r1', 0, 100))?.events.map(e => e.seq), [4, 5], 'one byte over: the oldest goes')
+})
+
+t.test('coordinators: the mark lives exactly while recording; a waiting client\'s replica ends the stream once the recorder is gone', async (t) => {
+  const env = await useRedis(t, 'orphan-coordinator')
+  const a = await storeFor(t, env)
+  const b = await storeFor(t, env)
+  const ttlMs = 600
+  const log = pino({ level: 'silent' }) as unknown as FastifyBaseLogger
+  const coordinator = (store: RedisEventStore): LeaseCoordinator => {
+    const c = new LeaseCoordinator({ backend: store.leaseBackend(), ttlMs, holdMs: 0, log })
+    c.start()
+    t.teardown(() => c.close())
+    return c
+  }
+  const ca = coordinator(a)
+  const cb = coordinator(b)
+  const aliveKey = `${env.prefix}r:${a.replicaId}:alive`
+  await a.createSession('s1', 'p')
+  await a.openStream('s1', 'r1')
+
+  await sleep(ttlMs)
+  t.equal(await env.redis.exists(aliveKey), 0, 'a replica that records nothing keeps no mark')
+  const recording = ca.recordRequestStream('s1', 'r1')
+  await recording.claimed
+  t.equal(await a.leaseBackend().requestStreamRecorder('s1', 'r1'), a.replicaId, 'claimed')
+  await a.append('s1', 'r1', [{ data: 'one' }])
+
+  let ended = 0
+  const stop = cb.watchRequestStream('s1', 'r1', ANSWER, () => { ended++ })
+  await sleep(ttlMs * 3)
+  t.equal(await env.redis.exists(aliveKey), 1, 'the ticks keep the mark up past its ttl while recording')
+  t.equal((await a.state('s1', 'r1'))?.ended, false, 'a live recorder\'s stream is left alone')
+  t.equal(ended, 0)
+
+  recording.done()
+  await sleep(50)
+  t.equal(await env.redis.exists(aliveKey), 0, 'done: the mark is dropped at once')
+  const diedAt = Date.now()
+  t.ok(await waitUntil(() => ended === 1, ttlMs * 3), 'the watcher ends the stream whose recorder left it unended')
+  t.comment(`ended ${Date.now() - diedAt} ms after the recorder's mark went (tick ${cb.tickMs} ms)`)
+  const read = await b.read('s1', 'r1', 0, 100)
+  t.same(read?.events.map(e => e.data), ['one', ANSWER.data])
+  t.equal(read?.state.ended, true)
+  await sleep(ttlMs)
+  t.equal(ended, 1, 'once')
+  stop()
+
+  // Watching a stream this replica records itself is a no-op.
+  await a.openStream('s1', 'r2')
+  const own = ca.recordRequestStream('s1', 'r2')
+  await own.claimed
+  const stopOwn = ca.watchRequestStream('s1', 'r2', ANSWER, () => { ended++ })
+  own.done()
+  await sleep(ttlMs * 2)
+  t.equal((await a.state('s1', 'r2'))?.ended, false, 'never ended by its own replica')
+  stopOwn()
 })
 
 t.test('the embedded store: nothing to watch, nothing ever orphaned', async (t) => {
