@@ -51,6 +51,59 @@ local function streamState (meta, skey, sid)
 end
 `
 
+/**
+ * Retention before a batch of n events (blob of `size` bytes, layout as in
+ * APPEND) is added after `last`: f: (keep) is exact per event; storage goes by
+ * whole entries, deleted once all their events are below keep, or while the
+ * stream is over the byte limit (never the entry being added). Returns keep
+ * and the stream's bytes once the batch is in.
+ */
+const TRIM_FOR_BATCH = `
+local function trimForBatch (skey, last, first, bytes, n, size, layout, maxEvents, maxBytes)
+  local newLast = last + n
+  local total = bytes + size
+  local keep = first
+  if n == 0 then return keep, total end
+  if keep < newLast - maxEvents + 1 then keep = newLast - maxEvents + 1 end
+  if keep <= first and total <= maxBytes then return keep, total end
+  local cursor, keptId, dropped = '-', nil, 0
+  repeat
+    local rows = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 2)
+    for _, row in ipairs(rows) do
+      local id = row[1]
+      local dash = string.find(id, '-', 1, true)
+      local elast = tonumber(string.sub(id, 1, dash - 1)) + tonumber(string.sub(id, dash + 1)) - 1
+      if elast < keep or total > maxBytes then
+        total = total - tonumber(row[2][2])
+        if keep <= elast then keep = elast + 1 end
+        dropped = dropped + 1
+      else
+        keptId = id
+        break
+      end
+    end
+    if #rows > 0 then cursor = '(' .. rows[#rows][1] end
+  until keptId or #rows < 2
+  if dropped > 0 then
+    if keptId then redis.call('XTRIM', skey, 'MINID', keptId) else redis.call('DEL', skey) end
+  end
+  if not keptId and total > maxBytes then
+    -- The new batch alone is over the limit: hide its oldest events (the newest stays).
+    local sizes, i, visible = {}, 0, total
+    for _, a, b, c in string.gmatch(layout, '(%d+) (%d+) (%d+) (%d+)') do
+      i = i + 1
+      sizes[i] = tonumber(a) + tonumber(b) + tonumber(c)
+    end
+    for seq = last + 1, keep - 1 do visible = visible - sizes[seq - last] end
+    while keep < newLast and visible > maxBytes do
+      visible = visible - sizes[keep - last]
+      keep = keep + 1
+    end
+  end
+  return keep, total
+end
+`
+
 /** Number of leading ARGV entries of APPEND before the events. */
 export const APPEND_HEAD = 10
 
@@ -87,7 +140,7 @@ export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
  * expectation from another epoch means nothing: the session was reset or
  * started a new epoch since (another writer detected a loss first).
  */
-export const APPEND = STREAM_STATE + `
+export const APPEND = STREAM_STATE + TRIM_FOR_BATCH + `
 local meta, skey, lease = KEYS[1], KEYS[2], KEYS[3]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
@@ -121,50 +174,9 @@ if last == nil then
   last, first, bytes, ended = 0, 1, 0, false
 end
 
--- Trimming. f: (keep) is exact per event; storage goes by whole entries: an
--- entry is deleted once all of its events are below keep, or while the
--- stream is over the byte limit (never the entry being added).
 local newLast = last + n
-local total = bytes + #blob
-local keep = first
+local keep, total = trimForBatch(skey, last, first, bytes, n, #blob, layout, maxEvents, maxBytes)
 if n > 0 then
-  if keep < newLast - maxEvents + 1 then keep = newLast - maxEvents + 1 end
-  if keep > first or total > maxBytes then
-    local cursor, keptId, dropped = '-', nil, 0
-    repeat
-      local rows = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 2)
-      for _, row in ipairs(rows) do
-        local id = row[1]
-        local dash = string.find(id, '-', 1, true)
-        local elast = tonumber(string.sub(id, 1, dash - 1)) + tonumber(string.sub(id, dash + 1)) - 1
-        if elast < keep or total > maxBytes then
-          total = total - tonumber(row[2][2])
-          if keep <= elast then keep = elast + 1 end
-          dropped = dropped + 1
-        else
-          keptId = id
-          break
-        end
-      end
-      if #rows > 0 then cursor = '(' .. rows[#rows][1] end
-    until keptId or #rows < 2
-    if dropped > 0 then
-      if keptId then redis.call('XTRIM', skey, 'MINID', keptId) else redis.call('DEL', skey) end
-    end
-    if not keptId and total > maxBytes then
-      -- The new batch alone is over the limit: hide its oldest events (the newest stays).
-      local sizes, i, visible = {}, 0, total
-      for _, a, b, c in string.gmatch(layout, '(%d+) (%d+) (%d+) (%d+)') do
-        i = i + 1
-        sizes[i] = tonumber(a) + tonumber(b) + tonumber(c)
-      end
-      for seq = last + 1, keep - 1 do visible = visible - sizes[seq - last] end
-      while keep < newLast and visible > maxBytes do
-        visible = visible - sizes[keep - last]
-        keep = keep + 1
-      end
-    end
-  end
   redis.call('XADD', skey, (last + 1) .. '-' .. n, 's', #blob, 'l', layout, 'b', blob)
 end
 
@@ -396,11 +408,10 @@ return 1
  * stream ended, or another replica records it), else { epoch, lastSeq }.
  *
  * Appends one text event as a batch of one, in APPEND's entry format and with
- * its retention (f: exact per event, whole entries trimmed, never the new
- * one), marks the stream ended and PUBLISHes the usual notice. Idempotent: a
- * second caller finds the stream ended.
+ * its retention (TRIM_FOR_BATCH), marks the stream ended and PUBLISHes the
+ * usual notice. Idempotent: a second caller finds the stream ended.
  */
-export const END_ORPHANED = STREAM_STATE + `
+export const END_ORPHANED = STREAM_STATE + TRIM_FOR_BATCH + `
 local meta, skey = KEYS[1], KEYS[2]
 local sid, recorder = ARGV[1], ARGV[2]
 local maxEvents, maxBytes, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -415,32 +426,7 @@ if last == nil or ended then return 0 end
 local blob = data .. etype
 local layout = (etype ~= '' and 1 or 0) .. ' ' .. #data .. ' ' .. #etype .. ' 0 '
 local newLast = last + 1
-local total = bytes + #blob
-local keep = first
-if keep < newLast - maxEvents + 1 then keep = newLast - maxEvents + 1 end
-if keep > first or total > maxBytes then
-  local cursor, keptId, dropped = '-', nil, 0
-  repeat
-    local rows = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 2)
-    for _, row in ipairs(rows) do
-      local id = row[1]
-      local dash = string.find(id, '-', 1, true)
-      local elast = tonumber(string.sub(id, 1, dash - 1)) + tonumber(string.sub(id, dash + 1)) - 1
-      if elast < keep or total > maxBytes then
-        total = total - tonumber(row[2][2])
-        if keep <= elast then keep = elast + 1 end
-        dropped = dropped + 1
-      else
-        keptId = id
-        break
-      end
-    end
-    if #rows > 0 then cursor = '(' .. rows[#rows][1] end
-  until keptId or #rows < 2
-  if dropped > 0 then
-    if keptId then redis.call('XTRIM', skey, 'MINID', keptId) else redis.call('DEL', skey) end
-  end
-end
+local keep, total = trimForBatch(skey, last, first, bytes, 1, #blob, layout, maxEvents, maxBytes)
 redis.call('XADD', skey, newLast .. '-1', 's', #blob, 'l', layout, 'b', blob)
 redis.call('HSET', meta, 'q:' .. sid, newLast, 'f:' .. sid, keep, 'b:' .. sid, total, 'e:' .. sid, '1')
 redis.call('PEXPIRE', meta, ttl)
