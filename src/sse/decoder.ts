@@ -2,8 +2,8 @@ import { EventTooLargeError } from '../errors.js'
 
 /**
  * One complete upstream SSE event, as bytes: its field lines exactly as the
- * upstream sent them, each with its line break, without the blank line that
- * ended the event. The gateway forwards these bytes and adds its own `id:`
+ * upstream sent them (less any `retry` field), each with its line break,
+ * without the blank line that ended the event. The gateway forwards these bytes and adds its own `id:`
  * line after them (the last id field of an event is the one a client keeps),
  * so the upstream's data is never parsed or re-serialised on the hot path.
  */
@@ -38,6 +38,26 @@ interface Found {
   readonly start: number
   readonly end: number
   readonly id: string | undefined
+  /** The frame to keep when it is not the bytes start..end as they are. */
+  readonly frame?: Buffer
+}
+
+/**
+ * The block's lines without its `retry` fields. The reconnection delay clients
+ * get is the gateway's (SSE_RETRY_MS); an upstream's hint inside an event would
+ * override it. Rare, so a copy is fine.
+ */
+function withoutRetryLines (buf: Buffer, start: number, end: number): Buffer {
+  const kept: Buffer[] = []
+  let i = start
+  while (i < end) {
+    let j = i
+    while (j < end && buf[j] !== LF && buf[j] !== CR) j++
+    const next = buf[j] === CR && buf[j + 1] === LF && j + 1 < end ? j + 2 : j + 1
+    if (!isField(buf, i, j, 'retry')) kept.push(buf.subarray(i, Math.min(next, end)))
+    i = next
+  }
+  return Buffer.concat(kept)
 }
 
 /**
@@ -47,9 +67,10 @@ interface Found {
  * for long.
  */
 function materialize (buf: Buffer, found: readonly Found[]): UpstreamEvent[] {
-  return found.map(f => f.id === undefined
-    ? { frame: buf.subarray(f.start, f.end) }
-    : { frame: buf.subarray(f.start, f.end), id: f.id })
+  return found.map(f => {
+    const frame = f.frame ?? buf.subarray(f.start, f.end)
+    return f.id === undefined ? { frame } : { frame, id: f.id }
+  })
 }
 
 /**
@@ -58,7 +79,9 @@ function materialize (buf: Buffer, found: readonly Found[]): UpstreamEvent[] {
  * any of SSE's spellings: LF, CR, CRLF, even split across reads) and which
  * blocks are events (a block without a `data` field dispatches nothing), and
  * reads the few fields the gateway needs (`id`, `retry`); it never decodes an
- * event's data. A leading byte order mark is dropped, as a client would.
+ * event's data. A frame keeps the event's lines as sent, except `retry`
+ * fields (the gateway's retry hint is the one clients follow). A leading byte
+ * order mark is dropped, as a client would.
  *
  * MAX_EVENT_BYTES bounds an event's bytes on the wire (all its lines): an
  * upstream that never ends an event must not grow memory without limit.
@@ -70,6 +93,8 @@ export class SseDecoder {
   /** Where scanning stopped in #pending: the start of its unfinished line. */
   #scanned = 0
   #hasData = false
+  /** The block has a retry field (kept out of the frame). */
+  #hasRetry = false
   /** The block's last id line, as offsets into #pending. */
   #idStart = -1
   #idEnd = -1
@@ -195,6 +220,7 @@ export class SseDecoder {
         break
       case 0x72: // r
         if (isField(buf, start, end, 'retry')) {
+          this.#hasRetry = true
           const value = fieldValue(buf, start, end, 5)
           if (/^\d+$/.test(value)) this.#retry = Number(value)
         }
@@ -214,9 +240,10 @@ export class SseDecoder {
     }
     if (this.#hasData) {
       if (end - start > this.#maxEventBytes) throw new EventTooLargeError(this.#maxEventBytes, materialize(buf, events))
-      events.push({ start, end, id })
+      events.push(this.#hasRetry ? { start, end, id, frame: withoutRetryLines(buf, start, end) } : { start, end, id })
     }
     this.#hasData = false
+    this.#hasRetry = false
     this.#idStart = -1
     this.#idEnd = -1
   }

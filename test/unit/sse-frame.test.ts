@@ -253,6 +253,13 @@ t.test('SseDecoder', async (t) => {
     t.same(events.map(dataOf), ['a', 'b', 'c', 'd'])
   })
 
+  t.test('frames keep the event\'s lines as sent, less retry fields', async (t) => {
+    const { events, decoder } = decodeChunks([utf8('id: u1\r\n: note\nretry: 30000\nevent: message\rdata: {"a":1}\nretry\r\ndata: x\n\n')])
+    t.same(events.map(e => e.frame.toString()), ['id: u1\r\n: note\nevent: message\rdata: {"a":1}\ndata: x\n'], 'ids, comments and types stay; retry lines go (the gateway\'s hint is the one clients follow)')
+    t.same(plain(events), [{ data: '{"a":1}\nx', event: 'message', id: 'u1' }])
+    t.equal(decoder.retry, 30000, 'the upstream\'s hint is still read')
+  })
+
   t.test('an id containing NUL is ignored', async (t) => {
     const { events } = decodeChunks([utf8('id: a\0b\ndata: x\n\n')])
     t.same(plain(events), [{ data: 'x' }])
