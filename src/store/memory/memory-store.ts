@@ -29,8 +29,8 @@ interface FrameSegment {
   readonly first: number
   readonly count: number
   readonly blob: Buffer
-  /** End offset of each event's frame in `blob`. */
-  readonly ends: Uint32Array
+  /** End offset of each event's frame in `blob` (small integers: a plain array, no backing store of its own). */
+  readonly ends: readonly number[]
   /** Upstream ids by position, when any event had one. */
   readonly upstreamIds: ReadonlyArray<string | undefined> | undefined
   readonly events?: undefined
@@ -79,7 +79,7 @@ function segmentOf (first: number, stored: readonly StoredEvent[]): Segment {
     if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
   }
   const blob = Buffer.allocUnsafe(total)
-  const ends = new Uint32Array(stored.length)
+  const ends = new Array<number>(stored.length)
   let at = 0
   for (const [i, e] of stored.entries()) {
     blob.set(e.frame as Buffer, at)
