@@ -25,6 +25,7 @@ export class GatewayMetrics {
   readonly replayDuration: Histogram
   readonly storeOperationDuration: Histogram<'op'>
   readonly storeErrors: Counter<'op'>
+  readonly appendResends: Counter<'outcome'>
   readonly upstreamRequestDuration: Histogram<'method' | 'status_class'>
   readonly upstreamErrors: Counter<'kind'>
   readonly upstreamStreamsOpen: Gauge<'kind'>
@@ -50,6 +51,7 @@ export class GatewayMetrics {
     this.replayDuration = new Histogram({ name: `${p}replay_duration_seconds`, help: 'Time to replay history on resume, until live.', buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5], registers })
     this.storeOperationDuration = new Histogram({ name: `${p}store_operation_duration_seconds`, help: 'Event store operation latency, by operation.', labelNames: ['op'], buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers })
     this.storeErrors = new Counter({ name: `${p}store_errors_total`, help: 'Event store operations that failed, by operation.', labelNames: ['op'], registers })
+    this.appendResends = new Counter({ name: `${p}append_resends_total`, help: 'Failed appends resent before their events were passed on unrecorded, by outcome: recorded (applied, or found applied already) or unrecorded (the confirm window ran out).', labelNames: ['outcome'], registers })
     this.upstreamRequestDuration = new Histogram({ name: `${p}upstream_request_duration_seconds`, help: 'Time to upstream response headers, by method and status class.', labelNames: ['method', 'status_class'], buckets: [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30], registers })
     this.upstreamErrors = new Counter({ name: `${p}upstream_errors_total`, help: 'Upstream requests or streams that failed, by kind.', labelNames: ['kind'], registers })
     this.upstreamStreamsOpen = new Gauge({ name: `${p}upstream_streams_open`, help: 'Upstream SSE answers being read, by kind.', labelNames: ['kind'], registers })

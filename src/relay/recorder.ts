@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.js'
-import type { EventInput, EventStore } from '../store/contract.js'
+import type { AppendOptions, EventInput, EventStore } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder, type UpstreamEvent } from '../sse/decoder.js'
 import { parseFrame } from '../sse/frame.js'
@@ -58,6 +58,20 @@ const FAIR_SLICE_MS = 5
 /** Waits between attempts to record a stream's end after the store refused it. */
 const END_RETRY_DELAYS_MS = [250, 1000, 2000, 4000, 8000]
 
+/**
+ * Confirm before degrading: an append that failed at the client may still have
+ * been applied (Redis restarted or failed over after running the script, or its
+ * reply was lost). Resending the identical batch is safe: the store recognises a
+ * batch it already applied (APPEND in src/store/redis/scripts.ts). So a failed
+ * append is resent for this long, reading nothing more from the upstream
+ * meanwhile, before its events are passed on unrecorded: through a short outage
+ * they arrive late, never twice.
+ */
+const APPEND_CONFIRM_WINDOW_MS = 2000
+/** First wait between resends of a failed append; it doubles up to APPEND_CONFIRM_MAX_DELAY_MS. */
+const APPEND_CONFIRM_FIRST_DELAY_MS = 100
+const APPEND_CONFIRM_MAX_DELAY_MS = 800
+
 /** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
 export const GAP_MARKER_EVENT = 'gateway-gap'
 
@@ -90,35 +104,35 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
     return data === undefined ? undefined : { data }
   }
 
-  /** Append one upstream read; false when the store refused it (degraded mode). */
-  const append = async (events: readonly EventInput[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> => {
-    if (events.length === 0 && !end && unrecorded === 0) return true
-    const inputs = events.slice()
-    let answers = !answered && inputs.some(e => isResponseTo(e, o.requestId as string | number))
-    if (end && !answered && !answers) {
-      // The answer is over without its response: record an error answer in its place.
-      const answer = errorAnswer(reason)
-      if (answer !== undefined) {
-        inputs.push(answer)
-        answers = true
-        o.log.warn({ streamId: o.streamId, reason }, 'upstream answer ended without its response: recorded an error answer')
+  /**
+   * Resend a failed append, identical, until it goes through or
+   * APPEND_CONFIRM_WINDOW_MS has passed: undefined once it is in the store,
+   * else the last error.
+   */
+  const resend = async (batch: readonly EventInput[], options: AppendOptions, first: unknown): Promise<unknown> => {
+    const deadline = performance.now() + APPEND_CONFIRM_WINDOW_MS
+    let err = first
+    let attempts = 0
+    o.log.warn({ err, streamId: o.streamId, events: batch.length }, 'event store append failed: resending it (it may have been applied) before passing its events on unrecorded')
+    for (let delayMs = APPEND_CONFIRM_FIRST_DELAY_MS; performance.now() < deadline; delayMs = Math.min(delayMs * 2, APPEND_CONFIRM_MAX_DELAY_MS)) {
+      await sleep(Math.max(0, Math.min(delayMs, deadline - performance.now())))
+      attempts++
+      try {
+        await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
+        o.metrics.appendResends.inc({ outcome: 'recorded' })
+        o.log.info({ streamId: o.streamId, events: batch.length, attempts }, 'event store append resent: recorded (applied now, or found applied already), nothing passed on unrecorded')
+        return undefined
+      } catch (next) {
+        if (next instanceof SessionGoneError || next instanceof LeaseLostError) throw next
+        err = next
       }
     }
-    const batch = unrecorded === 0 ? inputs : [marker(), ...inputs]
-    try {
-      await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, { end, ...(o.fence !== undefined && { fence: o.fence }) }))
-    } catch (err) {
-      if (err instanceof SessionGoneError || err instanceof LeaseLostError) throw err
-      // The store failed: these events cannot be replayed. Reading goes on so
-      // the upstream is never stalled; live clients here still get them.
-      const passed = events.length
-      unrecorded += passed
-      if (end) endPending = true
-      o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, passed)
-      o.log.error({ err, streamId: o.streamId, events: passed }, 'event store append failed: events passed on unrecorded')
-      if (passed > 0) o.onUnrecorded?.(inputs.slice(0, passed))
-      return false
-    }
+    o.metrics.appendResends.inc({ outcome: 'unrecorded' })
+    return err
+  }
+
+  /** Book-keeping once the store took an append. */
+  const recorded = (inputs: readonly EventInput[], events: readonly EventInput[], answers: boolean, end: boolean): true => {
     if (answers) answered = true
     if (end) endPending = false
     if (unrecorded > 0) {
@@ -135,6 +149,43 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       if (last !== undefined && last !== '' && o.onUpstreamId !== undefined) o.onUpstreamId(last)
     }
     return true
+  }
+
+  /** Append one upstream read; false when the store refused it (degraded mode). */
+  const append = async (events: readonly EventInput[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> => {
+    if (events.length === 0 && !end && unrecorded === 0) return true
+    const inputs = events.slice()
+    let answers = !answered && inputs.some(e => isResponseTo(e, o.requestId as string | number))
+    if (end && !answered && !answers) {
+      // The answer is over without its response: record an error answer in its place.
+      const answer = errorAnswer(reason)
+      if (answer !== undefined) {
+        inputs.push(answer)
+        answers = true
+        o.log.warn({ streamId: o.streamId, reason }, 'upstream answer ended without its response: recorded an error answer')
+      }
+    }
+    const batch = unrecorded === 0 ? inputs : [marker(), ...inputs]
+    const options = { end, ...(o.fence !== undefined && { fence: o.fence }) }
+    try {
+      await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
+    } catch (first) {
+      if (first instanceof SessionGoneError || first instanceof LeaseLostError) throw first
+      // Only a failure that would pass events on live can duplicate them; once
+      // degraded, events are passed on at once (the window was spent already).
+      const err = events.length > 0 && unrecorded === 0 ? await resend(batch, options, first) : first
+      if (err === undefined) return recorded(inputs, events, answers, end)
+      // The store failed: these events cannot be replayed. Reading goes on so
+      // the upstream is never stalled; live clients here still get them.
+      const passed = events.length
+      unrecorded += passed
+      if (end) endPending = true
+      o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, passed)
+      o.log.error({ err, streamId: o.streamId, events: passed }, 'event store append failed: events passed on unrecorded')
+      if (passed > 0) o.onUnrecorded?.(inputs.slice(0, passed))
+      return false
+    }
+    return recorded(inputs, events, answers, end)
   }
 
   /**
