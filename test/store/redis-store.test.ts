@@ -9,6 +9,7 @@ import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures/redis.js'
 import type { TestRedis } from '../fixtures/redis.js'
 import { storeContract } from '../fixtures/store-contract.js'
+import { startRedisCut } from '../fixtures/redis-cut.js'
 
 const RETENTION: RetentionLimits = { maxEvents: 1000, maxBytes: 1024 * 1024, ttlMs: 60_000 }
 
@@ -248,4 +249,33 @@ t.test('redis: batches are stored as whole entries, trimmed exactly by sequence 
   t.same(frames(await store.read('sess', 's', 56, 2)), ['data: 57\n', 'data: 58\n'], 'a page across two entries, cut at the limit')
   t.same(seqsOf(await store.read('sess', 's', 59, 100)), [60], 'from inside the last entry')
   t.same(seqsOf(await store.read('sess', 's', 60, 100)), [], 'past the end')
+})
+
+t.test('redis: after an append that failed but was applied, only an identical resend counts as applied', async (t) => {
+  const env = await useRedis(t, 'uncertain')
+  const cut = await startRedisCut(env.url)
+  t.teardown(() => cut.close())
+  const store = await RedisEventStore.connect({ url: cut.url, keyPrefix: env.prefix, retention: RETENTION })
+  t.teardown(() => store.close())
+  await store.createSession('sess', 'p')
+  const batch = (tag: string): Array<{ data: string }> => [{ data: `${tag}1` }, { data: `${tag}2` }]
+  await store.append('sess', 's', batch('a'))
+  // Redis runs the append carrying "b-cut", then the connection dies with its reply.
+  const b = batch('b-cut')
+  cut.arm('b-cut1', 'after', 1500)
+  await t.rejects(store.append('sess', 's', b), 'the append fails at the client')
+  t.equal(cut.fired, 1, 'cut after Redis ran it')
+  await sleep(1600)
+  t.same((await store.append('sess', 's', b)).map(e => e.seq), [3, 4], 'the identical resend is recognised as applied')
+  // Another batch of the same length must be appended, not taken for that one.
+  const c = await store.append('sess', 's', batch('c'))
+  t.same(c.map(e => e.seq), [5, 6], 'a new batch is numbered after it')
+  t.same((await store.read('sess', 's', 0, 100))?.events.map(e => e.data), ['a1', 'a2', 'b-cut1', 'b-cut2', 'c1', 'c2'], 'each batch stored once, none dropped')
+
+  // The same after a failure that is not resent: the next, different batch is stored.
+  cut.arm('d-cut1', 'after', 1500)
+  await t.rejects(store.append('sess', 's', batch('d-cut')))
+  await sleep(1600)
+  t.same((await store.append('sess', 's', batch('e'))).map(e => e.seq), [9, 10], 'numbered after the applied batch')
+  t.same((await store.read('sess', 's', 6, 100))?.events.map(e => e.data), ['d-cut1', 'd-cut2', 'e1', 'e2'], 'the batch after an unconfirmed one is not dropped')
 })

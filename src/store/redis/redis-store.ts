@@ -77,7 +77,18 @@ interface Channel {
 }
 
 /** Where this replica left a stream it writes: the next append expects it (see APPEND). */
-interface WriteMark { seq: number, fence: string, epoch: string }
+interface WriteMark {
+  seq: number
+  fence: string
+  epoch: string
+  /**
+   * The batch of an append that failed since: it may have been applied, so
+   * the mark says something only to an identical resend of that batch (which
+   * the script then recognises as applied). Another batch carries no
+   * expectation, or a batch of the same length would be taken for it.
+   */
+  uncertain?: readonly EventInput[]
+}
 
 type ReadReply = [string, number, number, number, Array<[Buffer, Buffer[]]>] | null
 
@@ -250,7 +261,7 @@ export class RedisEventStore implements EventStore {
     const fence = options.fence ?? ''
     const mark = this.#marks.get(sessionId)?.get(streamId)
     // A mark left under another lease says nothing: someone else wrote since.
-    const known = mark !== undefined && mark.fence === fence
+    const known = mark !== undefined && mark.fence === fence && (mark.uncertain === undefined || mark.uncertain === events)
     const args: Array<string | number | Buffer> = [
       keys.meta, keys.stream(streamId), keys.lease,
       streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId,
@@ -262,6 +273,7 @@ export class RedisEventStore implements EventStore {
       reply = await this.#redis.mcpgwAppend(...args)
     } catch (err) {
       if (isReply(err, FENCED)) throw new LeaseLostError(sessionId)
+      if (known && events.length > 0) mark.uncertain = events
       throw err
     }
     if (reply === null) {
