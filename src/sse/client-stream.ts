@@ -6,9 +6,7 @@ import type { EventInput, StoredEvent } from '../store/contract.js'
 import { randomBytes } from 'node:crypto'
 import { encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../protocol/event-id.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
-import { formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry } from './frame.js'
-
-const BLANK_LINE = Buffer.from('\n')
+import { formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId } from './frame.js'
 
 export interface ClientStreamOptions {
   readonly reply: FastifyReply
@@ -134,7 +132,7 @@ export class ClientStream {
     if (this.#closed || events.length === 0) return
     const parts: Buffer[] = []
     for (const e of events) {
-      parts.push(e.frame !== undefined ? Buffer.concat([e.frame, BLANK_LINE]) : Buffer.from(formatEventWithoutId(e.data, e.event)))
+      parts.push(e.frame !== undefined ? frameWithoutId(e.frame) : Buffer.from(formatEventWithoutId(e.data, e.event)))
     }
     this.#metrics.eventsDelivered.inc(events.length)
     this.#write(Buffer.concat(parts))

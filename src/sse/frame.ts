@@ -48,11 +48,16 @@ export function formatGap (notice: Record<string, unknown>): string {
   return `event: ${GAP_EVENT}\ndata: ${JSON.stringify(notice)}\n\n`
 }
 
-/** The field lines of an event the gateway makes itself, in the form upstream events are stored in. */
-export function textFrame (data: string, event?: string): Buffer {
-  const framed = formatEventWithoutId(data, event)
-  // Without the blank line: a frame ends with its last field line.
-  return Buffer.from(framed.slice(0, -1))
+const AFTER_LF = Buffer.from('\n')
+const AFTER_CR = Buffer.from('\n\n')
+
+/**
+ * An upstream frame as a complete event without a gateway id (degraded mode).
+ * The blank line after it: a frame whose last line ends in a lone CR needs
+ * two LFs, since one would only make that CR a CRLF.
+ */
+export function frameWithoutId (frame: Buffer): Buffer {
+  return Buffer.concat([frame, frame[frame.length - 1] === 0x0d ? AFTER_CR : AFTER_LF])
 }
 
 /**

@@ -5,7 +5,7 @@ import t from 'tap'
 import fc from 'fast-check'
 import { createParser, type EventSourceMessage } from 'eventsource-parser'
 import {
-  GAP_EVENT, formatComment, formatEvent, formatGap, formatPriming, formatRetry
+  GAP_EVENT, formatComment, formatEvent, formatGap, formatPriming, formatRetry, frameWithoutId
 } from '../../src/sse/frame.js'
 import { SseDecoder, type UpstreamEvent } from '../../src/sse/decoder.js'
 import { EventTooLargeError } from '../../src/errors.js'
@@ -258,6 +258,15 @@ t.test('SseDecoder', async (t) => {
     t.same(events.map(e => e.frame.toString()), ['id: u1\r\n: note\nevent: message\rdata: {"a":1}\ndata: x\n'], 'ids, comments and types stay; retry lines go (the gateway\'s hint is the one clients follow)')
     t.same(plain(events), [{ data: '{"a":1}\nx', event: 'message', id: 'u1' }])
     t.equal(decoder.retry, 30000, 'the upstream\'s hint is still read')
+  })
+
+  t.test('frameWithoutId ends each frame with exactly one blank line, whatever its line endings', async (t) => {
+    for (const text of ['data: a\n', 'data: a\r\n', 'data: a\r', 'event: x\rdata: a\r']) {
+      const parsed: Array<{ data: string, id: string | undefined }> = []
+      const parser = createParser({ onEvent: e => { parsed.push({ data: e.data, id: e.id }) } })
+      parser.feed(Buffer.concat([frameWithoutId(Buffer.from(text)), frameWithoutId(Buffer.from('data: b\n'))]).toString())
+      t.same(parsed, [{ data: 'a', id: undefined }, { data: 'b', id: undefined }], JSON.stringify(text))
+    }
   })
 
   t.test('an id containing NUL is ignored', async (t) => {
