@@ -28,7 +28,12 @@ interface FrameSegment {
   /** Sequence number of the segment's first event. */
   readonly first: number
   readonly count: number
-  readonly blob: Buffer
+  /**
+   * The frames' bytes as a one-byte string (latin1: byte for byte): it lives
+   * in the JavaScript heap, where a full store costs the collector one leaf
+   * object per append, not a pinned pool slab or a backing store of its own.
+   */
+  readonly blob: string
   /** End offset of each event's frame in `blob` (small integers: a plain array, no backing store of its own). */
   readonly ends: readonly number[]
   /** Upstream ids by position, when any event had one. */
@@ -78,22 +83,22 @@ function segmentOf (first: number, stored: readonly StoredEvent[]): Segment {
     total += e.frame.length
     if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
   }
-  const blob = Buffer.allocUnsafe(total)
+  const bytes = Buffer.allocUnsafe(total)
   const ends = new Array<number>(stored.length)
   let at = 0
   for (const [i, e] of stored.entries()) {
-    blob.set(e.frame as Buffer, at)
+    bytes.set(e.frame as Buffer, at)
     at += (e.frame as Buffer).length
     ends[i] = at
   }
-  return { first, count: stored.length, blob, ends, upstreamIds }
+  return { first, count: stored.length, blob: bytes.toString('latin1'), ends, upstreamIds }
 }
 
 /** The event at position `i` of a segment. */
 function eventAt (segment: Segment, i: number): StoredEvent {
   if (segment.events !== undefined) return segment.events[i] as StoredEvent
   const start = i === 0 ? 0 : segment.ends[i - 1] as number
-  const frame = segment.blob.subarray(start, segment.ends[i])
+  const frame = Buffer.from(segment.blob.slice(start, segment.ends[i]), 'latin1')
   const upstreamId = segment.upstreamIds?.[i]
   return upstreamId === undefined ? { seq: segment.first + i, frame } : { seq: segment.first + i, frame, upstreamId }
 }
