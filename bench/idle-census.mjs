@@ -19,14 +19,11 @@ import { start, stopAll } from './lib/procs.mjs'
 import { startGateway } from './lib/gateway.mjs'
 import { initialize, jsonAgent, openStream } from './lib/client.mjs'
 import { deletePrefix, connectRedis } from './lib/redis.mjs'
+import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = Object.fromEntries(process.argv.slice(2).map(a => {
-  const m = /^--([^=]+)(?:=(.*))?$/.exec(a)
-  if (m === null) throw new Error(`unknown argument ${a}`)
-  return [m[1], m[2] ?? true]
-}))
+const args = parseArgs()
 const store = args.store ?? 'memory'
 const N = Number(args.streams ?? 2000)
 const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'

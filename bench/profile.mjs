@@ -20,14 +20,11 @@ import { start, stop, stopAll } from './lib/procs.mjs'
 import { connectRedis, deletePrefix } from './lib/redis.mjs'
 import { throughputRound } from './lib/scenarios.mjs'
 import { analyze } from './lib/cpuprofile.mjs'
+import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = Object.fromEntries(process.argv.slice(2).map(a => {
-  const m = /^--([^=]+)(?:=(.*))?$/.exec(a)
-  if (m === null) throw new Error(`unknown argument ${a}`)
-  return [m[1], m[2] ?? true]
-}))
+const args = parseArgs()
 const stores = args.store === undefined || args.store === 'both' ? ['memory', 'redis'] : [args.store]
 const seconds = Number(args.seconds ?? 8)
 const sessionCounts = String(args.sessions ?? '1,100').split(',').map(Number)

@@ -34,19 +34,10 @@ import { idleRun, latencyRound, replayRound, throughputRound } from './lib/scena
 import { median } from './lib/stats.mjs'
 import { evaluate, writeReports } from './lib/report.mjs'
 import http from 'node:http'
+import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-
-function parseArgs (argv) {
-  const out = {}
-  for (const a of argv) {
-    const m = /^--([^=]+)(?:=(.*))?$/.exec(a)
-    if (m === null) throw new Error(`unknown argument ${a}`)
-    out[m[1]] = m[2] ?? true
-  }
-  return out
-}
 
 const args = parseArgs(process.argv.slice(2))
 const QUICK = args.quick === true
