@@ -4,7 +4,7 @@ import type { FastifyBaseLogger as Logger } from 'fastify'
 import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.js'
 import type { AppendOptions, EventInput, EventStore } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
-import { SseDecoder, type UpstreamEvent } from '../sse/decoder.js'
+import { SseDecoder } from '../sse/decoder.js'
 import { parseFrame } from '../sse/frame.js'
 
 export interface RecordOptions {
@@ -76,10 +76,6 @@ const APPEND_CONFIRM_MAX_DELAY_MS = 800
 export const GAP_MARKER_EVENT = 'gateway-gap'
 
 export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'aborted' | 'event_too_large' | 'lease_lost'
-
-function toInput (e: UpstreamEvent): EventInput {
-  return e.id === undefined ? { frame: e.frame } : { frame: e.frame, upstreamId: e.id }
-}
 
 /**
  * Reads an upstream SSE answer to its end and appends every event to the
@@ -208,13 +204,13 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   let sliceStart = performance.now()
   try {
     for await (const chunk of o.body) {
-      await append(decoder.push(chunk as Buffer).map(toInput), false)
+      await append(decoder.push(chunk as Buffer), false)
       if (performance.now() - sliceStart > FAIR_SLICE_MS) {
         await new Promise(resolve => setImmediate(resolve))
         sliceStart = performance.now()
       }
     }
-    await append(decoder.end().map(toInput), o.endStreamOnFinish, 'upstream_error')
+    await append(decoder.end(), o.endStreamOnFinish, 'upstream_error')
   } catch (err) {
     if (err instanceof SessionGoneError) {
       outcome = 'session_gone'
@@ -227,7 +223,7 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       outcome = 'event_too_large'
       // What came complete before the oversized event is recorded all the same, then a
       // gap marker says that the rest of this answer was cut off.
-      await append(err.completed.map(toInput), false).catch(() => {})
+      await append(err.completed, false).catch(() => {})
       tooLargeMarker = { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'event_too_large', limit: o.maxEventBytes }) }
       o.metrics.eventsUnrecorded.inc({ reason: 'too_large' })
       o.metrics.gaps.inc({ reason: 'event_too_large' })

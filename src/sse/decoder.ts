@@ -1,16 +1,16 @@
 import { EventTooLargeError } from '../errors.js'
+import type { FrameEvent } from '../store/contract.js'
 
 /**
- * One complete upstream SSE event, as bytes: its field lines exactly as the
+ * One complete upstream SSE event, as bytes (an EventInput, stored as it is): its field lines exactly as the
  * upstream sent them (less any `retry` field), each with its line break,
  * without the blank line that ended the event. The gateway forwards these bytes and adds its own `id:`
  * line after them (the last id field of an event is the one a client keeps),
  * so the upstream's data is never parsed or re-serialised on the hot path.
  */
-export interface UpstreamEvent {
-  readonly frame: Buffer
+export interface UpstreamEvent extends FrameEvent {
   /** The upstream's own id field (the last one of the event), when it sent one. */
-  readonly id?: string | undefined
+  readonly upstreamId?: string | undefined
 }
 
 const LF = 0x0a
@@ -69,7 +69,7 @@ function withoutRetryLines (buf: Buffer, start: number, end: number): Buffer {
 function materialize (buf: Buffer, found: readonly Found[]): UpstreamEvent[] {
   return found.map(f => {
     const frame = f.frame ?? buf.subarray(f.start, f.end)
-    return f.id === undefined ? { frame } : { frame, id: f.id }
+    return f.id === undefined ? { frame } : { frame, upstreamId: f.id }
   })
 }
 

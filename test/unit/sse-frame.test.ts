@@ -57,7 +57,7 @@ function plain (events: readonly UpstreamEvent[]): Array<Record<string, string>>
     const o: Record<string, string> = { data: dataOf(e) }
     const event = eventOf(e)
     if (event !== undefined) o.event = event
-    if (e.id !== undefined) o.id = e.id
+    if (e.upstreamId !== undefined) o.id = e.upstreamId
     return o
   })
 }
@@ -248,7 +248,7 @@ t.test('SseDecoder', async (t) => {
   t.test('ids belong to their own event only', async (t) => {
     const text = 'id: up-1\ndata: a\n\ndata: b\n\nid: up-2\nevent: message\ndata: c\n\nid\ndata: d\n\n'
     const { events } = decodeChunks([utf8(text)])
-    t.same(events.map(e => e.id), ['up-1', undefined, 'up-2', ''])
+    t.same(events.map(e => e.upstreamId), ['up-1', undefined, 'up-2', ''])
     t.same(events.map(eventOf), [undefined, undefined, 'message', undefined], 'the upstream\'s type is kept as sent')
     t.same(events.map(dataOf), ['a', 'b', 'c', 'd'])
   })
@@ -483,7 +483,7 @@ t.test('SseDecoder', async (t) => {
         return events.every((e, i) => {
           const d = decoded[i] as UpstreamEvent
           const type = e.event === 'message' ? undefined : e.event
-          return d.id === e.id && dataOf(d) === e.data && eventOf(d) === type
+          return d.upstreamId === e.id && dataOf(d) === e.data && eventOf(d) === type
         })
       }
     ), { numRuns: 1000 })
