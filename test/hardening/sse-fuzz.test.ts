@@ -166,15 +166,16 @@ function reference (bytes: Buffer, max: number): Reference {
   const whole = createParser({ onEvent: e => { events.push({ data: e.data, type: typeOf(e.event) }) } })
   whole.feed(text)
   if (text.endsWith('\r')) whole.feed('\n')
-  // Where each event ends: the same text fed line by line (positions only; a
-  // CR blank line held back by the parser at the very end is placed at the end).
+  // Where each event ends: the same text fed line by line (positions only).
   const ends: number[] = []
   let at = 0
   const byLine = createParser({ onEvent: () => { ends.push(at) } })
   for (const match of text.matchAll(/[^\r\n]*(?:\r\n|\r|\n|$)/g)) {
     if (match[0] === '') continue
     at = match.index + match[0].length
-    byLine.feed(match[0])
+    // A lone CR ends its line (the pattern takes CRLF whole), but the parser holds a
+    // CR that ends a feed until it sees what follows: as LF, the event ends here.
+    byLine.feed(match[0].endsWith('\r') ? match[0].slice(0, -1) + '\n' : match[0])
   }
   while (ends.length < events.length) ends.push(text.length)
   const giants: Array<[number, number]> = []
