@@ -23,7 +23,7 @@ import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = parseArgs()
+const args = parseArgs(['store', 'streams', 'gateway'], import.meta.url)
 const store = args.store ?? 'memory'
 const N = Number(args.streams ?? 2000)
 const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'

@@ -24,7 +24,7 @@ import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = parseArgs()
+const args = parseArgs(['store', 'seconds', 'sessions', 'gateway', 'out'], import.meta.url)
 const stores = args.store === undefined || args.store === 'both' ? ['memory', 'redis'] : [args.store]
 const seconds = Number(args.seconds ?? 8)
 const sessionCounts = String(args.sessions ?? '1,100').split(',').map(Number)

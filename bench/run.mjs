@@ -39,12 +39,19 @@ import { parseArgs } from './lib/args.mjs'
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
 
-const args = parseArgs(process.argv.slice(2))
+const args = parseArgs(['quick', 'only', 'paths', 'gateway', 'label', 'gateway-b', 'label-b', 'out', 'name', 'nice', 'rounds'], import.meta.url)
 const QUICK = args.quick === true
 const ALL_PATHS = ['direct', 'nginx', 'node', 'gw-memory', 'gw-redis']
 const ALL_SCENARIOS = ['thr1', 'thr100', 'lat1k', 'lat10k', 'replay', 'idle']
 const pathIds = args.paths === undefined ? ALL_PATHS : String(args.paths).split(',')
 const scenarios = args.only === undefined ? ALL_SCENARIOS : String(args.only).split(',')
+for (const [option, given, all] of [['--paths', pathIds, ALL_PATHS], ['--only', scenarios, ALL_SCENARIOS]]) {
+  const unknown = given.filter(v => !all.includes(v))
+  if (unknown.length > 0) {
+    process.stderr.write(`${option}: unknown ${unknown.join(', ')} (one or more of ${all.join(',')})\n`)
+    process.exit(2)
+  }
+}
 const gatewayMain = resolve(root, args.gateway ?? 'dist/src/main.js')
 // A second build measured side by side (before/after a change): paths gw-memory-b, gw-redis-b.
 const gatewayMainB = args['gateway-b'] === undefined ? undefined : resolve(root, args['gateway-b'])
