@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
+import fc from 'fast-check'
 import type { Test } from 'tap'
 import { Redis } from 'ioredis'
 import { SessionGoneError } from '../../src/errors.js'
@@ -249,6 +250,91 @@ t.test('redis: batches are stored as whole entries, trimmed exactly by sequence 
   t.same(frames(await store.read('sess', 's', 56, 2)), ['data: 57\n', 'data: 58\n'], 'a page across two entries, cut at the limit')
   t.same(seqsOf(await store.read('sess', 's', 59, 100)), [60], 'from inside the last entry')
   t.same(seqsOf(await store.read('sess', 's', 60, 100)), [], 'past the end')
+})
+
+t.test('redis: retention matches its model over random batches and limits', async (t) => {
+  // The model is the rule as documented (TRIM_FOR_BATCH in scripts.ts): the
+  // first kept event is exact; storage goes by whole entries, dropped once all
+  // their events are below it or while the stream is over the byte limit
+  // (never the entry being added); a new batch alone over the limit hides its
+  // oldest events.
+  interface Entry { first: number, sizes: number[] }
+  const env = await useRedis(t, 'retention-model')
+  const seed = Number(process.env.RETENTION_SEED ?? Date.now() % 100_000)
+  t.comment(`retention model seed ${seed} (rerun with RETENTION_SEED=${seed})`)
+  const cases = fc.sample(fc.record({
+    maxEvents: fc.integer({ min: 1, max: 12 }),
+    maxBytes: fc.integer({ min: 0, max: 120 }),
+    batches: fc.array(fc.array(fc.integer({ min: 1, max: 30 }), { minLength: 0, maxLength: 6 }), { minLength: 1, maxLength: 14 })
+  }), { numRuns: 60, seed })
+  let run = 0
+  for (const c of cases) {
+    run++
+    const store = await storeFor(t, env, { maxEvents: c.maxEvents, maxBytes: c.maxBytes, ttlMs: 60_000 })
+    const session = `m${run}`
+    await store.createSession(session, 'p')
+    let entries: Entry[] = []
+    let last = 0
+    let first = 1
+    const frames = new Map<number, Buffer>()
+    for (const batch of c.batches) {
+      const events = batch.map((size, i) => {
+        const frame = Buffer.from(`data:${String(last + i + 1).padEnd(size, '.')}\n`)
+        frames.set(last + i + 1, frame)
+        return { frame }
+      })
+      const sizes = events.map(e => e.frame.length)
+      await store.append(session, 's', events)
+      if (sizes.length === 0) continue
+      // The model.
+      const newLast = last + sizes.length
+      const sum = (xs: number[]): number => xs.reduce((a, b) => a + b, 0)
+      let total = sum(entries.map(e => sum(e.sizes))) + sum(sizes)
+      let keep = Math.max(first, newLast - c.maxEvents + 1)
+      let exhausted = entries.length === 0
+      while (entries.length > 0) {
+        const e = entries[0] as Entry
+        const elast = e.first + e.sizes.length - 1
+        if (elast >= keep && total <= c.maxBytes) break
+        total -= sum(e.sizes)
+        keep = Math.max(keep, elast + 1)
+        entries.shift()
+        exhausted = entries.length === 0
+      }
+      if (exhausted && total > c.maxBytes) {
+        let visible = total - sum(sizes.slice(0, keep - last - 1))
+        while (keep < newLast && visible > c.maxBytes) visible -= sizes[(keep++) - last - 1] as number
+      }
+      entries = [...entries, { first: last + 1, sizes }]
+      last = newLast
+      first = keep
+    }
+    const state = await store.state(session, 's')
+    const label = `case ${run} ${JSON.stringify(c)}`
+    if (state === null) {
+      t.equal(last, 0, `${label}: no state only when nothing was appended`)
+      continue
+    }
+    if (state.lastSeq !== last || state.firstSeq !== first) {
+      t.same({ first: state.firstSeq, last: state.lastSeq }, { first, last }, `${label}: first and last kept events`)
+      break
+    }
+    const read = await store.read(session, 's', 0, 1000)
+    const want = Array.from({ length: last - first + 1 }, (_, i) => first + i)
+    const got = read?.events.map(e => e.seq) ?? []
+    const intact = read?.events.every(e => e.frame?.equals(frames.get(e.seq) as Buffer) === true) ?? false
+    const key = `${env.prefix}{${session}}:b:s`
+    const ids = (await env.redis.xrange(key, '-', '+')).map(([id]) => id)
+    const modelIds = last === 0 ? [] : entries.map(e => `${e.first}-${e.sizes.length}`)
+    const bytes = Number(await env.redis.hget(`${env.prefix}{${session}}:m`, 'b:s'))
+    const modelBytes = entries.reduce((a, e) => a + e.sizes.reduce((x, y) => x + y, 0), 0)
+    if (JSON.stringify(got) !== JSON.stringify(want) || !intact || JSON.stringify(ids) !== JSON.stringify(modelIds) || bytes !== modelBytes) {
+      t.same({ got, intact, ids, bytes }, { got: want, intact: true, ids: modelIds, bytes: modelBytes }, `${label}: events read, entries stored, bytes counted`)
+      break
+    }
+    await store.deleteSession(session)
+  }
+  t.equal(run, cases.length, `${cases.length} random histories agree with the model`)
 })
 
 t.test('redis: after an append that failed but was applied, only an identical resend counts as applied', async (t) => {

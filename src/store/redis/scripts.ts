@@ -66,28 +66,30 @@ local function trimForBatch (skey, last, first, bytes, n, size, layout, maxEvent
   if n == 0 then return keep, total end
   if keep < newLast - maxEvents + 1 then keep = newLast - maxEvents + 1 end
   if keep <= first and total <= maxBytes then return keep, total end
-  local cursor, keptId, dropped = '-', nil, 0
-  repeat
-    local rows = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 2)
-    for _, row in ipairs(rows) do
-      local id = row[1]
-      local dash = string.find(id, '-', 1, true)
-      local elast = tonumber(string.sub(id, 1, dash - 1)) + tonumber(string.sub(id, dash + 1)) - 1
-      if elast < keep or total > maxBytes then
-        total = total - tonumber(row[2][2])
-        if keep <= elast then keep = elast + 1 end
-        dropped = dropped + 1
-      else
-        keptId = id
-        break
-      end
+  -- Oldest entries first, one at a time. Once the events before keep are gone and
+  -- the bytes are within the limit, the next entry stays: it is not even read (a
+  -- read copies its whole batch into the script).
+  local cursor, nextFirst, dropped, exhausted = '-', nil, 0, false
+  while not (nextFirst and nextFirst >= keep and total <= maxBytes) do
+    local row = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 1)[1]
+    if not row then
+      exhausted = true
+      break
     end
-    if #rows > 0 then cursor = '(' .. rows[#rows][1] end
-  until keptId or #rows < 2
-  if dropped > 0 then
-    if keptId then redis.call('XTRIM', skey, 'MINID', keptId) else redis.call('DEL', skey) end
+    local id = row[1]
+    local dash = string.find(id, '-', 1, true)
+    local elast = tonumber(string.sub(id, 1, dash - 1)) + tonumber(string.sub(id, dash + 1)) - 1
+    if elast >= keep and total <= maxBytes then break end
+    total = total - tonumber(row[2][2])
+    if keep <= elast then keep = elast + 1 end
+    dropped = dropped + 1
+    nextFirst = elast + 1
+    cursor = '(' .. id
   end
-  if not keptId and total > maxBytes then
+  if dropped > 0 then
+    if exhausted then redis.call('DEL', skey) else redis.call('XTRIM', skey, 'MINID', nextFirst .. '-0') end
+  end
+  if exhausted and total > maxBytes then
     -- The new batch alone is over the limit: hide its oldest events (the newest stays).
     local sizes, i, visible = {}, 0, total
     for _, a, b, c in string.gmatch(layout, '(%d+) (%d+) (%d+) (%d+)') do
