@@ -6,6 +6,7 @@ import type { AppendOptions, EventInput, EventStore } from '../store/contract.js
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
 import { parseFrame } from '../sse/frame.js'
+import { readAhead } from './read-ahead.js'
 
 export interface RecordOptions {
   readonly store: EventStore
@@ -52,9 +53,6 @@ function isResponseTo (e: EventInput, id: string | number): boolean {
   }
 }
 
-/** Longest stretch one recorder runs before yielding to the rest of the process. */
-const FAIR_SLICE_MS = 5
-
 /** Waits between attempts to record a stream's end after the store refused it. */
 const END_RETRY_DELAYS_MS = [250, 1000, 2000, 4000, 8000]
 
@@ -79,9 +77,11 @@ export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'a
 
 /**
  * Reads an upstream SSE answer to its end and appends every event to the
- * store: one append (one Redis round trip) per upstream read, however many
- * events it carried. Clients never get events from here: they follow the
- * store, so every event is stored before any client sees it. A client going
+ * store: one append (one Redis round trip) per batch, however many events
+ * it carries: a batch is every upstream read that arrived while the previous
+ * append was at the store (see readAhead). Clients never get events from
+ * here: they follow the store, so every event is stored before any client
+ * sees it. A client going
  * away does not stop this (in the legacy era disconnect is not cancellation).
  */
 export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOutcome> {
@@ -198,18 +198,9 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
     if (endPending) o.log.error({ streamId: o.streamId }, 'could not record the end of the stream: resuming clients will not see it end')
   }
 
-  // A fast upstream keeps its socket readable and the store answers quickly, so this
-  // loop could hold the event loop for seconds; yield now and then so health checks,
-  // new sessions and other streams are served (fairness, not throughput).
-  let sliceStart = performance.now()
   try {
-    for await (const chunk of o.body) {
-      await append(decoder.push(chunk as Buffer), false)
-      if (performance.now() - sliceStart > FAIR_SLICE_MS) {
-        await new Promise(resolve => setImmediate(resolve))
-        sliceStart = performance.now()
-      }
-    }
+    // One append per batch: the reads that arrived while the previous append was at the store.
+    for await (const events of readAhead(o.body, decoder)) await append(events, false)
     await append(decoder.end(), o.endStreamOnFinish, 'upstream_error')
   } catch (err) {
     if (err instanceof SessionGoneError) {

@@ -1,0 +1,68 @@
+import { finished, type Readable } from 'node:stream'
+import type { SseDecoder, UpstreamEvent } from '../sse/decoder.js'
+
+/**
+ * Bytes of an upstream answer decoded ahead of the store, per stream. While
+ * one append is at the store, the reads that arrive meanwhile are decoded and
+ * wait here; they go to the store together as the next append. A fast upstream
+ * then costs the store fewer, larger round trips, and the gateway decodes while
+ * the store works. Past this bound the upstream is paused (backpressure). An
+ * idle stream holds nothing.
+ */
+export const READ_AHEAD_BYTES = 256 * 1024
+
+/**
+ * The upstream's events, in order, as batches: each batch is everything that
+ * arrived since the previous batch was taken (at least one event). Reading
+ * goes on while the consumer works on a batch, up to `limitBytes`. Ends when
+ * the body ends; throws the body's error, or the decoder's (an
+ * EventTooLargeError, after the batches that came before it).
+ */
+export async function * readAhead (body: Readable, decoder: SseDecoder, limitBytes = READ_AHEAD_BYTES): AsyncGenerator<UpstreamEvent[], void, undefined> {
+  let queued: UpstreamEvent[] = []
+  let queuedBytes = 0
+  let done = false
+  let failure: unknown
+  let wake: (() => void) | undefined
+  const onData = (chunk: Buffer): void => {
+    if (failure !== undefined) return
+    try {
+      const events = decoder.push(chunk)
+      // A read can hold thousands of events: no spread into push().
+      if (queued.length === 0) queued = events
+      else for (const e of events) queued.push(e)
+    } catch (err) {
+      failure = err
+      body.pause()
+    }
+    queuedBytes += chunk.length
+    // Only decoded events wait here; an event still arriving is the decoder's (MAX_EVENT_BYTES).
+    if (queued.length > 0 && queuedBytes >= limitBytes) body.pause()
+    wake?.()
+  }
+  const cleanup = finished(body, (err) => {
+    if (err !== undefined && err !== null) failure ??= err
+    done = true
+    wake?.()
+  })
+  body.on('data', onData)
+  try {
+    for (;;) {
+      if (queued.length > 0) {
+        const batch = queued
+        queued = []
+        queuedBytes = 0
+        if (failure === undefined && body.isPaused()) body.resume()
+        yield batch
+        continue
+      }
+      if (failure !== undefined) throw failure
+      if (done) return
+      await new Promise<void>(resolve => { wake = resolve })
+      wake = undefined
+    }
+  } finally {
+    body.off('data', onData)
+    cleanup()
+  }
+}

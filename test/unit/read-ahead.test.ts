@@ -1,0 +1,108 @@
+// The recorder's read-ahead (src/relay/read-ahead.ts): upstream reads that
+// arrive while an append is at the store are decoded and handed over together
+// as the next batch, in order, with a bound on what waits.
+import t from 'tap'
+import { PassThrough } from 'node:stream'
+import { setImmediate as nextTurn } from 'node:timers/promises'
+import { readAhead } from '../../src/relay/read-ahead.js'
+import { SseDecoder, type UpstreamEvent } from '../../src/sse/decoder.js'
+import { EventTooLargeError } from '../../src/errors.js'
+import { dataOf } from '../fixtures/events.js'
+
+const ev = (i: number): string => `data: {"i":${i}}\n\n`
+const data = (batch: readonly UpstreamEvent[]): string[] => batch.map(dataOf)
+
+t.test('reads that arrive while a batch is being worked on come out together, in order', async t => {
+  const body = new PassThrough()
+  const it = readAhead(body, new SseDecoder(1024))
+  body.write(ev(1))
+  const first = await it.next()
+  t.same(data(first.value as UpstreamEvent[]), ['{"i":1}'], 'the first read is a batch of its own')
+  // The consumer is "at the store": three reads arrive meanwhile, one event split across two of them.
+  body.write(ev(2))
+  body.write(ev(3) + 'data: {"i"')
+  body.write(':4}\n\n')
+  await nextTurn()
+  const second = await it.next()
+  t.same(data(second.value as UpstreamEvent[]), ['{"i":2}', '{"i":3}', '{"i":4}'], 'the next batch holds all three reads')
+  body.end()
+  t.same(await it.next(), { done: true, value: undefined }, 'ends with the body')
+})
+
+t.test('what waits is bounded: the upstream is paused, then resumed once the batch is taken', async t => {
+  const body = new PassThrough({ highWaterMark: 16 })
+  const it = readAhead(body, new SseDecoder(1024), 64)
+  const first = it.next()
+  body.write(ev(0))
+  t.same(data((await first).value as UpstreamEvent[]), ['{"i":0}'], 'the first event')
+  // The consumer is at the store while 19 more events (13 bytes each) arrive.
+  for (let i = 1; i < 20; i++) body.write(ev(i))
+  await nextTurn()
+  await nextTurn()
+  t.ok(body.isPaused(), 'paused once 64 bytes of events wait')
+  const waiting = data((await it.next()).value as UpstreamEvent[])
+  t.ok(waiting.length >= 5 && waiting.length < 19, `a bounded batch (${waiting.length} events), not all the rest`)
+  t.notOk(body.isPaused(), 'reading resumes when the batch is taken')
+  body.end()
+  const rest: string[] = []
+  for (let r = await it.next(); r.done !== true; r = await it.next()) rest.push(...data(r.value))
+  t.same([...waiting, ...rest], Array.from({ length: 19 }, (_, i) => `{"i":${i + 1}}`), 'nothing lost across the pause, in order')
+})
+
+t.test('an event still arriving is not held back by the bound', async t => {
+  const body = new PassThrough()
+  const it = readAhead(body, new SseDecoder(4096), 16)
+  const big = `data: ${'x'.repeat(1000)}\n\n`
+  const next = it.next()
+  for (let i = 0; i < big.length; i += 10) body.write(big.slice(i, i + 10))
+  t.equal(dataOf(((await next).value as UpstreamEvent[])[0] as UpstreamEvent).length, 1000, 'a 1,000-byte event in 10-byte reads passes a 16-byte bound')
+  body.end()
+})
+
+t.test('the body\'s error comes after the batches read before it', async t => {
+  const body = new PassThrough()
+  const it = readAhead(body, new SseDecoder(1024))
+  const first = it.next()
+  body.write(ev(1))
+  t.same(data((await first).value as UpstreamEvent[]), ['{"i":1}'])
+  // While the consumer is at the store: two events, then the connection breaks.
+  body.write(ev(2) + ev(3))
+  await nextTurn()
+  body.destroy(new Error('upstream reset'))
+  await nextTurn()
+  t.same(data((await it.next()).value as UpstreamEvent[]), ['{"i":2}', '{"i":3}'], 'the events first')
+  await t.rejects(it.next(), /upstream reset/, 'then the error')
+})
+
+t.test('an oversized event: the batches before it, then EventTooLargeError with the events of its own read', async t => {
+  const body = new PassThrough()
+  const it = readAhead(body, new SseDecoder(64))
+  body.write(ev(1))
+  await nextTurn()
+  body.write(ev(2) + `data: ${'x'.repeat(100)}\n\n` + ev(3))
+  await nextTurn()
+  t.same(data((await it.next()).value as UpstreamEvent[]), ['{"i":1}'], 'the earlier read is a batch')
+  const err = await it.next().then(() => undefined, (e: unknown) => e)
+  t.ok(err instanceof EventTooLargeError, 'then the decoder\'s error')
+  t.same(data((err as EventTooLargeError).completed as UpstreamEvent[]), ['{"i":2}'], 'carrying what completed before the oversized event')
+  t.ok(body.isPaused(), 'and reading stops')
+})
+
+t.test('a consumer that stops early leaves no listener behind', async t => {
+  const body = new PassThrough()
+  const before = body.listenerCount('data')
+  body.write(ev(1))
+  const it = readAhead(body, new SseDecoder(1024))
+  t.equal(((await it.next()).value as UpstreamEvent[]).length, 1, 'one batch taken')
+  await it.return() // what a for-await loop does on break or throw
+  t.equal(body.listenerCount('data'), before, 'the data listener is gone')
+  t.equal(body.listenerCount('error'), 0, 'and the error listener')
+})
+
+t.test('an unterminated last event is dropped at the end, as SSE says', async t => {
+  const body = new PassThrough()
+  body.end(ev(1) + 'data: partial')
+  const batches: string[][] = []
+  for await (const batch of readAhead(body, new SseDecoder(1024))) batches.push(data(batch))
+  t.same(batches, [['{"i":1}']])
+})
