@@ -95,7 +95,7 @@ t.test(`soak: ${SOAK_SECONDS} s of session churn on the Redis store`, async t =>
     const ttls = await redis.redis.pipeline(keys.map(key => ['pttl', key])).exec() ?? []
     keys.forEach((key, i) => {
       const suffix = key.slice(key.lastIndexOf('}') + 1)
-      const kind = suffix.startsWith(':b:') && suffix !== ':b:s' ? ':b:<request stream>' : suffix
+      const kind = /^:[bz]:/.test(suffix) && suffix.slice(3) !== 's' ? `${suffix.slice(0, 3)}<request stream>` : suffix
       keysSeen.add(kind)
       // -2: deleted between SCAN and PTTL; -1: no TTL.
       if (ttls[i]?.[1] === -1) keysWithoutTtl.add(`${kind} (${key.slice(redis.prefix.length, redis.prefix.length + 14)}...)`)

@@ -116,7 +116,7 @@ t.test('redis: every key carries a TTL', async (t) => {
   await store.getSession('sess')
 
   const keys = await scanKeys(env.redis, prefixPattern(env.prefix))
-  t.same(keys.sort(), [`${env.prefix}{sess}:b:r1`, `${env.prefix}{sess}:b:s`, `${env.prefix}{sess}:m`], 'a hash and one stream per written stream')
+  t.same(keys.sort(), [`${env.prefix}{sess}:b:r1`, `${env.prefix}{sess}:b:s`, `${env.prefix}{sess}:m`, `${env.prefix}{sess}:z:r1`, `${env.prefix}{sess}:z:s`], 'a hash, and a stream and its ledger per written stream')
   for (const key of keys) {
     const ttl = await env.redis.pttl(key)
     t.ok(ttl > 0 && ttl <= 30_000, `${key} expires (pttl ${ttl})`)
@@ -125,6 +125,7 @@ t.test('redis: every key carries a TTL', async (t) => {
   t.same(entries, [['1-1', ['s', '1', 'l', '0 1 0 0 ', 'b', 'c']]], 'one entry per batch, id <first seq>-<count>: its size, layout and fields')
   const batch = await env.redis.xrange(`${env.prefix}{sess}:b:s`, '-', '+')
   t.same(batch.map(([id]) => id), ['1-2'], 'two events appended together are one entry')
+  t.same(await env.redis.lrange(`${env.prefix}{sess}:z:s`, 0, -1), ['1-2 2'], 'the ledger names it, with its size')
 })
 
 t.test('redis: session ids with braces stay in their own hash tag', async (t) => {
@@ -141,10 +142,10 @@ t.test('redis: session ids with braces stay in their own hash tag', async (t) =>
     t.ok(read?.events.every((e) => e.data === id), `${id}: its own events`)
   }
   const keys = await scanKeys(env.redis, prefixPattern(env.prefix))
-  t.equal(keys.length, ids.length * 2)
+  t.equal(keys.length, ids.length * 3, "per session: its hash, its stream and the stream's ledger")
   for (const key of keys) {
     const rest = key.slice(env.prefix.length)
-    t.match(rest, /^\{[^{}]+\}:(m|b:s)$/, `${key}: one hash tag, the whole session id`)
+    t.match(rest, /^\{[^{}]+\}:(m|[bz]:s)$/, `${key}: one hash tag, the whole session id`)
   }
   t.throws(() => new RedisEventStore({ redis: env.redis, subscriber: env.redis, keyPrefix: 'a{b}:', retention: RETENTION }), TypeError)
   t.throws(() => new RedisEventStore({ redis: env.redis, subscriber: env.redis, keyPrefix: 'p:', retention: { ...RETENTION, maxEvents: 0 } }), RangeError)
@@ -265,7 +266,9 @@ t.test('redis: retention matches its model over random batches and limits', asyn
   const cases = fc.sample(fc.record({
     maxEvents: fc.integer({ min: 1, max: 12 }),
     maxBytes: fc.integer({ min: 0, max: 120 }),
-    batches: fc.array(fc.array(fc.integer({ min: 1, max: 30 }), { minLength: 0, maxLength: 6 }), { minLength: 1, maxLength: 14 })
+    batches: fc.array(fc.array(fc.integer({ min: 1, max: 30 }), { minLength: 0, maxLength: 6 }), { minLength: 1, maxLength: 14 }),
+    // Before which appends the ledger is lost (as if evicted): trimming must not depend on it.
+    lose: fc.array(fc.nat(13), { maxLength: 2 })
   }), { numRuns: 60, seed })
   let run = 0
   for (const c of cases) {
@@ -277,7 +280,9 @@ t.test('redis: retention matches its model over random batches and limits', asyn
     let last = 0
     let first = 1
     const frames = new Map<number, Buffer>()
-    for (const batch of c.batches) {
+    const ledgerKey = `${env.prefix}{${session}}:z:s`
+    for (const [b, batch] of c.batches.entries()) {
+      if (c.lose.includes(b)) await env.redis.del(ledgerKey)
       const events = batch.map((size, i) => {
         const frame = Buffer.from(`data:${String(last + i + 1).padEnd(size, '.')}\n`)
         frames.set(last + i + 1, frame)
@@ -330,6 +335,13 @@ t.test('redis: retention matches its model over random batches and limits', asyn
     const modelBytes = entries.reduce((a, e) => a + e.sizes.reduce((x, y) => x + y, 0), 0)
     if (JSON.stringify(got) !== JSON.stringify(want) || !intact || JSON.stringify(ids) !== JSON.stringify(modelIds) || bytes !== modelBytes) {
       t.same({ got, intact, ids, bytes }, { got: want, intact: true, ids: modelIds, bytes: modelBytes }, `${label}: events read, entries stored, bytes counted`)
+      break
+    }
+    // The ledger names the newest entries, each with its size (all of them unless it was lost).
+    const ledger = await env.redis.lrange(ledgerKey, 0, -1)
+    const sizes = (await env.redis.xrange(key, '-', '+')).map(([id, fields]) => `${id} ${fields[1]}`)
+    if (JSON.stringify(ledger) !== JSON.stringify(sizes.slice(sizes.length - ledger.length)) || (c.lose.length === 0 && ledger.length !== sizes.length)) {
+      t.same(ledger, sizes, `${label}: the ledger matches the stream's newest entries`)
       break
     }
     await store.deleteSession(session)

@@ -16,7 +16,7 @@ interface LeaseCommands {
   mcpgwLeaseRelease (lease: string, meta: string, token: string, live: string, streamId: string, channel: string, message: string): Promise<number>
   mcpgwLeaseReleaseIfIdle (lease: string, meta: string, attached: string, token: string, streamId: string, channel: string, message: string): Promise<number>
   mcpgwClaimRecorder (meta: string, streamId: string, replicaId: string): Promise<number>
-  mcpgwEndOrphaned (meta: string, stream: string, ...args: Array<string | number>): Promise<[string, number] | 0 | null>
+  mcpgwEndOrphaned (meta: string, stream: string, ledger: string, ...args: Array<string | number>): Promise<[string, number] | 0 | null>
 }
 
 export interface LeaseKeys {
@@ -26,6 +26,8 @@ export interface LeaseKeys {
   readonly channel: string
   /** The key of one of the session's streams. */
   readonly stream: (streamId: string) => string
+  /** The key of a stream's ledger (its entries' ids and sizes, see scripts.ts). */
+  readonly ledger: (streamId: string) => string
 }
 
 export interface RedisLeaseBackendOptions {
@@ -93,7 +95,7 @@ export class RedisLeaseBackend implements LeaseBackend {
     redis.defineCommand('mcpgwLeaseRelease', { numberOfKeys: 2, lua: LEASE_RELEASE })
     redis.defineCommand('mcpgwLeaseReleaseIfIdle', { numberOfKeys: 3, lua: LEASE_RELEASE_IF_IDLE })
     redis.defineCommand('mcpgwClaimRecorder', { numberOfKeys: 1, lua: CLAIM_RECORDER })
-    redis.defineCommand('mcpgwEndOrphaned', { numberOfKeys: 2, lua: END_ORPHANED })
+    redis.defineCommand('mcpgwEndOrphaned', { numberOfKeys: 3, lua: END_ORPHANED })
     this.#redis = redis as Connection & LeaseCommands
   }
 
@@ -183,7 +185,7 @@ export class RedisLeaseBackend implements LeaseBackend {
   async endOrphanedRequestStream (sessionId: string, streamId: string, recorder: string, answer: OrphanAnswer): Promise<boolean> {
     const k = this.#keys(sessionId)
     const { maxEvents, maxBytes, ttlMs } = this.#o.retention
-    const reply = await this.#redis.mcpgwEndOrphaned(k.meta, k.stream(streamId),
+    const reply = await this.#redis.mcpgwEndOrphaned(k.meta, k.stream(streamId), k.ledger(streamId),
       streamId, recorder, maxEvents, maxBytes, ttlMs, k.channel, this.replicaId, answer.data, answer.event ?? '')
     if (reply === null || reply === 0) return false
     const [epoch, seq] = reply

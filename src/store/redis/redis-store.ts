@@ -154,11 +154,11 @@ export class RedisEventStore implements EventStore {
     this.replicaId = options.replicaId ?? randomToken(12, this.#random)
 
     const redis = options.redis
-    redis.defineCommand('mcpgwAppend', { numberOfKeys: 3, lua: APPEND })
+    redis.defineCommand('mcpgwAppend', { numberOfKeys: 4, lua: APPEND })
     redis.defineCommand('mcpgwOpen', { numberOfKeys: 2, lua: OPEN })
     redis.defineCommand('mcpgwRead', { numberOfKeys: 2, lua: READ })
-    redis.defineCommand('mcpgwTouch', { numberOfKeys: 2, lua: TOUCH })
-    redis.defineCommand('mcpgwSaveCursor', { numberOfKeys: 2, lua: SAVE_CURSOR })
+    redis.defineCommand('mcpgwTouch', { numberOfKeys: 3, lua: TOUCH })
+    redis.defineCommand('mcpgwSaveCursor', { numberOfKeys: 3, lua: SAVE_CURSOR })
     // Variable number of keys: the first argument is the key count.
     redis.defineCommand('mcpgwReset', { lua: RESET })
     this.#redis = redis as Connection & ScriptCommands
@@ -206,7 +206,7 @@ export class RedisEventStore implements EventStore {
 
   async getSession (sessionId: string): Promise<SessionRecord | null> {
     const keys = this.#keys(sessionId)
-    const reply = await this.#redis.mcpgwTouch(keys.meta, keys.stream(STANDALONE_STREAM), this.#retention.ttlMs)
+    const reply = await this.#redis.mcpgwTouch(keys.meta, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM), this.#retention.ttlMs)
     return reply === null ? null : { epoch: reply[0], principal: reply[1] }
   }
 
@@ -221,7 +221,7 @@ export class RedisEventStore implements EventStore {
       replicaId: this.replicaId,
       keys: (sessionId) => {
         const keys = this.#keys(sessionId)
-        return { lease: keys.lease, meta: keys.meta, attached: keys.attached, channel: keys.channel, stream: keys.stream }
+        return { lease: keys.lease, meta: keys.meta, attached: keys.attached, channel: keys.channel, stream: keys.stream, ledger: keys.ledger }
       },
       subscribeControl: (sessionId, listener) => this.subscribeControl(sessionId, listener),
       aliveKey: (replicaId) => `${this.#prefix}r:${replicaId}:alive`,
@@ -263,7 +263,7 @@ export class RedisEventStore implements EventStore {
     // A mark left under another lease says nothing: someone else wrote since.
     const known = mark !== undefined && mark.fence === fence && (mark.uncertain === undefined || mark.uncertain === events)
     const args: Array<string | number | Buffer> = [
-      keys.meta, keys.stream(streamId), keys.lease,
+      keys.meta, keys.stream(streamId), keys.lease, keys.ledger(streamId),
       streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId,
       fence, known ? mark.seq : -1, known ? mark.epoch : ''
     ]
@@ -318,7 +318,7 @@ export class RedisEventStore implements EventStore {
   async saveCursor (sessionId: string, streamId: string, seq: number): Promise<void> {
     if (!Number.isSafeInteger(seq) || seq < 0) throw new RangeError('seq must be a non-negative integer')
     const keys = this.#keys(sessionId, streamId)
-    await this.#redis.mcpgwSaveCursor(keys.meta, keys.stream(streamId), streamId, seq, this.#retention.ttlMs)
+    await this.#redis.mcpgwSaveCursor(keys.meta, keys.stream(streamId), keys.ledger(streamId), streamId, seq, this.#retention.ttlMs)
   }
 
   async loadCursor (sessionId: string, streamId: string): Promise<number> {
@@ -404,13 +404,13 @@ export class RedisEventStore implements EventStore {
     this.#subscriber.off('error', this.#onError)
   }
 
-  #keys (sessionId: string, streamId?: string): { meta: string, channel: string, lease: string, attached: string, stream: (id: string) => string } {
+  #keys (sessionId: string, streamId?: string): { meta: string, channel: string, lease: string, attached: string, stream: (id: string) => string, ledger: (id: string) => string } {
     if (typeof sessionId !== 'string' || sessionId.length === 0) throw new TypeError('session id must be a non-empty string')
     if (streamId !== undefined && (typeof streamId !== 'string' || streamId.length === 0)) {
       throw new TypeError('stream id must be a non-empty string')
     }
     const tag = `${this.#prefix}{${escapeTag(sessionId)}}`
-    return { meta: `${tag}:m`, channel: `${tag}:n`, lease: `${tag}:lease`, attached: `${tag}:att`, stream: (id) => `${tag}:b:${id}` }
+    return { meta: `${tag}:m`, channel: `${tag}:n`, lease: `${tag}:lease`, attached: `${tag}:att`, stream: (id) => `${tag}:b:${id}`, ledger: (id) => `${tag}:z:${id}` }
   }
 
   async #read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadReply> {
@@ -463,7 +463,7 @@ export class RedisEventStore implements EventStore {
       const fields = await this.#redis.hkeys(keys.meta)
       const streamIds = fields.filter((field) => field.startsWith('q:')).map((field) => field.slice(2))
       const done = await this.#redis.mcpgwReset(
-        3 + streamIds.length, keys.meta, keys.lease, keys.attached, ...streamIds.map(keys.stream),
+        3 + 2 * streamIds.length, keys.meta, keys.lease, keys.attached, ...streamIds.map(keys.stream), ...streamIds.map(keys.ledger),
         epoch, principal, this.#retention.ttlMs, ...streamIds
       )
       if (done === 1) return

@@ -59,7 +59,7 @@ end
  * and the stream's bytes once the batch is in.
  */
 const TRIM_FOR_BATCH = `
-local function trimForBatch (skey, last, first, bytes, n, size, layout, maxEvents, maxBytes)
+local function trimForBatch (skey, zkey, last, first, bytes, n, size, layout, maxEvents, maxBytes)
   local newLast = last + n
   local total = bytes + size
   local keep = first
@@ -68,26 +68,52 @@ local function trimForBatch (skey, last, first, bytes, n, size, layout, maxEvent
   if keep <= first and total <= maxBytes then return keep, total end
   -- Oldest entries first, one at a time. Once the events before keep are gone and
   -- the bytes are within the limit, the next entry stays: it is not even read (a
-  -- read copies its whole batch into the script).
+  -- read copies its whole batch into the script). The ledger gives each entry's id
+  -- and size without reading it; while it does not match the stream (one key lost
+  -- or expired without the other), entries are read instead.
+  local ledger = redis.call('LLEN', zkey) == redis.call('XLEN', skey)
   local cursor, nextFirst, dropped, exhausted = '-', nil, 0, false
   while not (nextFirst and nextFirst >= keep and total <= maxBytes) do
-    local row = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 1)[1]
-    if not row then
+    local id, esize
+    if ledger then
+      local item = redis.call('LINDEX', zkey, dropped)
+      if item then
+        local space = string.find(item, ' ', 1, true)
+        id, esize = string.sub(item, 1, space - 1), tonumber(string.sub(item, space + 1))
+      end
+    else
+      local row = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 1)[1]
+      if row then id, esize = row[1], tonumber(row[2][2]) end
+    end
+    if not id then
       exhausted = true
       break
     end
-    local id = row[1]
     local dash = string.find(id, '-', 1, true)
     local elast = tonumber(string.sub(id, 1, dash - 1)) + tonumber(string.sub(id, dash + 1)) - 1
     if elast >= keep and total <= maxBytes then break end
-    total = total - tonumber(row[2][2])
+    total = total - esize
     if keep <= elast then keep = elast + 1 end
     dropped = dropped + 1
     nextFirst = elast + 1
     cursor = '(' .. id
   end
   if dropped > 0 then
-    if exhausted then redis.call('DEL', skey) else redis.call('XTRIM', skey, 'MINID', nextFirst .. '-0') end
+    if exhausted then
+      redis.call('DEL', skey, zkey)
+    else
+      redis.call('XTRIM', skey, 'MINID', nextFirst .. '-0')
+      if ledger then
+        redis.call('LTRIM', zkey, dropped, -1)
+      else
+        -- Drop what the ledger holds of the entries gone, so that it matches again.
+        while true do
+          local item = redis.call('LINDEX', zkey, 0)
+          if not item or tonumber(string.sub(item, 1, string.find(item, '-', 1, true) - 1)) >= nextFirst then break end
+          redis.call('LPOP', zkey)
+        end
+      end
+    end
   end
   if exhausted and total > maxBytes then
     -- The new batch alone is over the limit: hide its oldest events (the newest stays).
@@ -106,6 +132,20 @@ local function trimForBatch (skey, last, first, bytes, n, size, layout, maxEvent
 end
 `
 
+/**
+ * After XADD of a batch entry: note its id and size in the stream's ledger (a
+ * list, one item per entry, oldest first), which trimForBatch reads instead of
+ * the entries themselves. A ledger left from a stream that is gone is dropped
+ * first (fresh is true when the stream had no entry before this one).
+ */
+const LEDGER_ADD = `
+local function ledgerAdd (zkey, fresh, id, size, ttl)
+  if fresh then redis.call('DEL', zkey) end
+  redis.call('RPUSH', zkey, id .. ' ' .. size)
+  redis.call('PEXPIRE', zkey, ttl)
+end
+`
+
 /** Number of leading ARGV entries of APPEND before the events. */
 export const APPEND_HEAD = 10
 
@@ -114,7 +154,7 @@ export const FENCED = 'MCPGW_FENCED'
 export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
 
 /**
- * KEYS: session hash, stream, the session's lease.
+ * KEYS: session hash, stream, the session's lease, the stream's ledger.
  * ARGV: streamId, maxEvents, maxBytes, ttlMs, end ('1'|'0'), channel, origin
  *       replica, fence token ('' for none), expected lastSeq (-1 for none),
  *       the epoch that expectation belongs to, then the batch packed in two
@@ -142,8 +182,8 @@ export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
  * expectation from another epoch means nothing: the session was reset or
  * started a new epoch since (another writer detected a loss first).
  */
-export const APPEND = STREAM_STATE + TRIM_FOR_BATCH + `
-local meta, skey, lease = KEYS[1], KEYS[2], KEYS[3]
+export const APPEND = STREAM_STATE + TRIM_FOR_BATCH + LEDGER_ADD + `
+local meta, skey, lease, zkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
 local fence, expected = ARGV[8], tonumber(ARGV[9])
@@ -177,9 +217,11 @@ if last == nil then
 end
 
 local newLast = last + n
-local keep, total = trimForBatch(skey, last, first, bytes, n, #blob, layout, maxEvents, maxBytes)
+local keep, total = trimForBatch(skey, zkey, last, first, bytes, n, #blob, layout, maxEvents, maxBytes)
 if n > 0 then
+  local fresh = redis.call('XLEN', skey) == 0
   redis.call('XADD', skey, (last + 1) .. '-' .. n, 's', #blob, 'l', layout, 'b', blob)
+  ledgerAdd(zkey, fresh, (last + 1) .. '-' .. n, #blob, ttl)
 end
 
 if ending then ended = true end
@@ -257,7 +299,7 @@ return { epoch, last, first, ended and 1 or 0, rows }
 `
 
 /**
- * KEYS: session hash, standalone stream. ARGV: ttlMs.
+ * KEYS: session hash, standalone stream, its ledger. ARGV: ttlMs.
  * Returns nil when the session is unknown, else { epoch, principal }. The
  * standalone stream lives as long as the session, so it is refreshed with it;
  * request streams are refreshed by their own appends.
@@ -267,11 +309,12 @@ local rec = redis.call('HMGET', KEYS[1], 'epoch', 'principal')
 if not rec[1] then return false end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[1])
 return { rec[1], rec[2] or '' }
 `
 
 /**
- * KEYS: session hash, stream. ARGV: streamId, seq, ttlMs.
+ * KEYS: session hash, stream, its ledger. ARGV: streamId, seq, ttlMs.
  * Returns 0 (nothing saved) when the session or stream is unknown, else 1.
  */
 export const SAVE_CURSOR = `
@@ -279,14 +322,15 @@ if redis.call('HEXISTS', KEYS[1], 'q:' .. ARGV[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'c:' .. ARGV[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 `
 
 /**
  * KEYS: session hash, lease, attached marker, then the key of every stream
- * the caller found in the hash.
- * ARGV: new epoch ('' to only delete), principal, ttlMs, then the stream ids
- * matching KEYS[4..].
+ * the caller found in the hash, then their ledgers.
+ * ARGV: new epoch ('' to only delete), principal, ttlMs, then the ids of
+ * those streams.
  * Deletes the session and, given an epoch, writes a fresh record. Returns 0
  * without touching anything when the hash lists other streams than the caller
  * passed (a stream was opened meanwhile): the caller reads them again and
@@ -300,7 +344,7 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     count = count + 1
   end
 end
-if count ~= #KEYS - 3 then return 0 end
+if count ~= #ARGV - 3 or #KEYS ~= 3 + 2 * count then return 0 end
 for i = 4, #ARGV do
   if not known[ARGV[i]] then return 0 end
 end
@@ -404,7 +448,7 @@ return 1
 `
 
 /**
- * KEYS: session hash, stream. ARGV: streamId, recorder replica, maxEvents,
+ * KEYS: session hash, stream, its ledger. ARGV: streamId, recorder replica, maxEvents,
  * maxBytes, ttlMs, channel, origin replica, data, event type ('' for none).
  * Returns nil when the session is unknown, 0 when there is nothing to do (the
  * stream ended, or another replica records it), else { epoch, lastSeq }.
@@ -413,8 +457,8 @@ return 1
  * its retention (TRIM_FOR_BATCH), marks the stream ended and PUBLISHes the
  * usual notice. Idempotent: a second caller finds the stream ended.
  */
-export const END_ORPHANED = STREAM_STATE + TRIM_FOR_BATCH + `
-local meta, skey = KEYS[1], KEYS[2]
+export const END_ORPHANED = STREAM_STATE + TRIM_FOR_BATCH + LEDGER_ADD + `
+local meta, skey, zkey = KEYS[1], KEYS[2], KEYS[3]
 local sid, recorder = ARGV[1], ARGV[2]
 local maxEvents, maxBytes, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local channel, origin, data, etype = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
@@ -428,8 +472,10 @@ if last == nil or ended then return 0 end
 local blob = data .. etype
 local layout = (etype ~= '' and 1 or 0) .. ' ' .. #data .. ' ' .. #etype .. ' 0 '
 local newLast = last + 1
-local keep, total = trimForBatch(skey, last, first, bytes, 1, #blob, layout, maxEvents, maxBytes)
+local keep, total = trimForBatch(skey, zkey, last, first, bytes, 1, #blob, layout, maxEvents, maxBytes)
+local fresh = redis.call('XLEN', skey) == 0
 redis.call('XADD', skey, newLast .. '-1', 's', #blob, 'l', layout, 'b', blob)
+ledgerAdd(zkey, fresh, newLast .. '-1', #blob, ttl)
 redis.call('HSET', meta, 'q:' .. sid, newLast, 'f:' .. sid, keep, 'b:' .. sid, total, 'e:' .. sid, '1')
 redis.call('PEXPIRE', meta, ttl)
 redis.call('PEXPIRE', skey, ttl)
