@@ -81,8 +81,8 @@ export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'a
  * it carries: a batch is every upstream read that arrived while the previous
  * append was at the store (see readAhead). Clients never get events from
  * here: they follow the store, so every event is stored before any client
- * sees it. A client going
- * away does not stop this (in the legacy era disconnect is not cancellation).
+ * sees it. A client going away does not stop this (in the legacy era
+ * disconnect is not cancellation).
  */
 export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOutcome> {
   const decoder = new SseDecoder(o.maxEventBytes)

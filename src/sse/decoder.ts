@@ -2,11 +2,12 @@ import { EventTooLargeError } from '../errors.js'
 import type { FrameEvent } from '../store/contract.js'
 
 /**
- * One complete upstream SSE event, as bytes (an EventInput, stored as it is): its field lines exactly as the
- * upstream sent them (less any `retry` field), each with its line break,
- * without the blank line that ended the event. The gateway forwards these bytes and adds its own `id:`
- * line after them (the last id field of an event is the one a client keeps),
- * so the upstream's data is never parsed or re-serialised on the hot path.
+ * One complete upstream SSE event, as bytes (an EventInput, stored as it
+ * is): its field lines exactly as the upstream sent them (less any `retry`
+ * field), each with its line break, without the blank line that ended the
+ * event. The gateway forwards these bytes and adds its own `id:` line after
+ * them (the last id field of an event is the one a client keeps), so the
+ * upstream's data is never parsed or re-serialised on the hot path.
  */
 export interface UpstreamEvent extends FrameEvent {
   /** The upstream's own id field (the last one of the event), when it sent one. */

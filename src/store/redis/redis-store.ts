@@ -219,10 +219,7 @@ export class RedisEventStore implements EventStore {
     this.#leases ??= new RedisLeaseBackend({
       redis: this.#redis,
       replicaId: this.replicaId,
-      keys: (sessionId) => {
-        const keys = this.#keys(sessionId)
-        return { lease: keys.lease, meta: keys.meta, attached: keys.attached, channel: keys.channel, stream: keys.stream, ledger: keys.ledger }
-      },
+      keys: (sessionId) => this.#keys(sessionId),
       subscribeControl: (sessionId, listener) => this.subscribeControl(sessionId, listener),
       aliveKey: (replicaId) => `${this.#prefix}r:${replicaId}:alive`,
       retention: this.#retention,

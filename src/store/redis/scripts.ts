@@ -133,15 +133,16 @@ end
 `
 
 /**
- * After XADD of a batch entry: note its id and size in the stream's ledger (a
- * list, one item per entry, oldest first), which trimForBatch reads instead of
- * the entries themselves. A ledger left from a stream that is gone is dropped
- * first (fresh is true when the stream had no entry before this one).
+ * Writes one batch entry (id <first seq>-<count>: its size, layout and bytes)
+ * and notes its id and size in the stream's ledger (a list, one item per
+ * entry, oldest first), which trimForBatch reads instead of the entries
+ * themselves. A ledger left from a stream that is gone is dropped first.
  */
-const LEDGER_ADD = `
-local function ledgerAdd (zkey, fresh, id, size, ttl)
-  if fresh then redis.call('DEL', zkey) end
-  redis.call('RPUSH', zkey, id .. ' ' .. size)
+const ADD_ENTRY = `
+local function addEntry (skey, zkey, id, layout, blob, ttl)
+  if redis.call('XLEN', skey) == 0 then redis.call('DEL', zkey) end
+  redis.call('XADD', skey, id, 's', #blob, 'l', layout, 'b', blob)
+  redis.call('RPUSH', zkey, id .. ' ' .. #blob)
   redis.call('PEXPIRE', zkey, ttl)
 end
 `
@@ -182,7 +183,7 @@ export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
  * expectation from another epoch means nothing: the session was reset or
  * started a new epoch since (another writer detected a loss first).
  */
-export const APPEND = STREAM_STATE + TRIM_FOR_BATCH + LEDGER_ADD + `
+export const APPEND = STREAM_STATE + TRIM_FOR_BATCH + ADD_ENTRY + `
 local meta, skey, lease, zkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
@@ -219,9 +220,7 @@ end
 local newLast = last + n
 local keep, total = trimForBatch(skey, zkey, last, first, bytes, n, #blob, layout, maxEvents, maxBytes)
 if n > 0 then
-  local fresh = redis.call('XLEN', skey) == 0
-  redis.call('XADD', skey, (last + 1) .. '-' .. n, 's', #blob, 'l', layout, 'b', blob)
-  ledgerAdd(zkey, fresh, (last + 1) .. '-' .. n, #blob, ttl)
+  addEntry(skey, zkey, (last + 1) .. '-' .. n, layout, blob, ttl)
 end
 
 if ending then ended = true end
@@ -457,7 +456,7 @@ return 1
  * its retention (TRIM_FOR_BATCH), marks the stream ended and PUBLISHes the
  * usual notice. Idempotent: a second caller finds the stream ended.
  */
-export const END_ORPHANED = STREAM_STATE + TRIM_FOR_BATCH + LEDGER_ADD + `
+export const END_ORPHANED = STREAM_STATE + TRIM_FOR_BATCH + ADD_ENTRY + `
 local meta, skey, zkey = KEYS[1], KEYS[2], KEYS[3]
 local sid, recorder = ARGV[1], ARGV[2]
 local maxEvents, maxBytes, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -473,9 +472,7 @@ local blob = data .. etype
 local layout = (etype ~= '' and 1 or 0) .. ' ' .. #data .. ' ' .. #etype .. ' 0 '
 local newLast = last + 1
 local keep, total = trimForBatch(skey, zkey, last, first, bytes, 1, #blob, layout, maxEvents, maxBytes)
-local fresh = redis.call('XLEN', skey) == 0
-redis.call('XADD', skey, newLast .. '-1', 's', #blob, 'l', layout, 'b', blob)
-ledgerAdd(zkey, fresh, newLast .. '-1', #blob, ttl)
+addEntry(skey, zkey, newLast .. '-1', layout, blob, ttl)
 redis.call('HSET', meta, 'q:' .. sid, newLast, 'f:' .. sid, keep, 'b:' .. sid, total, 'e:' .. sid, '1')
 redis.call('PEXPIRE', meta, ttl)
 redis.call('PEXPIRE', skey, ttl)
