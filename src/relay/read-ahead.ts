@@ -64,5 +64,15 @@ export async function * readAhead (body: Readable, decoder: SseDecoder, limitByt
   } finally {
     body.off('data', onData)
     cleanup()
+    if (!done) {
+      // The consumer stopped early (the store refused, the lease was lost): nothing
+      // reads this body any more. Release it, as a for-await loop over it would, and
+      // keep its late errors (undici reports a destroyed body as aborted) from
+      // being uncaught, which would bring the process down.
+      body.on('error', ignore)
+      body.destroy()
+    }
   }
 }
+
+function ignore (): void {}
