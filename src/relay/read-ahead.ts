@@ -1,5 +1,6 @@
 import { finished, type Readable } from 'node:stream'
 import type { SseDecoder, UpstreamEvent } from '../sse/decoder.js'
+import { discardBody } from '../upstream/client.js'
 
 /**
  * Bytes of an upstream answer decoded ahead of the store, per stream. While
@@ -69,10 +70,7 @@ export async function * readAhead (body: Readable, decoder: SseDecoder, limitByt
       // reads this body any more. Release it, as a for-await loop over it would, and
       // keep its late errors (undici reports a destroyed body as aborted) from
       // being uncaught, which would bring the process down.
-      body.on('error', ignore)
-      body.destroy()
+      discardBody(body)
     }
   }
 }
-
-function ignore (): void {}

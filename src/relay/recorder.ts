@@ -7,6 +7,7 @@ import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
 import { parseFrame } from '../sse/frame.js'
 import { readAhead } from './read-ahead.js'
+import { discardBody } from '../upstream/client.js'
 
 export interface RecordOptions {
   readonly store: EventStore
@@ -226,7 +227,7 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       o.metrics.upstreamErrors.inc({ kind: 'stream_broken' })
       o.log.warn({ err, streamId: o.streamId }, 'upstream SSE answer broke off')
     }
-    o.body.destroy()
+    discardBody(o.body)
     const closing: EventInput[] = tooLargeMarker === undefined ? [] : [tooLargeMarker]
     if (o.endStreamOnFinish && outcome !== 'session_gone' && outcome !== 'lease_lost') {
       // Nothing more can arrive: mark the end so resuming clients are not left waiting,

@@ -6,7 +6,7 @@ import type { EventStore } from '../store/contract.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics, CloseOutcome } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
-import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
+import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { StandalonePump, type PumpOutcome } from './standalone-pump.js'
 
 export interface SessionHubOptions {
@@ -128,7 +128,7 @@ export class SessionHub {
         res = await this.#startPump(s, sessionId, lease, log)
         // 409: the previous holder's GET is still closing upstream (one GET per session); it goes in a moment.
         if (res?.statusCode !== 409 || attempt === TAKEOVER_ATTEMPTS) break
-        res.body.destroy()
+        discardBody(res.body)
         await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
       }
     } catch (err) {
@@ -221,7 +221,7 @@ export class SessionHub {
           log.warn({ err, attempt }, 'takeover: the upstream GET failed')
         }
         if (res === null) return null
-        res?.body.destroy()
+        if (res !== undefined) discardBody(res.body)
         if (attempt >= TAKEOVER_ATTEMPTS || this.#draining || !s.clients.has(STANDALONE_STREAM) || lease.settled) {
           log.warn({ status: res?.statusCode, attempt }, 'takeover: the upstream GET could not be opened; the client reconnects')
           await lease.release(lease.takeover).catch(() => {})

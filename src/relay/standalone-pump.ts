@@ -4,7 +4,7 @@ import { LeaseLostError, SessionGoneError } from '../errors.js'
 import type { EventInput, EventStore } from '../store/contract.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
-import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
+import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { mediaType } from '../upstream/headers.js'
 import { GAP_MARKER_EVENT, recordUpstreamStream, type RecordOutcome } from './recorder.js'
 
@@ -70,7 +70,7 @@ export class StandalonePump {
     let res = await this.#request(resuming ? { ...headers, 'last-event-id': lease.lastUpstreamId as string } : headers)
     if (resuming && !this.#stopped && res.statusCode >= 400 && res.statusCode !== 404 && res.statusCode !== 405) {
       // The upstream cannot resume from that id (it forgot it, restarted...): open afresh.
-      res.body.destroy()
+      discardBody(res.body)
       resuming = false
       res = await this.#request(headers)
     }
@@ -100,7 +100,7 @@ export class StandalonePump {
     const { metrics, log, lease } = this.#o
     if (this.#stopped) {
       // Stopped while opening (session dropped, handed over): nothing to record.
-      res.body.destroy()
+      discardBody(res.body)
       return null
     }
     metrics.upstreamStreamsOpen.inc({ kind: 'standalone' })

@@ -18,7 +18,7 @@ import { SessionRateLimiter } from './rate-limit.js'
 import { SessionCache } from './session-cache.js'
 import { ClientStream } from '../sse/client-stream.js'
 import { STANDALONE_STREAM, type EventStore, type SessionRecord, type StreamState } from '../store/contract.js'
-import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
+import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { clientResponseHeaders, headerValue, mediaType } from '../upstream/headers.js'
 import { forwardTransparently, sendUpstreamResponse, upstreamHeadersFor } from './forward.js'
 
@@ -178,7 +178,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       try {
         sessions.set(issued, await metrics.timeStore('create_session', () => store.createSession(issued, principal)))
       } catch (err) {
-        res.body.destroy()
+        discardBody(res.body)
         const e = errors.storeUnavailable()
         e.cause = err
         throw e
@@ -405,7 +405,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
         await metrics.timeStore('delete_session', () => store.deleteSession(sessionId))
       } catch (err) {
         // Fail closed: the client retries the DELETE until the records are gone.
-        res.body.destroy()
+        discardBody(res.body)
         const e = errors.storeUnavailable()
         e.cause = err
         throw e

@@ -69,6 +69,18 @@ export class UpstreamClient {
   }
 }
 
+/**
+ * Drops an upstream answer nobody will read. undici reports a body destroyed
+ * before its end as an `error` (aborted); with no listener that error would be
+ * uncaught and bring the process down, so it is kept here.
+ */
+export function discardBody (body: Readable): void {
+  if (body.listenerCount('error') === 0) body.on('error', ignore)
+  body.destroy()
+}
+
+function ignore (): void {}
+
 function toGatewayError (err: unknown): Error {
   if (err instanceof GatewayError) return err
   if (err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.ConnectTimeoutError) return errors.upstreamTimeout()

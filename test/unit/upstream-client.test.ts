@@ -1,0 +1,56 @@
+// The upstream HTTP client (src/upstream/client.ts) against a real socket: an
+// answer the gateway stops reading is dropped without an uncaught error.
+import t from 'tap'
+import { createServer, type ServerResponse } from 'node:http'
+import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { AddressInfo } from 'node:net'
+import { discardBody, UpstreamClient } from '../../src/upstream/client.js'
+
+for (const answer of ['refused', 'streaming'] as const) {
+  t.test(`discardBody: an answer dropped unread (${answer}) is released, its abort not uncaught`, async t => {
+    const open = new Set<ServerResponse>()
+    const server = createServer((_req, res) => {
+      open.add(res)
+      if (answer === 'refused') {
+      // Complete, never read: undici reports destroying it as an abort (the crash seen in CI).
+        res.writeHead(409, { 'content-type': 'application/json' })
+        res.end('{"jsonrpc":"2.0","error":{"code":-32000,"message":"Conflict"},"id":null}')
+        return
+      }
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write('data: {"n":1}\n\n')
+    })
+    server.listen(0, '127.0.0.1')
+    await once(server, 'listening')
+    t.teardown(() => {
+      for (const res of open) res.destroy()
+      server.close()
+    })
+    const client = new UpstreamClient({ origin: new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`), headersTimeoutMs: 2000 })
+    t.teardown(() => client.close())
+
+    const res = await client.request({ method: 'GET', path: '/mcp', headers: {} })
+    t.equal(res.statusCode, answer === 'refused' ? 409 : 200, 'answered')
+    t.equal(res.body.listenerCount('error'), 0, 'nobody listens for its errors (the case that crashed the process)')
+    const errors: unknown[] = []
+    const spy = (err: unknown): void => { errors.push(err) }
+    // tap fails the test on an uncaught exception; this spy only shows what was kept.
+    process.prependListener('uncaughtException', spy)
+    t.teardown(() => process.off('uncaughtException', spy))
+    discardBody(res.body)
+    await sleep(50)
+    t.ok(res.body.destroyed, 'the body is released')
+    t.same(errors, [], 'no uncaught error')
+  })
+}
+
+t.test('discardBody leaves an error listener the caller already has alone', async t => {
+  const { PassThrough } = await import('node:stream')
+  const body = new PassThrough()
+  const seen: Error[] = []
+  body.on('error', err => seen.push(err))
+  discardBody(body)
+  t.equal(body.listenerCount('error'), 1, 'no second listener')
+  t.ok(body.destroyed, 'destroyed')
+})
