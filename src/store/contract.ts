@@ -104,6 +104,19 @@ export interface EventStore {
   getSession (sessionId: string): Promise<SessionRecord | null>
   /** Drop every record of the session. Resolves only once they are gone. */
   deleteSession (sessionId: string): Promise<void>
+  /**
+   * Record the session unless the store has it already: returns the record it
+   * has (whatever its principal), or a new one bound to `principal` with a
+   * fresh epoch. For sessions the store lost (see intactSince).
+   */
+  adoptSession (sessionId: string, principal: string): Promise<SessionRecord>
+  /**
+   * Since when (ms since the Unix epoch) this store holds everything it was
+   * given: its own start (embedded store), or the moment it was first found
+   * without its records (Redis restarted empty, or a new Redis). A session
+   * the store does not know may have been lost only if it is older than this.
+   */
+  intactSince (): Promise<number>
 
   /**
    * Create a stream's record (sequence 0, not ended) if it does not exist, and

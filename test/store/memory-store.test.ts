@@ -8,3 +8,11 @@ storeContract(t, 'memory', async (_t, retention) => {
   const store = new MemoryEventStore({ retention, maxBytes: 64 * 1024 * 1024, now: () => now })
   return { store, advance: (ms: number) => { now += ms } }
 })
+
+t.test('memory: intact since the process made it (what a restart lost came before)', async (t) => {
+  let now = Date.UTC(2026, 0, 1)
+  const store = new MemoryEventStore({ retention: { maxEvents: 10, maxBytes: 1 << 20, ttlMs: 60_000 }, maxBytes: 1 << 20, now: () => now })
+  t.teardown(() => store.close())
+  now += 5000
+  t.equal(await store.intactSince(), Date.UTC(2026, 0, 1), 'its construction time, not the time asked')
+})

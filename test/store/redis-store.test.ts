@@ -377,3 +377,17 @@ t.test('redis: after an append that failed but was applied, only an identical re
   t.same((await store.append('sess', 's', batch('e'))).map(e => e.seq), [9, 10], 'numbered after the applied batch')
   t.same((await store.read('sess', 's', 6, 100))?.events.map(e => e.data), ['d-cut1', 'd-cut2', 'e1', 'e2'], 'the batch after an unconfirmed one is not dropped')
 })
+
+t.test('redis: intactSince moves to the moment a replica finds Redis without its mark (restarted empty)', async (t) => {
+  const env = await useRedis(t, 'intact')
+  const store = await storeFor(t, env)
+  const first = await store.intactSince()
+  t.equal(await env.redis.get(`${env.prefix}intact`), String(first), 'the mark is one key under the prefix')
+  await sleep(5)
+  await env.redis.del(`${env.prefix}intact`) // what a restart without persistence does to it
+  const wipedAt = Date.now()
+  const after = await store.intactSince()
+  t.ok(after >= wipedAt, `intact only since the store was found empty (${after - first} ms later)`)
+  const other = await storeFor(t, env)
+  t.equal(await other.intactSince(), after, 'another replica sees the same moment')
+})

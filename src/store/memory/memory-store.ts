@@ -120,6 +120,7 @@ export class MemoryEventStore implements EventStore {
   readonly #maxBytes: number
   readonly #now: () => number
   readonly #random: (size: number) => Uint8Array
+  readonly #startedAt: number
   readonly #sessions = new Map<string, MemorySession>()
   /** Streams in least-recently-appended order (Map keeps insertion order). */
   readonly #lru = new Map<MemoryStream, MemorySession>()
@@ -132,6 +133,7 @@ export class MemoryEventStore implements EventStore {
     this.#maxBytes = options.maxBytes
     this.#now = options.now ?? Date.now
     this.#random = options.random ?? randomBytes
+    this.#startedAt = this.#now()
     this.#sweeper = setInterval(() => this.#sweep(), options.sweepIntervalMs ?? 30_000)
     this.#sweeper.unref()
   }
@@ -144,6 +146,15 @@ export class MemoryEventStore implements EventStore {
     const record = { epoch: randomToken(8, this.#random), principal }
     this.#sessions.set(sessionId, { id: sessionId, record, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs })
     return record
+  }
+
+  async adoptSession (sessionId: string, principal: string): Promise<SessionRecord> {
+    return await this.getSession(sessionId) ?? await this.createSession(sessionId, principal)
+  }
+
+  /** Everything before this process started is gone. */
+  async intactSince (): Promise<number> {
+    return this.#startedAt
   }
 
   async getSession (sessionId: string): Promise<SessionRecord | null> {

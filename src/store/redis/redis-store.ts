@@ -11,7 +11,7 @@ import type {
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { parseControl, RedisLeaseBackend } from './lease-backend.js'
-import { APPEND, FENCED, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
+import { ADOPT, APPEND, FENCED, INTACT, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
 
 export type Connection = Redis | Cluster
 type StoreLogger = Pick<BaseLogger, 'warn'> & Partial<Pick<BaseLogger, 'error'>>
@@ -100,6 +100,8 @@ interface ScriptCommands {
   mcpgwTouch (...args: Array<string | number>): Promise<[string, string] | null>
   mcpgwSaveCursor (...args: Array<string | number>): Promise<number>
   mcpgwReset (...args: Array<string | number>): Promise<number>
+  mcpgwAdopt (...args: Array<string | number>): Promise<[string, string]>
+  mcpgwIntact (...args: Array<string | number>): Promise<string>
 }
 
 const FLAG_EVENT = 1
@@ -159,6 +161,8 @@ export class RedisEventStore implements EventStore {
     redis.defineCommand('mcpgwRead', { numberOfKeys: 2, lua: READ })
     redis.defineCommand('mcpgwTouch', { numberOfKeys: 3, lua: TOUCH })
     redis.defineCommand('mcpgwSaveCursor', { numberOfKeys: 3, lua: SAVE_CURSOR })
+    redis.defineCommand('mcpgwAdopt', { numberOfKeys: 5, lua: ADOPT })
+    redis.defineCommand('mcpgwIntact', { numberOfKeys: 1, lua: INTACT })
     // Variable number of keys: the first argument is the key count.
     redis.defineCommand('mcpgwReset', { lua: RESET })
     this.#redis = redis as Connection & ScriptCommands
@@ -212,6 +216,25 @@ export class RedisEventStore implements EventStore {
 
   async deleteSession (sessionId: string): Promise<void> {
     await this.#reset(sessionId, '', '')
+  }
+
+  async adoptSession (sessionId: string, principal: string): Promise<SessionRecord> {
+    const keys = this.#keys(sessionId)
+    const epoch = randomToken(8, this.#random)
+    const reply = await this.#redis.mcpgwAdopt(keys.meta, keys.lease, keys.attached, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM),
+      epoch, principal, this.#retention.ttlMs)
+    // A new record: what this replica knew of the session's writes is history.
+    if (reply[0] === epoch) this.#marks.delete(sessionId)
+    return { epoch: reply[0], principal: reply[1] }
+  }
+
+  /**
+   * One key without a hash tag or TTL, `<prefix>intact`: Redis restarted
+   * empty (or a new Redis) has none, and the first replica to ask after that
+   * sets it to the time it asked.
+   */
+  async intactSince (): Promise<number> {
+    return Number(await this.#redis.mcpgwIntact(`${this.#prefix}intact`, Date.now()))
   }
 
   /** Lease primitives on this store's connections (see cluster/lease.ts). */

@@ -313,6 +313,30 @@ return { rec[1], rec[2] or '' }
 `
 
 /**
+ * KEYS: session hash, lease, attached marker, standalone stream, its ledger.
+ * ARGV: epoch, principal, ttlMs.
+ * Returns the session's { epoch, principal }: the record it has, or, when it
+ * has none, a fresh one from ARGV (after clearing what a lost session left).
+ */
+export const ADOPT = `
+local rec = redis.call('HMGET', KEYS[1], 'epoch', 'principal')
+if rec[1] then return { rec[1], rec[2] or '' } end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'principal', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return { ARGV[1], ARGV[2] }
+`
+
+/**
+ * KEYS: the store's intact mark. ARGV: now (ms). The mark holds the time the
+ * store was first found without it: set now if missing. Returns its value.
+ */
+export const INTACT = `
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+`
+
+/**
  * KEYS: session hash, stream, its ledger. ARGV: streamId, seq, ttlMs.
  * Returns 0 (nothing saved) when the session or stream is unknown, else 1.
  */
