@@ -30,6 +30,7 @@ export interface GatewayConfig {
   readonly retryMs: number
   readonly upstreamHeadersTimeoutMs: number
   readonly principalHeader: string
+  readonly recoverLostSessions: boolean
   /** null: any Origin is accepted. */
   readonly allowedOrigins: ReadonlySet<string> | null
   readonly leaseTtlMs: number
@@ -196,6 +197,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     retryMs: raw.SSE_RETRY_MS,
     upstreamHeadersTimeoutMs: raw.UPSTREAM_HEADERS_TIMEOUT_SECONDS * 1000,
     principalHeader: raw.PRINCIPAL_HEADER.toLowerCase(),
+    recoverLostSessions: raw.RECOVER_LOST_SESSIONS,
     allowedOrigins,
     leaseTtlMs: raw.LEASE_TTL_MS,
     drainSpreadMs: raw.DRAIN_SPREAD_SECONDS * 1000,

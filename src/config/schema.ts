@@ -36,6 +36,7 @@ export const ConfigSchema = Type.Object({
   UPSTREAM_HEADERS_TIMEOUT_SECONDS: Type.Integer({ default: 300, minimum: 1, description: 'How long the upstream may take to send response headers. SSE bodies have no read timeout.' }),
 
   PRINCIPAL_HEADER: Type.String({ default: 'authorization', description: 'Request header whose hash identifies the principal a session is bound to.' }),
+  RECOVER_LOST_SESSIONS: Type.Boolean({ default: true, description: 'After the store lost its records (Redis restarted empty, or the embedded store\'s process restarted), a session it no longer knows is recorded again, under a new epoch, by the first request that comes back with it within RETENTION_TTL_SECONDS, bound to that request\'s principal; the upstream still decides whether the session exists. false: such a session gets 404 and its clients must initialize again.' }),
   ALLOWED_ORIGINS: Type.Optional(Type.String({ description: 'Comma-separated Origin allow-list; a request with another Origin gets 403. Unset: any Origin is accepted (a warning is logged).' })),
   LEASE_TTL_MS: Type.Integer({ default: 5000, minimum: 500, description: 'Lease on a session\'s upstream GET stream, and liveness of the replicas recording POST answers: renewed every third of this; another replica takes over (or ends the answers a dead replica was recording) this long after the holder dies.' }),
   DRAIN_SPREAD_SECONDS: Type.Integer({ default: 5, minimum: 0, description: 'On SIGTERM, client streams are closed spread over this window so clients do not all reconnect at once.' }),

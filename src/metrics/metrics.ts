@@ -30,6 +30,7 @@ export class GatewayMetrics {
   readonly upstreamErrors: Counter<'kind'>
   readonly upstreamStreamsOpen: Gauge<'kind'>
   readonly slowClientDisconnects: Counter
+  readonly sessionsRecovered: Counter
   readonly leaseTakeovers: Counter
   readonly buildInfo: Gauge<'version' | 'node_version' | 'store'>
 
@@ -56,6 +57,7 @@ export class GatewayMetrics {
     this.upstreamErrors = new Counter({ name: `${p}upstream_errors_total`, help: 'Upstream requests or streams that failed, by kind.', labelNames: ['kind'], registers })
     this.upstreamStreamsOpen = new Gauge({ name: `${p}upstream_streams_open`, help: 'Upstream SSE answers being read, by kind.', labelNames: ['kind'], registers })
     this.slowClientDisconnects = new Counter({ name: `${p}slow_client_disconnects_total`, help: 'Client streams closed because their send buffer exceeded CLIENT_BUFFER_MAX_BYTES.', registers })
+    this.sessionsRecovered = new Counter({ name: `${p}sessions_recovered_total`, help: 'Sessions the event store had lost (restarted empty), recorded again under a new epoch when a client came back with them (RECOVER_LOST_SESSIONS).', registers })
     this.leaseTakeovers = new Counter({ name: `${p}lease_takeovers_total`, help: 'Upstream GET streams taken over from another replica.', registers })
     this.buildInfo = new Gauge({ name: `${p}build_info`, help: 'Gateway build information (always 1).', labelNames: ['version', 'node_version', 'store'], registers })
     this.buildInfo.set({ version: options.version, node_version: process.version, store: options.store }, 1)

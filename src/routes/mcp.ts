@@ -85,7 +85,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       log
     })
 
-  async function requireSession (sessionId: string, principal: string): Promise<SessionRecord> {
+  /**
+   * The session's record, if it belongs to `principal`. `recover`: the request
+   * goes on to the upstream, which can still refuse a session the store lost.
+   */
+  async function requireSession (sessionId: string, principal: string, log: Logger, recover: boolean): Promise<SessionRecord> {
     let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
     if (record === undefined) {
       try {
@@ -99,6 +103,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
           throw e
         }
       }
+      if (record === null && recover) record = await recoverLostSession(sessionId, principal, log)
       if (record === null) sessions.delete(sessionId)
       else sessions.set(sessionId, record)
     }
@@ -108,13 +113,40 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   }
 
   /**
+   * A session the store does not know, from a client that had it. When the
+   * store lost its records since then (Redis restarted empty, the embedded
+   * store's process restarted) and no longer ago than a session lives, it is
+   * recorded again, under a new epoch, bound to this request's principal: the
+   * client's old ids then read as a gap. The request goes on to the upstream,
+   * which decides whether the session still exists (its 404 drops the record).
+   */
+  async function recoverLostSession (sessionId: string, principal: string, log: Logger): Promise<SessionRecord | null> {
+    if (!config.recoverLostSessions) return null
+    try {
+      const intactSince = await metrics.timeStore('intact_since', () => store.intactSince())
+      if (Date.now() - intactSince >= config.retention.ttlMs) return null
+      const record = await metrics.timeStore('adopt_session', () => store.adoptSession(sessionId, principal))
+      if (record.principal === principal) {
+        metrics.sessionsRecovered.inc()
+        log.warn({ sessionHash: sessionHash(sessionId), epoch: record.epoch, storeIntactSince: new Date(intactSince).toISOString() },
+          'a session the event store lost (it restarted empty) is recorded again under a new epoch; resuming clients are told of the gap')
+      }
+      return record
+    } catch (err) {
+      const e = errors.storeUnavailable()
+      e.cause = err
+      throw e
+    }
+  }
+
+  /**
    * For requests proxied transparently: a known session must belong to the
    * caller; an unknown one passes only in the modern era (no sessions there).
    */
   async function requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest, proto: ProtocolInfo): Promise<void> {
     const principal = principalOf(request, config.principalHeader)
     if (proto.era === 'legacy') {
-      await requireSession(sessionId, principal)
+      await requireSession(sessionId, principal, request.log, true)
       return
     }
     let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
@@ -163,7 +195,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   async function handlePost (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
     const sessionId = sessionIdOf(request)
     const principal = principalOf(request, config.principalHeader)
-    if (sessionId !== undefined) await requireSession(sessionId, principal)
+    if (sessionId !== undefined) await requireSession(sessionId, principal, request.log, true)
     // Not tied to the client connection: the answer is read to its end and recorded.
     const res = await timedUpstream('POST', () => upstream.request({
       method: 'POST',
@@ -255,10 +287,13 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
         throw errors.badLastEventId()
       }
     }
-    // A session whose records are gone (deleted, expired, lost) gets 404, as the transports
-    // spec requires for a terminated session: the client starts a new one.
-    const record = await requireSession(sessionId, principalOf(request, config.principalHeader))
-    if (position !== null && position.streamId !== STANDALONE_STREAM) return await resumeRequestStream(request, reply, proto, sessionId, record, position)
+    // A session whose records are gone (deleted, expired) gets 404, as the transports
+    // spec requires for a terminated session: the client starts a new one. One the store
+    // lost is recovered only on the standalone stream, whose upstream GET can refuse it;
+    // the resume of a request stream never reaches the upstream.
+    const requestStream = position !== null && position.streamId !== STANDALONE_STREAM ? position : null
+    const record = await requireSession(sessionId, principalOf(request, config.principalHeader), request.log, requestStream === null)
+    if (requestStream !== null) return await resumeRequestStream(request, reply, proto, sessionId, record, requestStream)
     return await attachStandalone(request, reply, proto, sessionId, record, position)
   }
 
@@ -394,7 +429,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   async function handleDelete (request: FastifyRequest, reply: FastifyReply): Promise<unknown> {
     const sessionId = sessionIdOf(request)
     if (sessionId === undefined) return await forwardTransparently(deps, request, reply, undefined)
-    await requireSession(sessionId, principalOf(request, config.principalHeader))
+    await requireSession(sessionId, principalOf(request, config.principalHeader), request.log, true)
     const res = await timedUpstream('DELETE', () => upstream.request({
       method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
     }))

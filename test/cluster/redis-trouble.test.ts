@@ -6,8 +6,9 @@
 //   acknowledged, and clients had seen): detected, the session starts a new
 //   epoch, resuming clients are told (`epoch` gap) and counted; nothing is
 //   skipped silently.
-// - Redis restarted empty: the session is gone; the client is told with 404
-//   (MCP: start a new session) and a new session works at once.
+// - Redis restarted empty: the session goes on under a new epoch and the client
+//   is told of the gap; with RECOVER_LOST_SESSIONS=false it is gone, the client
+//   is told with 404 (MCP: start a new session) and a new session works at once.
 import t from 'tap'
 import type { Test } from 'tap'
 import { Redis } from 'ioredis'
@@ -21,14 +22,14 @@ import { silentJumps, standaloneItems } from '../fixtures/standalone-log.js'
 const COUNT = 600
 const INTERVAL_MS = 10
 
-async function broadcasting (t: Test, label: string): Promise<{ mcp: McpTestClient, received: () => number[], redis: Awaited<ReturnType<typeof startRedisProcess>>, replica: Awaited<ReturnType<typeof startReplica>>, admin: Redis }> {
+async function broadcasting (t: Test, label: string, env: Record<string, string> = {}): Promise<{ mcp: McpTestClient, received: () => number[], redis: Awaited<ReturnType<typeof startRedisProcess>>, replica: Awaited<ReturnType<typeof startReplica>>, admin: Redis }> {
   const redis = await startRedisProcess(t, [], label)
   const admin = new Redis({ port: redis.port, host: '127.0.0.1', maxRetriesPerRequest: 1 })
   admin.on('error', () => {})
   t.teardown(() => admin.disconnect())
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
-  const replica = await startReplica(t, { upstreamUrl: upstream.url, env: { REDIS_URL: `redis://127.0.0.1:${redis.port}` }, name: label })
+  const replica = await startReplica(t, { upstreamUrl: upstream.url, env: { REDIS_URL: `redis://127.0.0.1:${redis.port}`, ...env }, name: label })
   const mcp = await connectClient(`${replica.url}/mcp`)
   t.teardown(() => mcp.close())
   t.ok(await waitUntil(() => mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'standalone GET open')
@@ -71,15 +72,34 @@ t.test('Redis restarted from an older snapshot: new epoch, the client is told, n
   t.same(silentJumps(items), [], 'nothing skipped silently')
 })
 
-t.test('Redis restarted empty: the session is gone (404), a new one works', async (t) => {
-  const { mcp, received, redis, replica } = await broadcasting(t, 'empty')
+t.test('Redis restarted empty: the session goes on under a new epoch, the client is told', async (t) => {
+  const { mcp, received, redis } = await broadcasting(t, 'empty')
+  t.ok(await waitUntil(() => received().length >= 100, 10_000))
+  await redis.stop('SIGKILL')
+  const restartedAt = Date.now()
+  await redis.start()
+  t.ok(await waitUntil(() => received().includes(COUNT - 1), 20_000), 'the broadcast reaches the client to its end, on the same session')
+  await sleep(200)
+  const report = checkDelivery(received(), COUNT)
+  t.comment(`empty: received ${report.received} of ${COUNT}, lost ${report.lost.length} [${formatRanges(report.lost)}], duplicated ${report.duplicated.length}, out of order ${report.outOfOrder}`)
+  t.same(report.duplicated, [], 'nothing duplicated')
+  t.equal(report.outOfOrder, 0, 'in order')
+  const items = standaloneItems(mcp.exchanges)
+  t.same(silentJumps(items), [], 'nothing skipped silently')
+  t.ok(items.some(i => i.kind === 'gap' && i.reason === 'epoch'), 'the loss is told: an epoch gap')
+  t.ok(mcp.exchanges.some(e => e.method === 'GET' && e.status === 200 && e.startedAt > restartedAt && e.lastEventId !== undefined), 'the client resumed with its old id and was served')
+  t.notOk(mcp.exchanges.some(e => e.status === 404), 'no 404')
+})
+
+t.test('Redis restarted empty with RECOVER_LOST_SESSIONS=false: the session is gone (404), a new one works', async (t) => {
+  const { mcp, received, redis, replica } = await broadcasting(t, 'empty-strict', { RECOVER_LOST_SESSIONS: 'false' })
   t.ok(await waitUntil(() => received().length >= 100, 10_000))
   await redis.stop('SIGKILL')
   const restartedAt = Date.now()
   await redis.start()
   t.ok(await waitUntil(() => mcp.exchanges.some(e => e.method === 'GET' && e.status === 404 && e.startedAt > restartedAt), 15_000), 'the client resuming its standalone stream gets 404 (session not found)')
   const report = checkDelivery(received(), COUNT)
-  t.comment(`empty: received ${report.received} of ${COUNT} before the session was lost; duplicated ${report.duplicated.length}, out of order ${report.outOfOrder}`)
+  t.comment(`empty, strict: received ${report.received} of ${COUNT} before the session was lost; duplicated ${report.duplicated.length}, out of order ${report.outOfOrder}`)
   t.same(report.duplicated, [], 'nothing duplicated')
   t.equal(report.outOfOrder, 0, 'in order')
   t.same(silentJumps(standaloneItems(mcp.exchanges)), [], 'nothing skipped silently')

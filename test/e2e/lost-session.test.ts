@@ -1,0 +1,123 @@
+// A session the event store lost (src/routes/mcp.ts recoverLostSession): the
+// gateway on its embedded store restarts while the official SDK client holds a
+// session on the upstream. The restarted gateway knows nothing of it; the
+// session goes on under a new epoch (resuming clients are told of the gap),
+// the upstream still decides which sessions exist, and the recovery can be
+// switched off.
+import t from 'tap'
+import type { Test } from 'tap'
+import { pino } from 'pino'
+import { startExampleServer } from '../../examples/mcp-server.js'
+import { buildGateway } from '../../src/server.js'
+import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
+import { testConfig } from '../fixtures/gateway.js'
+import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil } from '../fixtures/mcp-client.js'
+import { ACCEPT_BOTH, exchange, jsonRpcError, metricSum, metrics, sseEvents } from '../fixtures/hardening.js'
+
+const RECONNECT = { initialReconnectionDelay: 200, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1.5, maxRetries: 20 }
+const VERSION = '2025-11-25'
+
+interface Running {
+  url: string
+  adminUrl: string
+  store: MemoryEventStore
+  close: () => Promise<void>
+}
+
+/** A gateway on a fresh embedded store, as a restarted process has. */
+async function gatewayOn (t: Test, upstreamUrl: string, env: Record<string, string> = {}): Promise<Running> {
+  const config = testConfig(upstreamUrl, env)
+  const store = new MemoryEventStore({ retention: config.retention, maxBytes: config.memoryStoreMaxBytes })
+  const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) })
+  const { url, adminUrl } = await gateway.listen()
+  let closed = false
+  const close = async (): Promise<void> => {
+    if (closed) return
+    closed = true
+    await gateway.close()
+  }
+  t.teardown(close)
+  return { url, adminUrl, store, close }
+}
+
+function callTool (id: number, name: string, args: Record<string, unknown>): string {
+  return JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } })
+}
+
+async function post (url: string, sessionId: string, body: string): Promise<Awaited<ReturnType<typeof exchange>>> {
+  return await exchange(`${url}/mcp`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: ACCEPT_BOTH, 'mcp-session-id': sessionId, 'mcp-protocol-version': VERSION },
+    body
+  })
+}
+
+t.test('a restarted gateway picks up the sessions its store lost; the upstream decides', async (t) => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const first = await gatewayOn(t, upstream.url, { SSE_RETRY_MS: '100' })
+  const port = new URL(first.url).port
+
+  const mcp = await connectClient(`${first.url}/mcp`, { reconnectionOptions: RECONNECT })
+  t.teardown(() => mcp.close())
+  t.ok(await waitUntil(() => mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'the standalone stream is open')
+  const sessionId = mcp.sessionId as string
+  const COUNT = 400
+  await mcp.client.callTool({ name: 'broadcast', arguments: { count: COUNT, intervalMs: 10 } })
+  const received = (): number[] => sequencesOf(mcp.notifications, 'broadcast')
+  t.ok(await waitUntil(() => received().length >= 50, 10_000), 'the broadcast is flowing')
+
+  // The process restarts: same address, an empty embedded store.
+  await first.close()
+  const second = await gatewayOn(t, upstream.url, { PORT: port, SSE_RETRY_MS: '100' })
+  t.equal(new URL(second.url).port, port, 'the new gateway listens where the old one did')
+
+  t.ok(await waitUntil(() => received().includes(COUNT - 1), 20_000), 'the live client\'s session goes on, to the end of the broadcast')
+  const live = checkDelivery(received(), COUNT)
+  t.comment(`restart: sent ${COUNT}, received ${live.received}, lost ${live.lost.length} [${formatRanges(live.lost)}], duplicated ${live.duplicated.length}`)
+  t.same(live.duplicated, [], 'nothing twice')
+  t.equal(live.outOfOrder, 0, 'in order')
+  const resumed = mcp.exchanges.find(e => e.method === 'GET' && e.lastEventId !== undefined && e.status === 200)
+  t.ok(resumed, 'the client resumed with the id it had from the old gateway, and was served')
+  t.ok(resumed?.events.some(e => e.event === 'gateway-gap' && e.data.includes('"epoch"')), 'and was told of the gap: the store lost the history (a new epoch)')
+
+  const echo = await mcp.client.callTool({ name: 'echo', arguments: { text: 'same session' } })
+  t.same(echo.content, [{ type: 'text', text: 'same session' }], 'a tool call on the same session works')
+  t.equal(mcp.sessionId, sessionId, 'no new initialize')
+  t.equal(metricSum(await metrics(second.adminUrl), 'mcpgw_sessions_recovered_total'), 1, 'counted once (mcpgw_sessions_recovered_total)')
+
+  // A session id the upstream never issued: recorded for a moment, dropped on the upstream's 404.
+  const bogus = 'not-a-session-0123456789abcdef'
+  const refused = await post(second.url, bogus, callTool(7, 'echo', { text: 'x' }))
+  t.equal(refused.status, 404, 'a session the upstream does not know: 404, as the upstream answered')
+  t.equal(await second.store.getSession(bogus), null, 'and nothing of it is left in the store')
+
+  // A session recovered by one principal is not another's.
+  const other = await exchange(`${second.url}/mcp`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: ACCEPT_BOTH, 'mcp-session-id': sessionId, 'mcp-protocol-version': VERSION, authorization: 'Bearer someone-else' },
+    body: callTool(8, 'echo', { text: 'x' })
+  })
+  t.equal(other.status, 404, 'another principal gets 404 for the recovered session')
+})
+
+t.test('RECOVER_LOST_SESSIONS=false: a session the store lost gets 404', async (t) => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const first = await gatewayOn(t, upstream.url)
+  const mcp = await connectClient(`${first.url}/mcp`)
+  t.teardown(() => mcp.close())
+  const sessionId = mcp.sessionId as string
+  await first.close()
+
+  const strict = await gatewayOn(t, upstream.url, { RECOVER_LOST_SESSIONS: 'false' })
+  const answer = await post(strict.url, sessionId, callTool(3, 'echo', { text: 'x' }))
+  t.equal(answer.status, 404, '404')
+  t.match(jsonRpcError(answer.text), { code: -32001 }, 'the gateway\'s own JSON-RPC error: the request did not reach the upstream')
+  t.equal(await strict.store.getSession(sessionId), null, 'nothing recorded')
+
+  const lenient = await gatewayOn(t, upstream.url)
+  const served = await post(lenient.url, sessionId, callTool(4, 'echo', { text: 'back' }))
+  t.equal(served.status, 200, 'with recovery on, the same request is served')
+  t.ok(sseEvents(served.text).some(e => e.data.includes('"back"')), 'by the upstream, on the same session')
+})
