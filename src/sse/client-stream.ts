@@ -8,6 +8,12 @@ import { encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../pro
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
 import { formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId } from './frame.js'
 
+/**
+ * How long a client closed for being slow has to read what its buffer holds
+ * (at most CLIENT_BUFFER_MAX_BYTES and one write) before its socket is dropped.
+ */
+export const SLOW_CLIENT_GRACE_MS = 10_000
+
 export interface ClientStreamOptions {
   readonly reply: FastifyReply
   readonly kind: StreamKind
@@ -181,10 +187,14 @@ export class ClientStream {
   #write (text: string | Buffer): boolean {
     if (this.#raw.writableLength > this.#maxBufferBytes) {
       this.#metrics.slowClientDisconnects.inc()
-      this.#log.warn({ streamId: this.streamId, buffered: this.#raw.writableLength }, 'client too slow: closing its stream, it resumes from the store')
-      // The buffer is full: a retry hint would queue behind it, so drop the socket.
-      this.#finish('slow_client')
-      this.#raw.destroy()
+      this.#log.warn({ streamId: this.streamId, buffered: this.#raw.writableLength }, 'client too slow: ending its stream after what it was sent, with a retry hint; it resumes from the store')
+      // Nothing more is queued: the client reads what waits, then the hint and the
+      // end. One that does not read that much within the grace is cut off.
+      const raw = this.#raw
+      const cutOff = setTimeout(() => raw.destroy(), SLOW_CLIENT_GRACE_MS)
+      cutOff.unref()
+      raw.once('close', () => clearTimeout(cutOff))
+      this.close('slow_client', true)
       return false
     }
     this.#raw.write(text)

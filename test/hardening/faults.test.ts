@@ -17,6 +17,7 @@ import { Agent } from 'undici'
 import { startExampleServer, type ExampleServer } from '../../examples/mcp-server.js'
 import { buildGateway } from '../../src/server.js'
 import { decodeEventId } from '../../src/protocol/event-id.js'
+import { SLOW_CLIENT_GRACE_MS } from '../../src/sse/client-stream.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { startGateway, testConfig } from '../fixtures/gateway.js'
 import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
@@ -250,10 +251,8 @@ t.test('a slow client: closed past CLIENT_BUFFER_MAX_BYTES, resumes from the sto
   await upstream.emit(20, 1024) // more while the client is away
   const total = upstream.sent
   slow.resume()
-  t.ok(await slow.waitFor(s => s.closed, 10_000), 'the client reads what the kernel still held, then the connection ends')
-  t.equal(slow.retries.length, 0, 'no retry hint reached it (the socket was dropped)', {
-    todo: 'doc/code: DESIGN.md says a slow client "is closed with a retry hint"; ClientStream.#write destroys the socket without one, on purpose (the hint would queue behind the full buffer): the design brief should say so'
-  })
+  t.ok(await slow.waitFor(s => s.ended, 10_000), 'the client reads what was buffered for it, then the stream ends (cleanly: the last chunk)')
+  t.ok(slow.retries.length >= 1, `after the buffered events, a retry hint (${slow.retries.join(', ')} ms)`)
   const seen = slow.events.map(e => seqOf(e.data))
   const lastId = slow.lastId as string
   t.comment(`slow client: read ${seen.length} of ${total} events before the cut (last id ${lastId})`)
@@ -276,6 +275,26 @@ t.test('a slow client: closed past CLIENT_BUFFER_MAX_BYTES, resumes from the sto
   t.comment(`slow client: resumed ${resumed.length} over ${connections} connection(s); lost ${report.lost.length} [${formatRanges(report.lost)}], duplicated ${report.duplicated.length}`)
   t.ok(report.ok, 'every event exactly once, in order, across the cut')
   t.equal(connections, 1, 'one resume connection is enough for a client that now reads promptly')
+})
+
+t.test('a slow client that stops reading altogether is cut off after the grace, dropping what waited for it', async t => {
+  const upstream = await startPadUpstream(t)
+  const gw = await startGateway(t, 'memory', upstream.url, { CLIENT_BUFFER_MAX_BYTES: String(256 * 1024), ...QUICK_CLOSE })
+  const session = await rawInitialize(`${gw.url}/mcp`)
+  const stuck = new RawSse(gw.port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders())))
+  t.teardown(() => stuck.close())
+  t.ok(await stuck.waitFor(s => s.status === 200), 'the standalone stream is open')
+  stuck.pause()
+  const before = metricSum(await metrics(gw.adminUrl), 'mcpgw_slow_client_disconnects_total')
+  while (upstream.sent < 40_000 && metricSum(await metrics(gw.adminUrl), 'mcpgw_slow_client_disconnects_total') === before) {
+    await upstream.emit(500, 1024)
+  }
+  const closedAt = Date.now()
+  t.ok(await until(() => gw.gateway.hub.clientCount === 0, 3000), 'closed as a slow client')
+  await sleep(SLOW_CLIENT_GRACE_MS + 1000)
+  stuck.resume()
+  t.ok(await stuck.waitFor(s => s.closed, 10_000), `the connection is gone when the client looks again, ${Date.now() - closedAt} ms later`)
+  t.notOk(stuck.ended, 'cut off: the stream never got to its clean end (what waited for it was dropped)')
 })
 
 t.test('a client that reads promptly, and one write larger than CLIENT_BUFFER_MAX_BYTES', async t => {
