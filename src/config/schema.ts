@@ -24,10 +24,10 @@ export const ConfigSchema = Type.Object({
   RETENTION_MAX_EVENTS: Type.Integer({ default: 10000, minimum: 1, description: 'Events kept per stream; older events are trimmed and a client resuming before them is told about the gap.' }),
   RETENTION_MAX_BYTES: Type.Integer({ default: 16777216, minimum: 1024, description: 'Bytes of event data kept per stream (16 MiB).' }),
   RETENTION_TTL_SECONDS: Type.Integer({ default: 3600, minimum: 1, description: 'A session\'s records expire after this long without activity.' }),
-  MEMORY_STORE_MAX_BYTES: Type.Integer({ default: 268435456, minimum: 1048576, description: 'Embedded store only: process-wide cap on stored event bytes (256 MiB); the oldest streams are evicted first.' }),
+  MEMORY_STORE_MAX_BYTES: Type.Integer({ default: 268435456, minimum: 1048576, description: 'Embedded store only: process-wide cap (256 MiB) on stored event bytes plus 512 bytes per session and 256 per stream record. Over it, the least recently appended streams lose their events first (a finished answer\'s stream goes altogether), then the least recently used sessions go.' }),
   MAX_EVENT_BYTES: Type.Integer({ default: 4194304, minimum: 1024, description: 'Largest single upstream SSE event accepted, in bytes as sent (all its field lines; 4 MiB). A larger event is not recorded; its stream is closed and the gap is signalled.' }),
   MAX_BODY_BYTES: Type.Integer({ default: 4194304, minimum: 1024, description: 'Largest client request body forwarded upstream (4 MiB); larger bodies get 413.' }),
-  CLIENT_BUFFER_MAX_BYTES: Type.Integer({ default: 8388608, minimum: 65536, description: 'Bytes that may wait in one client connection\'s send buffer. A slower client is disconnected with a retry hint and resumes from the store.' }),
+  CLIENT_BUFFER_MAX_BYTES: Type.Integer({ default: 8388608, minimum: 65536, description: 'Bytes that may wait in one client connection\'s send buffer. A slower client gets nothing more: its stream ends after what waits, with a retry hint (cut off if that is not read within 10 s), and it resumes from the store.' }),
   MAX_SESSIONS: Type.Integer({ default: 10000, minimum: 1, description: 'Sessions with a live upstream GET stream held by this process; beyond it a new standalone stream gets 503 with Retry-After.' }),
 
   STANDALONE_HOLD_SECONDS: Type.Integer({ default: 120, minimum: 0, description: 'How long a session\'s upstream GET stream stays open, still recording, after its last client left.' }),

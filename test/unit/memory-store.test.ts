@@ -5,7 +5,7 @@
 import t, { type Test } from 'tap'
 import fc from 'fast-check'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { MemoryEventStore, type MemoryStoreOptions } from '../../src/store/memory/memory-store.js'
+import { MemoryEventStore, RECORD_BYTES, type MemoryStoreOptions } from '../../src/store/memory/memory-store.js'
 import type { EventInput, RetentionLimits, StoredEvent } from '../../src/store/contract.js'
 import { SessionGoneError } from '../../src/errors.js'
 
@@ -13,7 +13,8 @@ const ROOMY: RetentionLimits = { maxEvents: 1_000_000, maxBytes: 1_000_000_000, 
 
 function makeStore (t: Test, options: Partial<MemoryStoreOptions> = {}): { store: MemoryEventStore, advance: (ms: number) => void } {
   let now = Date.UTC(2025, 0, 1)
-  const store = new MemoryEventStore({ retention: ROOMY, maxBytes: 1000, now: () => now, ...options })
+  // Records weigh nothing here: these tests are about event bytes (records: the tests at the end).
+  const store = new MemoryEventStore({ retention: ROOMY, maxBytes: 1000, now: () => now, recordBytes: { session: 0, stream: 0 }, ...options })
   t.teardown(() => store.close())
   return { store, advance: (ms: number) => { now += ms } }
 }
@@ -394,14 +395,18 @@ t.test('property: byte accounting and the cap hold under random operations', asy
   await fc.assert(fc.asyncProperty(fc.array(opArb, { maxLength: 60 }), fc.nat(5), async (ops, maxEventsExtra) => {
     let now = 0
     const retention = { maxEvents: 3 + maxEventsExtra, maxBytes: 700, ttlMs: 1000 }
-    const store = new MemoryEventStore({ retention, maxBytes: CAP, now: () => now })
+    const store = new MemoryEventStore({ retention, maxBytes: CAP, now: () => now, recordBytes: { session: 0, stream: 0 } })
     // The model: per live session, each stream's count of appended events.
     const lastSeq = new Map<string, Map<string, number>>()
     const lastActive = new Map<string, number>()
+    /** Streams appended to with end: true ("<session> <stream>"): the cap may drop them altogether. */
+    const ended = new Set<string>()
+    const forgetEnded = (s: string): void => { for (const key of ended) if (key.startsWith(`${s} `)) ended.delete(key) }
     /** Sessions the model says have expired; the store drops them lazily, on access. */
     const expire = async (): Promise<boolean> => {
       for (const [s, at] of [...lastActive]) {
         if (at + retention.ttlMs > now) continue
+        forgetEnded(s)
         lastSeq.delete(s)
         lastActive.delete(s)
         if (await store.getSession(s) !== null) return false
@@ -417,11 +422,13 @@ t.test('property: byte accounting and the cap hold under random operations', asy
         } else if (op.kind === 'create') {
           const s = `S${op.session}`
           await store.createSession(s, 'p')
+          forgetEnded(s)
           lastSeq.set(s, new Map())
           lastActive.set(s, now)
         } else if (op.kind === 'delete') {
           const s = `S${op.session}`
           await store.deleteSession(s)
+          forgetEnded(s)
           lastSeq.delete(s)
           lastActive.delete(s)
         } else {
@@ -438,6 +445,7 @@ t.test('property: byte accounting and the cap hold under random operations', asy
           const before = streams.get(st) ?? 0
           if (seqs(stored).join() !== inputs.map((_, i) => before + i + 1).join()) return false
           streams.set(st, before + inputs.length)
+          if (op.end) ended.add(`${s} ${st}`)
           lastActive.set(s, now)
           current = [s, st]
         }
@@ -448,6 +456,12 @@ t.test('property: byte accounting and the cap hold under random operations', asy
         for (const [s, streams] of lastSeq) {
           for (const [st, last] of streams) {
             const result = await store.read(s, st, 0, Number.MAX_SAFE_INTEGER)
+            if (result === null && ended.has(`${s} ${st}`) && !(current !== undefined && s === current[0] && st === current[1])) {
+              // A finished answer evicted by the cap: its record went too; a new one starts from 1.
+              streams.delete(st)
+              ended.delete(`${s} ${st}`)
+              continue
+            }
             if (result === null) return false
             const got = seqs(result.events)
             if (result.state.lastSeq !== last) return false
@@ -492,4 +506,38 @@ t.test('upstream frames are kept packed per append: trimming inside a batch, rea
   t.same(seqs(page?.events ?? []), [6, 7, 8], 'a page starting inside a batch, cut at the limit')
   t.same(seqs((await store.read('S', 's', 9, 100))?.events ?? []), [10, 11], 'a page across the last frame batch into a text batch')
   t.same(seqs((await store.read('S', 's', 1, 100))?.events ?? []), [5, 6, 7, 8, 9, 10, 11], 'a resume before the window starts at its first event')
+})
+
+t.test('records weigh against the cap: a flood of sessions evicts the least recently used, and the store says it lost them', async (t) => {
+  const cap = 20 * RECORD_BYTES.session
+  const { store, advance } = makeStore(t, { maxBytes: cap, recordBytes: RECORD_BYTES })
+  const start = await store.intactSince()
+  await store.createSession('keep', 'p')
+  for (let i = 0; i < 100; i++) {
+    advance(1)
+    await store.createSession(`s${i}`, 'p')
+    if (i % 10 === 0) await store.getSession('keep')
+  }
+  t.ok(store.heldBytes <= cap, `held within the cap (${store.heldBytes} of ${cap} bytes)`)
+  t.equal(store.sessionCount, 20, 'as many sessions as their records fit')
+  t.not(await store.getSession('keep'), null, 'a session in use stays')
+  t.equal(await store.getSession('s0'), null, 'the least recently used went first')
+  t.not(await store.getSession('s99'), null, 'the newest is there')
+  t.ok(await store.intactSince() > start, 'intactSince moves to the eviction: a client that comes back with an evicted session can be recovered')
+})
+
+t.test('under the cap a finished answer\'s stream goes altogether, an open stream keeps its record', async (t) => {
+  const { store } = makeStore(t, { maxBytes: 2048, recordBytes: { session: 100, stream: 100 } })
+  await store.createSession('S', 'p')
+  await store.append('S', 'done', [ev(500)], { end: true })
+  await store.append('S', 'open', [ev(500)])
+  t.equal(store.heldBytes, 100 + 2 * 100 + 1000, 'records and events counted')
+  await store.append('S', 'idle', [ev(500)])
+  await store.append('S', 'new', [ev(500)])
+  t.equal(await store.state('S', 'done'), null, 'the finished answer, least recently appended, is gone with its record')
+  t.equal((await store.state('S', 'open'))?.lastSeq, 1, 'the open stream is next in line but the cap was met first')
+  await store.append('S', 'newer', [ev(500)])
+  const open = await store.state('S', 'open')
+  t.same(open && { lastSeq: open.lastSeq, firstSeq: open.firstSeq }, { lastSeq: 1, firstSeq: 2 }, 'an open stream loses its events, never its record (a resume is told of the gap)')
+  t.ok(store.heldBytes <= 2048, `within the cap (${store.heldBytes})`)
 })

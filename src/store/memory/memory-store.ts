@@ -6,10 +6,22 @@ import type {
   SessionRecord, StoredEvent, StreamNotice, StreamState
 } from '../contract.js'
 
+/**
+ * What a record weighs against the cap besides event data: about what a
+ * session (its id, principal hash, maps) and a stream record take on the heap.
+ */
+export const RECORD_BYTES = { session: 512, stream: 256 } as const
+
 export interface MemoryStoreOptions {
   readonly retention: RetentionLimits
-  /** Process-wide cap on stored event bytes; the least recently appended streams are evicted first. */
+  /**
+   * Process-wide cap on stored event bytes plus RECORD_BYTES per record. Over
+   * it, the least recently appended streams lose their events (a finished
+   * answer's stream goes altogether), then the least recently used sessions go.
+   */
   readonly maxBytes: number
+  /** Record weights (tests about event bytes alone set them to 0). */
+  readonly recordBytes?: { readonly session: number, readonly stream: number }
   readonly now?: () => number
   readonly random?: (size: number) => Uint8Array
   /** How often expired sessions are swept (they are also dropped lazily on access). */
@@ -120,7 +132,11 @@ export class MemoryEventStore implements EventStore {
   readonly #maxBytes: number
   readonly #now: () => number
   readonly #random: (size: number) => Uint8Array
-  readonly #startedAt: number
+  readonly #recordBytes: { readonly session: number, readonly stream: number }
+  /** When this store last lost a session to the cap (or started). */
+  #intactSince: number
+  /** Bytes of session and stream records (RECORD_BYTES each). */
+  #recordTotal = 0
   readonly #sessions = new Map<string, MemorySession>()
   /** Streams in least-recently-appended order (Map keeps insertion order). */
   readonly #lru = new Map<MemoryStream, MemorySession>()
@@ -133,7 +149,8 @@ export class MemoryEventStore implements EventStore {
     this.#maxBytes = options.maxBytes
     this.#now = options.now ?? Date.now
     this.#random = options.random ?? randomBytes
-    this.#startedAt = this.#now()
+    this.#intactSince = this.#now()
+    this.#recordBytes = options.recordBytes ?? RECORD_BYTES
     this.#sweeper = setInterval(() => this.#sweep(), options.sweepIntervalMs ?? 30_000)
     this.#sweeper.unref()
   }
@@ -141,10 +158,19 @@ export class MemoryEventStore implements EventStore {
   /** Bytes of event data held, for tests and metrics. */
   get totalBytes (): number { return this.#totalBytes }
 
+  /** Bytes counted against the cap: event data and records. */
+  get heldBytes (): number { return this.#totalBytes + this.#recordTotal }
+
+  /** Sessions held, for tests. */
+  get sessionCount (): number { return this.#sessions.size }
+
   async createSession (sessionId: string, principal: string): Promise<SessionRecord> {
     this.#drop(sessionId)
     const record = { epoch: randomToken(8, this.#random), principal }
-    this.#sessions.set(sessionId, { id: sessionId, record, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs })
+    const session: MemorySession = { id: sessionId, record, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs }
+    this.#sessions.set(sessionId, session)
+    this.#recordTotal += this.#recordBytes.session
+    this.#evict(undefined, session)
     return record
   }
 
@@ -152,15 +178,15 @@ export class MemoryEventStore implements EventStore {
     return await this.getSession(sessionId) ?? await this.createSession(sessionId, principal)
   }
 
-  /** Everything before this process started is gone. */
+  /** Everything before this process started is gone, and sessions the cap evicted. */
   async intactSince (): Promise<number> {
-    return this.#startedAt
+    return this.#intactSince
   }
 
   async getSession (sessionId: string): Promise<SessionRecord | null> {
     const session = this.#live(sessionId)
     if (session === undefined) return null
-    session.expiresAt = this.#now() + this.#retention.ttlMs
+    this.#touch(session)
     return session.record
   }
 
@@ -193,12 +219,12 @@ export class MemoryEventStore implements EventStore {
       this.#totalBytes += size
     }
     if (options.end === true) stream.ended = true
-    session.expiresAt = this.#now() + this.#retention.ttlMs
+    this.#touch(session)
     this.#trim(stream)
     // Most recently appended last: eviction takes from the front.
     this.#lru.delete(stream)
     this.#lru.set(stream, session)
-    this.#evict(stream)
+    this.#evict(stream, session)
     this.#notify(sessionId, { streamId, toSeq: stream.lastSeq, events: stored, ended: stream.ended })
     return stored
   }
@@ -272,6 +298,7 @@ export class MemoryEventStore implements EventStore {
     this.#lru.clear()
     this.#listeners.clear()
     this.#totalBytes = 0
+    this.#recordTotal = 0
   }
 
   #notify (sessionId: string, notice: StreamNotice): void {
@@ -300,8 +327,17 @@ export class MemoryEventStore implements EventStore {
     if (stream === undefined) {
       stream = { id: streamId, segments: [], head: 0, hidden: 0, retained: 0, lastSeq: 0, bytes: 0, ended: false, cursor: 0 }
       session.streams.set(streamId, stream)
+      this.#recordTotal += this.#recordBytes.stream
+      this.#evict(stream, session)
     }
     return stream
+  }
+
+  /** Refresh the session's TTL; most recently used last, so the cap evicts from the front. */
+  #touch (session: MemorySession): void {
+    session.expiresAt = this.#now() + this.#retention.ttlMs
+    this.#sessions.delete(session.id)
+    this.#sessions.set(session.id, session)
   }
 
   #stateOf (session: MemorySession, stream: MemoryStream): StreamState {
@@ -354,16 +390,34 @@ export class MemoryEventStore implements EventStore {
     }
   }
 
-  /** Process-wide cap: empty the least recently appended streams (not the one just written). */
-  #evict (current: MemoryStream): void {
-    for (const stream of this.#lru.keys()) {
-      if (this.#totalBytes <= this.#maxBytes) return
+  /**
+   * Process-wide cap, in order: empty the least recently appended streams (a
+   * finished answer's stream goes altogether: a resume of it is told the
+   * history is gone); then drop the least recently used sessions, records
+   * alone being over the cap (a flood of sessions); then keep only the newest
+   * event of the current stream. Never the current session or stream.
+   */
+  #evict (current: MemoryStream | undefined, currentSession: MemorySession): void {
+    if (this.heldBytes <= this.#maxBytes) return
+    for (const [stream, session] of this.#lru) {
+      if (this.heldBytes <= this.#maxBytes) return
       if (stream === current) continue
       this.#empty(stream)
       this.#lru.delete(stream)
+      if (stream.ended && session.streams.get(stream.id) === stream) {
+        session.streams.delete(stream.id)
+        this.#recordTotal -= this.#recordBytes.stream
+      }
     }
-    // Still over: the current stream alone exceeds the cap; keep only its newest event.
-    while (this.#totalBytes > this.#maxBytes && current.retained > 1) this.#dropOldest(current)
+    for (const [id, session] of this.#sessions) {
+      if (this.heldBytes <= this.#maxBytes) break
+      if (session === currentSession) continue
+      this.#drop(id)
+      // A session a client may come back with is gone: recovery applies (intactSince).
+      this.#intactSince = this.#now()
+    }
+    if (current === undefined) return
+    while (this.heldBytes > this.#maxBytes && current.retained > 1) this.#dropOldest(current)
     this.#compact(current)
   }
 
@@ -374,6 +428,7 @@ export class MemoryEventStore implements EventStore {
       this.#totalBytes -= stream.bytes
       this.#lru.delete(stream)
     }
+    this.#recordTotal -= this.#recordBytes.session + session.streams.size * this.#recordBytes.stream
     this.#sessions.delete(sessionId)
   }
 
