@@ -70,6 +70,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   const { config, store, hub, upstream, metrics } = deps
   const random = deps.random ?? randomBytes
   const sessions = new SessionCache({ freshMs: 2000, staleMs: config.retention.ttlMs, maxEntries: Math.max(10_000, config.maxSessions * 4) })
+  /** Lost sessions a request recorded again, until the upstream's answer settles them. */
+  const recovering = new WeakMap<FastifyRequest, { sessionId: string, epoch: string, intactSince: number }>()
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: Math.max(10_000, config.maxSessions * 4) })
 
   const streamOptions = (reply: FastifyReply, log: Logger, kind: 'standalone' | 'request' | 'resume', epoch: string, streamId: string, proto: ProtocolInfo): ClientStream =>
@@ -86,10 +88,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     })
 
   /**
-   * The session's record, if it belongs to `principal`. `recover`: the request
-   * goes on to the upstream, which can still refuse a session the store lost.
+   * The session's record, if it belongs to `principal`. `recoverFor`: the
+   * request goes on to the upstream, which confirms or refuses a session the
+   * store lost (settleRecovery).
    */
-  async function requireSession (sessionId: string, principal: string, log: Logger, recover: boolean): Promise<SessionRecord> {
+  async function requireSession (sessionId: string, principal: string, recoverFor?: FastifyRequest): Promise<SessionRecord> {
     let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
     if (record === undefined) {
       try {
@@ -103,7 +106,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
           throw e
         }
       }
-      if (record === null && recover) record = await recoverLostSession(sessionId, principal, log)
+      if (record === null && recoverFor !== undefined) record = await recoverLostSession(sessionId, principal, recoverFor)
       if (record === null) sessions.delete(sessionId)
       else sessions.set(sessionId, record)
     }
@@ -118,24 +121,47 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
    * store's process restarted) and no longer ago than a session lives, it is
    * recorded again, under a new epoch, bound to this request's principal: the
    * client's old ids then read as a gap. The request goes on to the upstream,
-   * which decides whether the session still exists (its 404 drops the record).
+   * which decides whether the session still exists: see settleRecovery.
    */
-  async function recoverLostSession (sessionId: string, principal: string, log: Logger): Promise<SessionRecord | null> {
+  async function recoverLostSession (sessionId: string, principal: string, request: FastifyRequest): Promise<SessionRecord | null> {
     if (!config.recoverLostSessions) return null
     try {
       const intactSince = await metrics.timeStore('intact_since', () => store.intactSince())
-      if (Date.now() - intactSince >= config.retention.ttlMs) return null
+      const lostFor = Date.now() - Math.min(intactSince, Date.now())
+      // A mark that is not a time (written by something else) reads as intact: no recovery.
+      if (!Number.isFinite(lostFor) || lostFor >= config.retention.ttlMs) return null
       const record = await metrics.timeStore('adopt_session', () => store.adoptSession(sessionId, principal))
-      if (record.principal === principal) {
-        metrics.sessionsRecovered.inc()
-        log.warn({ sessionHash: sessionHash(sessionId), epoch: record.epoch, storeIntactSince: new Date(intactSince).toISOString() },
-          'a session the event store lost (it restarted empty) is recorded again under a new epoch; resuming clients are told of the gap')
-      }
+      if (record.principal === principal) recovering.set(request, { sessionId, epoch: record.epoch, intactSince })
       return record
     } catch (err) {
       const e = errors.storeUnavailable()
       e.cause = err
       throw e
+    }
+  }
+
+  /**
+   * The upstream answered a request that recorded a lost session again: a 2xx
+   * confirms the session (counted, logged); anything else, or no answer at all,
+   * drops the record again, unless another request gave it a new life meanwhile.
+   */
+  async function settleRecovery (request: FastifyRequest, confirmed: boolean): Promise<void> {
+    const recovery = recovering.get(request)
+    if (recovery === undefined) return
+    recovering.delete(request)
+    const { sessionId, epoch, intactSince } = recovery
+    if (confirmed) {
+      metrics.sessionsRecovered.inc()
+      request.log.warn({ sessionHash: sessionHash(sessionId), epoch, storeIntactSince: new Date(intactSince).toISOString() },
+        'a session the event store had lost (it restarted empty, or evicted it) goes on under a new epoch; resuming clients are told of the gap')
+      return
+    }
+    sessions.delete(sessionId)
+    try {
+      const record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
+      if (record?.epoch === epoch) await metrics.timeStore('delete_session', () => store.deleteSession(sessionId))
+    } catch (err) {
+      request.log.warn({ err }, 'could not drop the record of a lost session the upstream did not confirm (it expires with its TTL)')
     }
   }
 
@@ -146,7 +172,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   async function requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest, proto: ProtocolInfo): Promise<void> {
     const principal = principalOf(request, config.principalHeader)
     if (proto.era === 'legacy') {
-      await requireSession(sessionId, principal, request.log, true)
+      // No recovery: these methods are not the MCP session's own (POST, GET, DELETE).
+      await requireSession(sessionId, principal)
       return
     }
     let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
@@ -195,14 +222,21 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   async function handlePost (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
     const sessionId = sessionIdOf(request)
     const principal = principalOf(request, config.principalHeader)
-    if (sessionId !== undefined) await requireSession(sessionId, principal, request.log, true)
+    if (sessionId !== undefined) await requireSession(sessionId, principal, request)
     // Not tied to the client connection: the answer is read to its end and recorded.
-    const res = await timedUpstream('POST', () => upstream.request({
-      method: 'POST',
-      path: request.url,
-      headers: recordableHeaders(request),
-      body: request.body as Buffer | undefined
-    }))
+    let res: UpstreamResponse
+    try {
+      res = await timedUpstream('POST', () => upstream.request({
+        method: 'POST',
+        path: request.url,
+        headers: recordableHeaders(request),
+        body: request.body as Buffer | undefined
+      }))
+    } catch (err) {
+      await settleRecovery(request, false)
+      throw err
+    }
+    await settleRecovery(request, res.statusCode >= 200 && res.statusCode < 300)
     const issued = headerValue(res.headers['mcp-session-id'])
     let recordSession = sessionId
     if (sessionId === undefined && issued !== undefined && SESSION_ID.test(issued)) {
@@ -292,7 +326,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     // lost is recovered only on the standalone stream, whose upstream GET can refuse it;
     // the resume of a request stream never reaches the upstream.
     const requestStream = position !== null && position.streamId !== STANDALONE_STREAM ? position : null
-    const record = await requireSession(sessionId, principalOf(request, config.principalHeader), request.log, requestStream === null)
+    const record = await requireSession(sessionId, principalOf(request, config.principalHeader), requestStream === null ? request : undefined)
     if (requestStream !== null) return await resumeRequestStream(request, reply, proto, sessionId, record, requestStream)
     return await attachStandalone(request, reply, proto, sessionId, record, position)
   }
@@ -314,7 +348,15 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     const headers = recordableHeaders(request)
     // The gateway's ids mean nothing upstream; the upstream GET starts fresh.
     delete headers['last-event-id']
-    const refusal = await hub.ensurePump(sessionId, headers, log)
+    let refusal: UpstreamResponse | null
+    try {
+      refusal = await hub.ensurePump(sessionId, headers, log)
+    } catch (err) {
+      await settleRecovery(request, false)
+      throw err
+    }
+    // null: the upstream GET runs (here, or on the replica that holds it).
+    await settleRecovery(request, refusal === null)
     if (refusal !== null) {
       // The upstream no longer knows the session: neither do we.
       if (refusal.statusCode === 404) await forgetSession(sessionId, log)
@@ -429,10 +471,18 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   async function handleDelete (request: FastifyRequest, reply: FastifyReply): Promise<unknown> {
     const sessionId = sessionIdOf(request)
     if (sessionId === undefined) return await forwardTransparently(deps, request, reply, undefined)
-    await requireSession(sessionId, principalOf(request, config.principalHeader), request.log, true)
-    const res = await timedUpstream('DELETE', () => upstream.request({
-      method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
-    }))
+    await requireSession(sessionId, principalOf(request, config.principalHeader), request)
+    let res: UpstreamResponse
+    try {
+      res = await timedUpstream('DELETE', () => upstream.request({
+        method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
+      }))
+    } catch (err) {
+      await settleRecovery(request, false)
+      throw err
+    }
+    // A lost session deleted at once is not counted as recovered; its records go below.
+    await settleRecovery(request, false)
     if ((res.statusCode >= 200 && res.statusCode < 300) || res.statusCode === 404) {
       sessions.delete(sessionId)
       hub.dropSession(sessionId)

@@ -75,7 +75,8 @@ export class UpstreamClient {
  * uncaught and bring the process down, so it is kept here.
  */
 export function discardBody (body: Readable): void {
-  if (body.listenerCount('error') === 0) body.on('error', ignore)
+  // Always: a listener someone else has now may be removed before the error comes.
+  body.on('error', ignore)
   body.destroy()
 }
 

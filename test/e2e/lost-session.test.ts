@@ -84,13 +84,17 @@ t.test('a restarted gateway picks up the sessions its store lost; the upstream d
   const echo = await mcp.client.callTool({ name: 'echo', arguments: { text: 'same session' } })
   t.same(echo.content, [{ type: 'text', text: 'same session' }], 'a tool call on the same session works')
   t.equal(mcp.sessionId, sessionId, 'no new initialize')
-  t.equal(metricSum(await metrics(second.adminUrl), 'mcpgw_sessions_recovered_total'), 1, 'counted once (mcpgw_sessions_recovered_total)')
 
   // A session id the upstream never issued: recorded for a moment, dropped on the upstream's 404.
   const bogus = 'not-a-session-0123456789abcdef'
   const refused = await post(second.url, bogus, callTool(7, 'echo', { text: 'x' }))
   t.equal(refused.status, 404, 'a session the upstream does not know: 404, as the upstream answered')
   t.equal(await second.store.getSession(bogus), null, 'and nothing of it is left in the store')
+  // Any answer but a 2xx leaves nothing either (here a 400: the upstream cannot parse the body).
+  const garbled = await post(second.url, 'another-unknown-session-42', '{"jsonrpc":')
+  t.equal(garbled.status, 400, 'a garbled request for an unknown session: the upstream\'s 400')
+  t.equal(await second.store.getSession('another-unknown-session-42'), null, 'not confirmed, not kept')
+  t.equal(metricSum(await metrics(second.adminUrl), 'mcpgw_sessions_recovered_total'), 1, 'only the confirmed session is counted (mcpgw_sessions_recovered_total)')
 
   // A session recovered by one principal is not another's.
   const other = await exchange(`${second.url}/mcp`, {

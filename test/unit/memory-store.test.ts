@@ -541,3 +541,22 @@ t.test('under the cap a finished answer\'s stream goes altogether, an open strea
   t.same(open && { lastSeq: open.lastSeq, firstSeq: open.firstSeq }, { lastSeq: 1, firstSeq: 2 }, 'an open stream loses its events, never its record (a resume is told of the gap)')
   t.ok(store.heldBytes <= 2048, `within the cap (${store.heldBytes})`)
 })
+
+t.test('a stream larger than the cap trims itself: no other session is evicted for it', async (t) => {
+  const cap = 8 * 1024
+  const { store, advance } = makeStore(t, { maxBytes: cap, recordBytes: RECORD_BYTES, retention: { ...ROOMY, maxBytes: 1 << 20 } })
+  for (const id of ['a', 'b', 'c']) {
+    await store.createSession(id, 'p')
+    await store.append(id, 's', [ev(100)])
+  }
+  const since = await store.intactSince()
+  advance(1000) // an eviction now would show in intactSince
+  await store.createSession('big', 'p')
+  for (let i = 0; i < 5; i++) await store.append('big', 's', [ev(1500), ev(1500)])
+  t.ok(store.heldBytes <= cap, `within the cap (${store.heldBytes})`)
+  t.equal(store.sessionCount, 4, 'every session is still there')
+  t.equal(await store.intactSince(), since, 'nothing lost: intactSince stays')
+  const big = await store.state('big', 's')
+  t.equal(big?.lastSeq, 10, 'the big stream numbered on')
+  t.ok(big !== null && big.lastSeq - big.firstSeq + 1 < 10, 'and kept only its newest events')
+})

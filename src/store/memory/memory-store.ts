@@ -175,7 +175,11 @@ export class MemoryEventStore implements EventStore {
   }
 
   async adoptSession (sessionId: string, principal: string): Promise<SessionRecord> {
-    return await this.getSession(sessionId) ?? await this.createSession(sessionId, principal)
+    // No await between the look-up and the creation: two adoptions never both create.
+    const session = this.#live(sessionId)
+    if (session === undefined) return await this.createSession(sessionId, principal)
+    this.#touch(session)
+    return session.record
   }
 
   /** Everything before this process started is gone, and sessions the cap evicted. */
@@ -393,9 +397,9 @@ export class MemoryEventStore implements EventStore {
   /**
    * Process-wide cap, in order: empty the least recently appended streams (a
    * finished answer's stream goes altogether: a resume of it is told the
-   * history is gone); then drop the least recently used sessions, records
-   * alone being over the cap (a flood of sessions); then keep only the newest
-   * event of the current stream. Never the current session or stream.
+   * history is gone); then keep only the newest event of the current stream;
+   * then, records alone being over the cap (a flood of sessions), drop the
+   * least recently used sessions. Never the current session or stream.
    */
   #evict (current: MemoryStream | undefined, currentSession: MemorySession): void {
     if (this.heldBytes <= this.#maxBytes) return
@@ -409,6 +413,12 @@ export class MemoryEventStore implements EventStore {
         this.#recordTotal -= this.#recordBytes.stream
       }
     }
+    if (current !== undefined) {
+      while (this.heldBytes > this.#maxBytes && current.retained > 1) this.#dropOldest(current)
+      this.#compact(current)
+    }
+    // Still over with every other stream emptied and the current one down to its
+    // newest event: records alone fill the cap (a flood of sessions).
     for (const [id, session] of this.#sessions) {
       if (this.heldBytes <= this.#maxBytes) break
       if (session === currentSession) continue
@@ -416,9 +426,6 @@ export class MemoryEventStore implements EventStore {
       // A session a client may come back with is gone: recovery applies (intactSince).
       this.#intactSince = this.#now()
     }
-    if (current === undefined) return
-    while (this.heldBytes > this.#maxBytes && current.retained > 1) this.#dropOldest(current)
-    this.#compact(current)
   }
 
   #drop (sessionId: string): void {
