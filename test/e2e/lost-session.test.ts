@@ -10,9 +10,12 @@ import { pino } from 'pino'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { buildGateway } from '../../src/server.js'
 import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
+import { RedisEventStore } from '../../src/store/redis/redis-store.js'
+import { deleteKeys, useRedis } from '../fixtures/redis.js'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { testConfig } from '../fixtures/gateway.js'
 import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil } from '../fixtures/mcp-client.js'
-import { ACCEPT_BOTH, exchange, jsonRpcError, metricSum, metrics, sseEvents } from '../fixtures/hardening.js'
+import { ACCEPT_BOTH, exchange, jsonRpcError, metricSum, metrics, rawInitialize, sseEvents } from '../fixtures/hardening.js'
 
 const RECONNECT = { initialReconnectionDelay: 200, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1.5, maxRetries: 20 }
 const VERSION = '2025-11-25'
@@ -124,4 +127,33 @@ t.test('RECOVER_LOST_SESSIONS=false: a session the store lost gets 404', async (
   const served = await post(lenient.url, sessionId, callTool(4, 'echo', { text: 'back' }))
   t.equal(served.status, 200, 'with recovery on, the same request is served')
   t.ok(sseEvents(served.text).some(e => e.data.includes('"back"')), 'by the upstream, on the same session')
+})
+
+t.test('on Redis the intact mark decides; a mark that is not a time reads as intact', async (t) => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const { url: redisUrl, prefix, redis } = await useRedis(t, 'lost')
+  const config = testConfig(upstream.url, { REDIS_URL: redisUrl, REDIS_KEY_PREFIX: prefix })
+  const store = await RedisEventStore.connect({ url: redisUrl, keyPrefix: prefix, retention: config.retention })
+  const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) })
+  const { url } = await gateway.listen()
+  t.teardown(() => gateway.close())
+
+  const session = await rawInitialize(`${url}/mcp`)
+  // What a Redis restarted empty does to the session, with a mark nobody can read as a time.
+  t.ok(await deleteKeys(redis, `${prefix}{${session.sessionId}}`) > 0, 'the session\'s keys are gone')
+  await redis.set(`${prefix}intact`, 'not-a-time')
+  await sleep(2100) // past the gateway's 2 s cache of verified sessions
+  const refused = await post(url, session.sessionId, callTool(5, 'echo', { text: 'x' }))
+  t.equal(refused.status, 404, 'an unreadable mark: no recovery, 404')
+  t.match(jsonRpcError(refused.text), { code: -32001 }, 'the gateway\'s own answer')
+
+  await redis.set(`${prefix}intact`, String(Date.now() - config.retention.ttlMs - 1000))
+  t.equal((await post(url, session.sessionId, callTool(6, 'echo', { text: 'x' }))).status, 404, 'a loss longer ago than a session lives: 404')
+
+  await redis.set(`${prefix}intact`, String(Date.now()))
+  const served = await post(url, session.sessionId, callTool(7, 'echo', { text: 'back' }))
+  t.equal(served.status, 200, 'a fresh loss: the session is recovered')
+  t.ok(sseEvents(served.text).some(e => e.data.includes('"back"')), 'and served by the upstream')
+  t.not(await store.getSession(session.sessionId), null, 'recorded again in Redis')
 })
