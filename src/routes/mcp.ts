@@ -481,9 +481,12 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       await settleRecovery(request, false)
       throw err
     }
-    // A lost session deleted at once is not counted as recovered; its records go below.
-    await settleRecovery(request, false)
-    if ((res.statusCode >= 200 && res.statusCode < 300) || res.statusCode === 404) {
+    const gone = (res.statusCode >= 200 && res.statusCode < 300) || res.statusCode === 404
+    // A lost session deleted at once is not counted as recovered: its records go below,
+    // or, the upstream having refused the DELETE, as an unconfirmed recovery.
+    if (gone) recovering.delete(request)
+    else await settleRecovery(request, false)
+    if (gone) {
       sessions.delete(sessionId)
       hub.dropSession(sessionId)
       try {

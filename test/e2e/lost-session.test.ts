@@ -127,6 +127,15 @@ t.test('RECOVER_LOST_SESSIONS=false: a session the store lost gets 404', async (
   const served = await post(lenient.url, sessionId, callTool(4, 'echo', { text: 'back' }))
   t.equal(served.status, 200, 'with recovery on, the same request is served')
   t.ok(sseEvents(served.text).some(e => e.data.includes('"back"')), 'by the upstream, on the same session')
+
+  // A DELETE is how a client ends a session it lost with the store: it reaches the upstream.
+  await lenient.close()
+  const last = await gatewayOn(t, upstream.url)
+  const deleted = await exchange(`${last.url}/mcp`, { method: 'DELETE', headers: { 'mcp-session-id': sessionId, 'mcp-protocol-version': VERSION } })
+  t.equal(deleted.status, 200, 'the DELETE of a lost session reaches the upstream')
+  t.equal(await last.store.getSession(sessionId), null, 'nothing is left recorded')
+  t.equal(metricSum(await metrics(last.adminUrl), 'mcpgw_sessions_recovered_total'), 0, 'and it is not counted as recovered')
+  t.equal((await post(last.url, sessionId, callTool(9, 'echo', { text: 'x' }))).status, 404, 'the upstream ended the session: 404 after')
 })
 
 t.test('on Redis the intact mark decides; a mark that is not a time reads as intact', async (t) => {

@@ -229,25 +229,37 @@ async function startPadUpstream (t: Test): Promise<{ url: string, emit: (count: 
 
 const seqOf = (data: string): number => (JSON.parse(data) as { params: { data: { seq: number } } }).params.data.seq
 
-t.test('a slow client: closed past CLIENT_BUFFER_MAX_BYTES, resumes from the store without loss', async t => {
+/**
+ * A standalone stream whose client reads `readFirst` events, then stops
+ * reading while 1 KiB events pour in, until the gateway counts it a slow client.
+ */
+async function overflowPausedClient (t: Test, bufferBytes: number, readFirst: number): Promise<{ upstream: Awaited<ReturnType<typeof startPadUpstream>>, gw: Awaited<ReturnType<typeof startGateway>>, session: RawSession, client: RawSse }> {
   const upstream = await startPadUpstream(t)
-  // 1 KiB events and a 1 MiB bound: a replay page (500 events) fits in the bound (see the next test for why that matters).
-  const gw = await startGateway(t, 'memory', upstream.url, { CLIENT_BUFFER_MAX_BYTES: String(1024 * 1024), ...QUICK_CLOSE })
+  const gw = await startGateway(t, 'memory', upstream.url, { CLIENT_BUFFER_MAX_BYTES: String(bufferBytes), ...QUICK_CLOSE })
   const session = await rawInitialize(`${gw.url}/mcp`)
-  const slow = new RawSse(gw.port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders())))
-  t.teardown(() => slow.close())
-  t.ok(await slow.waitFor(s => s.status === 200), 'the standalone stream is open')
-  await upstream.emit(5, 1024)
-  t.ok(await slow.waitFor(s => s.events.length >= 5), 'the client reads the first events')
-  slow.pause()
-  const before = metricSum(await metrics(gw.adminUrl), 'mcpgw_slow_client_disconnects_total')
-  let disconnects = before
-  while (upstream.sent < 40_000 && disconnects === before) {
-    await upstream.emit(500, 1024)
-    disconnects = metricSum(await metrics(gw.adminUrl), 'mcpgw_slow_client_disconnects_total')
+  const client = new RawSse(gw.port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders())))
+  t.teardown(() => client.close())
+  t.ok(await client.waitFor(s => s.status === 200), 'the standalone stream is open')
+  if (readFirst > 0) {
+    await upstream.emit(readFirst, 1024)
+    t.ok(await client.waitFor(s => s.events.length >= readFirst), 'the client reads the first events')
   }
-  t.equal(disconnects, before + 1, `mcpgw_slow_client_disconnects_total went up, after ${upstream.sent} events of 1 KiB`)
+  client.pause()
+  const disconnects = async (): Promise<number> => metricSum(await metrics(gw.adminUrl), 'mcpgw_slow_client_disconnects_total')
+  const before = await disconnects()
+  let after = before
+  while (upstream.sent < 40_000 && after === before) {
+    await upstream.emit(500, 1024)
+    after = await disconnects()
+  }
+  t.equal(after, before + 1, `mcpgw_slow_client_disconnects_total went up, after ${upstream.sent} events of 1 KiB`)
   t.ok(await until(() => gw.gateway.hub.clientCount === 0, 3000), 'the gateway let the connection go')
+  return { upstream, gw, session, client }
+}
+
+t.test('a slow client: closed past CLIENT_BUFFER_MAX_BYTES, resumes from the store without loss', async t => {
+  // 1 KiB events and a 1 MiB bound: a replay page (500 events) fits in the bound (see the next test for why that matters).
+  const { upstream, gw, session, client: slow } = await overflowPausedClient(t, 1024 * 1024, 5)
   await upstream.emit(20, 1024) // more while the client is away
   const total = upstream.sent
   slow.resume()
@@ -278,19 +290,8 @@ t.test('a slow client: closed past CLIENT_BUFFER_MAX_BYTES, resumes from the sto
 })
 
 t.test('a slow client that stops reading altogether is cut off after the grace, dropping what waited for it', async t => {
-  const upstream = await startPadUpstream(t)
-  const gw = await startGateway(t, 'memory', upstream.url, { CLIENT_BUFFER_MAX_BYTES: String(256 * 1024), ...QUICK_CLOSE })
-  const session = await rawInitialize(`${gw.url}/mcp`)
-  const stuck = new RawSse(gw.port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders())))
-  t.teardown(() => stuck.close())
-  t.ok(await stuck.waitFor(s => s.status === 200), 'the standalone stream is open')
-  stuck.pause()
-  const before = metricSum(await metrics(gw.adminUrl), 'mcpgw_slow_client_disconnects_total')
-  while (upstream.sent < 40_000 && metricSum(await metrics(gw.adminUrl), 'mcpgw_slow_client_disconnects_total') === before) {
-    await upstream.emit(500, 1024)
-  }
+  const { client: stuck } = await overflowPausedClient(t, 256 * 1024, 0)
   const closedAt = Date.now()
-  t.ok(await until(() => gw.gateway.hub.clientCount === 0, 3000), 'closed as a slow client')
   await sleep(SLOW_CLIENT_GRACE_MS + 1000)
   stuck.resume()
   t.ok(await stuck.waitFor(s => s.closed, 10_000), `the connection is gone when the client looks again, ${Date.now() - closedAt} ms later`)
