@@ -29,7 +29,7 @@ export interface MemoryStoreOptions {
 }
 
 /**
- * The events of one append. Upstream frames are copied into one buffer with
+ * The events of one append. Upstream frames are copied into one blob with
  * their end offsets, so a retained batch is a handful of objects however many
  * events it holds (the garbage collector then has little to trace in a full
  * store); events the gateway made itself are kept as they came.
@@ -41,11 +41,11 @@ interface FrameSegment {
   readonly first: number
   readonly count: number
   /**
-   * The frames' bytes as a one-byte string (latin1: byte for byte): it lives
-   * in the JavaScript heap, where a full store costs the collector one leaf
-   * object per append, not a pinned pool slab or a backing store of its own.
+   * The frames' bytes: a buffer of its own from OFF_HEAP_SEGMENT_BYTES on,
+   * below as a one-byte string (latin1: byte for byte), one leaf object in the
+   * heap. Either way a full store costs the collector one object per append.
    */
-  readonly blob: string
+  readonly blob: string | Buffer
   /** End offset of each event's frame in `blob` (small integers: a plain array, no backing store of its own). */
   readonly ends: readonly number[]
   /** Upstream ids by position, when any event had one. */
@@ -87,6 +87,16 @@ function eventBytes (e: EventInput): number {
   return e.frame !== undefined ? e.frame.length + upstreamId : Buffer.byteLength(e.data) + (e.event?.length ?? 0) + upstreamId
 }
 
+/**
+ * Segments of at least this many bytes keep them off the JavaScript heap, in
+ * a buffer of their own. A fast upstream makes big segments at hundreds of
+ * MB/s, all retained: in the heap, every young-generation collection would
+ * copy the new ones (twice, before they reach the old generation). Smaller
+ * ones (a slow stream's event or two) stay strings: cheap to copy, and one
+ * buffer each would pin Node's shared pool or crowd V8 with tiny backing stores.
+ */
+const OFF_HEAP_SEGMENT_BYTES = 4096
+
 function segmentOf (first: number, stored: readonly StoredEvent[]): Segment {
   let total = 0
   let upstreamIds: Array<string | undefined> | undefined
@@ -95,7 +105,7 @@ function segmentOf (first: number, stored: readonly StoredEvent[]): Segment {
     total += e.frame.length
     if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
   }
-  const bytes = Buffer.allocUnsafe(total)
+  const bytes = total >= OFF_HEAP_SEGMENT_BYTES ? Buffer.allocUnsafeSlow(total) : Buffer.allocUnsafe(total)
   const ends = new Array<number>(stored.length)
   let at = 0
   for (const [i, e] of stored.entries()) {
@@ -103,14 +113,14 @@ function segmentOf (first: number, stored: readonly StoredEvent[]): Segment {
     at += (e.frame as Buffer).length
     ends[i] = at
   }
-  return { first, count: stored.length, blob: bytes.toString('latin1'), ends, upstreamIds }
+  return { first, count: stored.length, blob: total >= OFF_HEAP_SEGMENT_BYTES ? bytes : bytes.toString('latin1'), ends, upstreamIds }
 }
 
 /** The event at position `i` of a segment. */
 function eventAt (segment: Segment, i: number): StoredEvent {
   if (segment.events !== undefined) return segment.events[i] as StoredEvent
   const start = i === 0 ? 0 : segment.ends[i - 1] as number
-  const frame = Buffer.from(segment.blob.slice(start, segment.ends[i]), 'latin1')
+  const frame = typeof segment.blob === 'string' ? Buffer.from(segment.blob.slice(start, segment.ends[i]), 'latin1') : segment.blob.subarray(start, segment.ends[i])
   const upstreamId = segment.upstreamIds?.[i]
   return upstreamId === undefined ? { seq: segment.first + i, frame } : { seq: segment.first + i, frame, upstreamId }
 }
