@@ -13,6 +13,7 @@ import { startExampleServer } from '../../examples/mcp-server.js'
 import { isGrant, LocalLeaseBackend, type LeaseGrant } from '../../src/cluster/lease.js'
 import { LeaseLostError } from '../../src/errors.js'
 import { buildGateway, type Gateway } from '../../src/server.js'
+import { RENEW_PER_CALL } from '../../src/store/redis/lease-backend.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
 import { testConfig } from '../fixtures/gateway.js'
@@ -80,7 +81,7 @@ t.test('redis lease primitives', async (t) => {
   t.ok(await env.redis.pttl(`${env.prefix}{s2}:att`) > 0, 'the watcher\'s attached marker is up')
 })
 
-t.test('redis tick: one round trip for a thousand leases', async (t) => {
+t.test('redis tick: one round trip and a few script calls for a thousand leases', async (t) => {
   const env = await useRedis(t, 'tick')
   const redis = new Redis(env.url)
   const subscriber = new Redis(env.url)
@@ -90,17 +91,39 @@ t.test('redis tick: one round trip for a thousand leases', async (t) => {
   const ids = Array.from({ length: 1000 }, (_, i) => `t${i}`)
   await Promise.all(ids.map(async (id) => await store.createSession(id, 'p')))
   await Promise.all(ids.map(async (id) => await leases.acquire(id, `tok-${id}`, 5000)))
+  // Outcomes other than 'renewed' on both sides of the script calls' boundaries (RENEW_PER_CALL leases each).
+  const expected = ids.map((): string => 'renewed')
+  for (const i of [RENEW_PER_CALL - 1, RENEW_PER_CALL, 999]) {
+    await env.redis.del(`${env.prefix}{t${i}}:m`)
+    expected[i] = 'gone'
+  }
+  for (const i of [0, 2 * RENEW_PER_CALL]) {
+    await env.redis.set(`${env.prefix}{t${i}}:lease`, 'someone-else')
+    expected[i] = 'lost'
+  }
+  // Expired unclaimed: taken back, which counts as renewed.
+  await env.redis.del(`${env.prefix}{t${2 * RENEW_PER_CALL + 1}}:lease`)
   let writes = 0
-  const connection = redis as unknown as { stream: { write: (...args: unknown[]) => boolean } }
+  let commands = 0
+  const connection = redis as unknown as { stream: { write: (...args: unknown[]) => boolean }, sendCommand: (...args: unknown[]) => unknown }
   const write = connection.stream.write.bind(connection.stream)
+  const sendCommand = connection.sendCommand.bind(connection)
   connection.stream.write = (...args: unknown[]) => {
     writes++
     return write(...args)
   }
+  connection.sendCommand = (...args: unknown[]) => {
+    commands++
+    return sendCommand(...args)
+  }
   const result = await leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: ids.map((id) => ({ sessionId: id, token: `tok-${id}` })), watch: [] })
   connection.stream.write = write
-  t.ok(result.renew.every((r) => r === 'renewed'), 'all renewed')
+  connection.sendCommand = sendCommand
+  t.same(result.renew, expected, 'each lease its own outcome, in order')
+  t.equal(await env.redis.get(`${env.prefix}{t${2 * RENEW_PER_CALL + 1}}:lease`), `tok-t${2 * RENEW_PER_CALL + 1}`, 'the expired lease is held again')
+  t.ok(await env.redis.pttl(`${env.prefix}{t5}:lease`) > 4000, 'a renewed lease lives its full time again')
   t.equal(writes, 1, 'in a single write')
+  t.equal(commands, Math.ceil(1000 / RENEW_PER_CALL), `in ${Math.ceil(1000 / RENEW_PER_CALL)} script calls, not one per lease`)
 })
 
 t.test('lost acknowledged writes are detected: a new epoch, never wrong events', async (t) => {

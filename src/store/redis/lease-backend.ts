@@ -8,11 +8,15 @@ import { STANDALONE_STREAM } from '../contract.js'
 import { CLAIM_RECORDER, END_ORPHANED, LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RELEASE_IF_IDLE, LEASE_RENEW } from './scripts.js'
 
 type Connection = Redis | Cluster
+
+/** Leases renewed per script call (the call's run time in Redis stays around a millisecond). */
+export const RENEW_PER_CALL = 256
 type AcquireReply = [number, (string | number)?, string?]
 
 interface LeaseCommands {
   mcpgwLeaseAcquire (lease: string, meta: string, token: string, ttlMs: number, streamId: string): Promise<AcquireReply>
-  mcpgwLeaseRenew (lease: string, meta: string, token: string, ttlMs: number, streamId: string): Promise<number>
+  /** numKeys, then the keys (lease and session hash per lease), ttlMs, streamId, a token per lease. */
+  mcpgwLeaseRenew (...args: Array<string | number>): Promise<number[]>
   mcpgwLeaseRelease (lease: string, meta: string, token: string, live: string, streamId: string, channel: string, message: string): Promise<number>
   mcpgwLeaseReleaseIfIdle (lease: string, meta: string, attached: string, token: string, streamId: string, channel: string, message: string): Promise<number>
   mcpgwClaimRecorder (meta: string, streamId: string, replicaId: string): Promise<number>
@@ -91,7 +95,7 @@ export class RedisLeaseBackend implements LeaseBackend {
     this.#o = options
     const redis = options.redis
     redis.defineCommand('mcpgwLeaseAcquire', { numberOfKeys: 2, lua: LEASE_ACQUIRE })
-    redis.defineCommand('mcpgwLeaseRenew', { numberOfKeys: 2, lua: LEASE_RENEW })
+    redis.defineCommand('mcpgwLeaseRenew', { lua: LEASE_RENEW })
     redis.defineCommand('mcpgwLeaseRelease', { numberOfKeys: 2, lua: LEASE_RELEASE })
     redis.defineCommand('mcpgwLeaseReleaseIfIdle', { numberOfKeys: 3, lua: LEASE_RELEASE_IF_IDLE })
     redis.defineCommand('mcpgwClaimRecorder', { numberOfKeys: 1, lua: CLAIM_RECORDER })
@@ -110,7 +114,7 @@ export class RedisLeaseBackend implements LeaseBackend {
       // Auto-pipelining sends what is issued in this turn as one pipeline per node.
       const renew = request.renew.map(({ sessionId, token }) => {
         const k = this.#keys(sessionId)
-        return redis.mcpgwLeaseRenew(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
+        return redis.mcpgwLeaseRenew(2, k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token).then(replies => replies[0] as number)
       })
       const watch = request.watch.map(({ sessionId, token }) => {
         const k = this.#keys(sessionId)
@@ -130,9 +134,18 @@ export class RedisLeaseBackend implements LeaseBackend {
       mcpgwLeaseRenew: (...args: Array<string | number>) => unknown
       mcpgwLeaseAcquire: (...args: Array<string | number>) => unknown
     }
-    for (const { sessionId, token } of request.renew) {
-      const k = this.#keys(sessionId)
-      pipeline.mcpgwLeaseRenew(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
+    // Renewals go RENEW_PER_CALL to a script call: at rest, with thousands of
+    // streams held, each lease would otherwise cost a command and its reply
+    // every tick (CPU here and in Redis, and garbage that keeps the heap large).
+    const renewCalls = Math.ceil(request.renew.length / RENEW_PER_CALL)
+    for (let call = 0; call < renewCalls; call++) {
+      const leases = request.renew.slice(call * RENEW_PER_CALL, (call + 1) * RENEW_PER_CALL)
+      const keys: string[] = []
+      for (const { sessionId } of leases) {
+        const k = this.#keys(sessionId)
+        keys.push(k.lease, k.meta)
+      }
+      pipeline.mcpgwLeaseRenew(keys.length, ...keys, request.ttlMs, STANDALONE_STREAM, ...leases.map(l => l.token))
     }
     for (const { sessionId, token } of request.watch) {
       const k = this.#keys(sessionId)
@@ -148,12 +161,13 @@ export class RedisLeaseBackend implements LeaseBackend {
       if (err !== null && err !== undefined) throw err
       return result
     }
-    const renewCount = request.renew.length
-    const recordersAt = renewCount + 2 * request.watch.length
+    const recordersAt = renewCalls + 2 * request.watch.length
     if (request.aliveMs !== undefined) value(recordersAt + recorders.length)
+    const renewed: number[] = []
+    for (let call = 0; call < renewCalls; call++) for (const reply of value(call) as number[]) renewed.push(reply)
     return {
-      renew: request.renew.map((_, i) => toRenewResult(value(i) as number)),
-      watch: request.watch.map(({ token }, i) => toAcquireResult(value(renewCount + 2 * i + 1) as AcquireReply, token)),
+      renew: request.renew.map((_, i) => toRenewResult(renewed[i] as number)),
+      watch: request.watch.map(({ token }, i) => toAcquireResult(value(renewCalls + 2 * i + 1) as AcquireReply, token)),
       recordersAlive: recorders.map((_, i) => value(recordersAt + i) === 1)
     }
   }

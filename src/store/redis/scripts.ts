@@ -402,21 +402,35 @@ return { 1, st[1] or '0', st[2] or '' }
 `
 
 /**
- * Renew a held lease. KEYS: lease, session hash. ARGV: token, ttlMs, streamId.
- * Returns -1 when the session is unknown, 0 when another replica holds the
- * lease, 1 when renewed, 2 when it had expired unclaimed and is taken back.
+ * Renew held leases, any number in one call. KEYS: lease and session hash of
+ * each, in pairs. ARGV: ttlMs, streamId, then one token per pair. Returns one
+ * result per pair: -1 when the session is unknown, 0 when another replica
+ * holds the lease, 1 when renewed, 2 when it had expired unclaimed and is
+ * taken back. (On Cluster a call carries one pair: its keys share a slot.)
  */
 export const LEASE_RENEW = `
-if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+local out = {}
+for i = 1, #KEYS, 2 do
+  local lease, meta, token = KEYS[i], KEYS[i + 1], ARGV[2 + (i + 1) / 2]
+  local result
+  if redis.call('EXISTS', meta) == 0 then
+    result = -1
+  else
+    local holder = redis.call('GET', lease)
+    if holder == token then
+      redis.call('PEXPIRE', lease, ARGV[1])
+      result = 1
+    elseif holder then
+      result = 0
+    else
+      redis.call('SET', lease, token, 'PX', ARGV[1])
+      redis.call('HSET', meta, 'h:' .. ARGV[2], '1')
+      result = 2
+    end
+  end
+  out[#out + 1] = result
 end
-if holder then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('HSET', KEYS[2], 'h:' .. ARGV[3], '1')
-return 2
+return out
 `
 
 /**
