@@ -70,8 +70,16 @@ async function census () {
     if (files.length > before) file = files.at(-1)
   }
   if (file === undefined) throw new Error('no heap snapshot was written')
-  await sleep(2000) // written in one go, but give it a moment to be complete
-  const snap = JSON.parse(readFileSync(join(dir, file), 'utf8'))
+  // The file appears as soon as writing starts: wait until it parses (a large heap takes a while).
+  let snap
+  for (let i = 0; snap === undefined; i++) {
+    await sleep(1000)
+    try {
+      snap = JSON.parse(readFileSync(join(dir, file), 'utf8'))
+    } catch (err) {
+      if (i >= 120) throw err
+    }
+  }
   rmSync(join(dir, file))
   const meta = snap.snapshot.meta
   const width = meta.node_fields.length
