@@ -1,10 +1,5 @@
 // Start the gateway (dist build) as a child process and read its metrics.
-import { readFileSync } from 'node:fs'
 import { freePort, start, waitHttp } from './procs.mjs'
-
-/** The node flags `npm start` (and the Dockerfile's CMD) run the gateway with: measured as it ships. */
-export const START_FLAGS = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'))
-  .scripts.start.split(' ').filter(arg => arg.startsWith('--'))
 
 /**
  * store: 'memory' | 'redis'. Extra env (e.g. MAX_SESSIONS) and node flags
@@ -30,7 +25,7 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
   } else {
     gatewayEnv.REDIS_URL = ''
   }
-  const proc = start(name, process.execPath, [...START_FLAGS, ...nodeArgs, main], { env: gatewayEnv })
+  const proc = start(name, process.execPath, [...nodeArgs, main], { env: gatewayEnv })
   await waitHttp(`http://127.0.0.1:${adminPort}/readyz`, { proc, timeoutMs: 30_000 })
   return { proc, pid: proc.pid, port, adminPort }
 }
