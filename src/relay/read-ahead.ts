@@ -1,5 +1,6 @@
 import { finished, type Readable } from 'node:stream'
-import type { SseDecoder, UpstreamEvent } from '../sse/decoder.js'
+import type { SseDecoder } from '../sse/decoder.js'
+import { EventBatchBuilder, type EventBatch } from '../store/batch.js'
 import { discardBody } from '../upstream/client.js'
 
 /**
@@ -8,7 +9,8 @@ import { discardBody } from '../upstream/client.js'
  * wait here; they go to the store together as the next append. A fast upstream
  * then costs the store fewer, larger round trips, and the gateway decodes while
  * the store works. Past this bound the upstream is paused (backpressure). An
- * idle stream holds nothing.
+ * idle stream holds nothing. What waits is packed (store/batch.ts): a few
+ * objects, not a few per event, however long the store takes.
  */
 export const READ_AHEAD_BYTES = 256 * 1024
 
@@ -17,10 +19,10 @@ export const READ_AHEAD_BYTES = 256 * 1024
  * arrived since the previous batch was taken (at least one event). Reading
  * goes on while the consumer works on a batch, up to `limitBytes`. Ends when
  * the body ends; throws the body's error, or the decoder's (an
- * EventTooLargeError, after the batches that came before it).
+ * EventTooLargeError, after a batch with the events that came before it).
  */
-export async function * readAhead (body: Readable, decoder: SseDecoder, limitBytes = READ_AHEAD_BYTES): AsyncGenerator<UpstreamEvent[], void, undefined> {
-  let queued: UpstreamEvent[] = []
+export async function * readAhead (body: Readable, decoder: SseDecoder, limitBytes = READ_AHEAD_BYTES): AsyncGenerator<EventBatch, void, undefined> {
+  const queued = new EventBatchBuilder()
   let queuedBytes = 0
   let done = false
   let failure: unknown
@@ -28,10 +30,7 @@ export async function * readAhead (body: Readable, decoder: SseDecoder, limitByt
   const onData = (chunk: Buffer): void => {
     if (failure !== undefined) return
     try {
-      const events = decoder.push(chunk)
-      // A read can hold thousands of events: no spread into push().
-      if (queued.length === 0) queued = events
-      else for (const e of events) queued.push(e)
+      decoder.pushInto(chunk, queued)
     } catch (err) {
       failure = err
       body.pause()
@@ -50,8 +49,7 @@ export async function * readAhead (body: Readable, decoder: SseDecoder, limitByt
   try {
     for (;;) {
       if (queued.length > 0) {
-        const batch = queued
-        queued = []
+        const batch = queued.take()
         queuedBytes = 0
         if (failure === undefined && body.isPaused()) body.resume()
         yield batch

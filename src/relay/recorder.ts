@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.js'
 import type { AppendOptions, EventInput, EventStore } from '../store/contract.js'
+import { EventBatch } from '../store/batch.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
 import { parseFrame } from '../sse/frame.js'
@@ -52,6 +53,12 @@ function isResponseTo (e: EventInput, id: string | number): boolean {
   } catch {
     return false
   }
+}
+
+/** Does the batch hold the JSON-RPC response to `id`? Most hold none, which one look at their bytes tells. */
+function respondsTo (batch: EventBatch, id: string | number): boolean {
+  if (!batch.includes('"id"') || (!batch.includes('"result"') && !batch.includes('"error"'))) return false
+  return batch.toArray().some(e => isResponseTo(e, id))
 }
 
 /** Waits between attempts to record a stream's end after the store refused it. */
@@ -106,7 +113,7 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
    * APPEND_CONFIRM_WINDOW_MS has passed: undefined once it is in the store,
    * else the last error.
    */
-  const resend = async (batch: readonly EventInput[], options: AppendOptions, first: unknown): Promise<unknown> => {
+  const resend = async (batch: EventBatch, options: AppendOptions, first: unknown): Promise<unknown> => {
     const deadline = performance.now() + APPEND_CONFIRM_WINDOW_MS
     let err = first
     let attempts = 0
@@ -128,8 +135,8 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
     return err
   }
 
-  /** Book-keeping once the store took an append. */
-  const recorded = (inputs: readonly EventInput[], events: readonly EventInput[], answers: boolean, end: boolean): true => {
+  /** Book-keeping once the store took an append: the upstream's events, and an error answer of the gateway's. */
+  const recorded = (read: EventBatch, answer: EventInput | undefined, answers: boolean, end: boolean): true => {
     if (answers) answered = true
     if (end) endPending = false
     if (unrecorded > 0) {
@@ -137,32 +144,33 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       o.log.warn({ streamId: o.streamId, unrecorded }, 'event store back: gap marker recorded for the events it missed')
       unrecorded = 0
     }
-    if (inputs.length > 0) {
-      o.metrics.eventsRecorded.inc(inputs.length)
-      let bytes = 0
-      for (const e of inputs) bytes += e.frame !== undefined ? e.frame.length : e.data.length
-      o.metrics.eventBytesRecorded.inc(bytes)
-      const last = events[events.length - 1]?.upstreamId
-      if (last !== undefined && last !== '' && o.onUpstreamId !== undefined) o.onUpstreamId(last)
+    const count = read.length + (answer === undefined ? 0 : 1)
+    if (count > 0) {
+      o.metrics.eventsRecorded.inc(count)
+      o.metrics.eventBytesRecorded.inc(read.dataBytes + (answer === undefined ? 0 : Buffer.byteLength(answer.data ?? '')))
+      if (read.lastUpstreamId !== '' && o.onUpstreamId !== undefined) o.onUpstreamId(read.lastUpstreamId)
     }
     return true
   }
 
-  /** Append one upstream read; false when the store refused it (degraded mode). */
-  const append = async (events: readonly EventInput[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> => {
-    if (events.length === 0 && !end && unrecorded === 0) return true
-    const inputs = events.slice()
-    let answers = !answered && inputs.some(e => isResponseTo(e, o.requestId as string | number))
+  /** Append what the upstream sent (one or more reads); false when the store refused it (degraded mode). */
+  const append = async (events: EventBatch | readonly EventInput[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> => {
+    const read = events instanceof EventBatch ? events : EventBatch.from(events)
+    if (read.length === 0 && !end && unrecorded === 0) return true
+    let answers = !answered && respondsTo(read, o.requestId as string | number)
+    let answer: EventInput | undefined
     if (end && !answered && !answers) {
       // The answer is over without its response: record an error answer in its place.
-      const answer = errorAnswer(reason)
+      answer = errorAnswer(reason)
       if (answer !== undefined) {
-        inputs.push(answer)
         answers = true
         o.log.warn({ streamId: o.streamId, reason }, 'upstream answer ended without its response: recorded an error answer')
       }
     }
-    const batch = unrecorded === 0 ? inputs : [marker(), ...inputs]
+    // A gap marker before the events or an error answer after them (both rare) means packing anew.
+    const batch = unrecorded === 0 && answer === undefined
+      ? read
+      : EventBatch.from([...(unrecorded === 0 ? [] : [marker()]), ...read.toArray(), ...(answer === undefined ? [] : [answer])])
     const options = { end, ...(o.fence !== undefined && { fence: o.fence }) }
     try {
       await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
@@ -170,19 +178,19 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       if (first instanceof SessionGoneError || first instanceof LeaseLostError) throw first
       // Only a failure that would pass events on live can duplicate them; once
       // degraded, events are passed on at once (the window was spent already).
-      const err = events.length > 0 && unrecorded === 0 ? await resend(batch, options, first) : first
-      if (err === undefined) return recorded(inputs, events, answers, end)
+      const err = read.length > 0 && unrecorded === 0 ? await resend(batch, options, first) : first
+      if (err === undefined) return recorded(read, answer, answers, end)
       // The store failed: these events cannot be replayed. Reading goes on so
       // the upstream is never stalled; live clients here still get them.
-      const passed = events.length
+      const passed = read.length
       unrecorded += passed
       if (end) endPending = true
       o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, passed)
       o.log.error({ err, streamId: o.streamId, events: passed }, 'event store append failed: events passed on unrecorded')
-      if (passed > 0) o.onUnrecorded?.(inputs.slice(0, passed))
+      if (passed > 0) o.onUnrecorded?.(read.toArray())
       return false
     }
-    return recorded(inputs, events, answers, end)
+    return recorded(read, answer, answers, end)
   }
 
   /**

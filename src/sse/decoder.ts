@@ -1,4 +1,5 @@
 import { EventTooLargeError } from '../errors.js'
+import { EventBatchBuilder } from '../store/batch.js'
 import type { FrameEvent } from '../store/contract.js'
 
 /**
@@ -34,15 +35,6 @@ function fieldValue (buf: Buffer, start: number, end: number, nameLength: number
   return from >= end ? '' : buf.toString('utf8', from, end)
 }
 
-/** An event found in a read, by its offsets. */
-interface Found {
-  readonly start: number
-  readonly end: number
-  readonly id: string | undefined
-  /** The frame to keep when it is not the bytes start..end as they are. */
-  readonly frame?: Buffer
-}
-
 /**
  * The block's lines without its `retry` fields. The reconnection delay clients
  * get is the gateway's (SSE_RETRY_MS); an upstream's hint inside an event would
@@ -62,21 +54,8 @@ function withoutRetryLines (buf: Buffer, start: number, end: number): Buffer {
 }
 
 /**
- * The events of one read as views of the read's bytes: no copy. A store that
- * keeps events copies what it keeps (the memory store packs a batch into one
- * buffer, Redis gets them over a socket), so a view never outlives its batch
- * for long.
- */
-function materialize (buf: Buffer, found: readonly Found[]): UpstreamEvent[] {
-  return found.map(f => {
-    const frame = f.frame ?? buf.subarray(f.start, f.end)
-    return f.id === undefined ? { frame } : { frame, upstreamId: f.id }
-  })
-}
-
-/**
- * Splits the upstream's SSE bytes into events, one batch per read, so a batch
- * can be stored in one round trip. It finds event boundaries (blank lines in
+ * Splits the upstream's SSE bytes into events, packed as they complete into
+ * a batch (store/batch.ts) that the store takes in one round trip. It finds event boundaries (blank lines in
  * any of SSE's spellings: LF, CR, CRLF, even split across reads) and which
  * blocks are events (a block without a `data` field dispatches nothing), and
  * reads the few fields the gateway needs (`id`, `retry`); it never decodes an
@@ -115,11 +94,27 @@ export class SseDecoder {
   get lastId (): string | undefined { return this.#lastId }
 
   /**
-   * Feed one chunk; returns the events it completed (possibly none). Throws
-   * EventTooLargeError when an event exceeds the bound; the error carries the
-   * complete events that came before it, which are still to be recorded.
+   * Feed one chunk; returns the events it completed (possibly none), copied
+   * out of it. Throws EventTooLargeError when an event exceeds the bound; the
+   * error carries the complete events that came before it.
    */
   push (chunk: Uint8Array): UpstreamEvent[] {
+    const into = new EventBatchBuilder()
+    try {
+      this.pushInto(chunk, into)
+    } catch (err) {
+      if (err instanceof EventTooLargeError) throw new EventTooLargeError(this.#maxEventBytes, into.take().toArray() as UpstreamEvent[])
+      throw err
+    }
+    return into.take().toArray() as UpstreamEvent[]
+  }
+
+  /**
+   * Feed one chunk; the events it completes are packed into `into` (their
+   * bytes copied: the chunk is not kept). Throws EventTooLargeError when an
+   * event exceeds the bound; the complete events before it are in `into`.
+   */
+  pushInto (chunk: Uint8Array, into: EventBatchBuilder): void {
     let bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
     if (this.#skipLf && bytes.length > 0) {
       this.#skipLf = false
@@ -130,15 +125,15 @@ export class SseDecoder {
       // Too short to tell whether it starts with a byte order mark: wait for more.
       if (pending.length < BOM.length && BOM.subarray(0, pending.length).equals(pending)) {
         this.#pending = pending
-        return []
+        return
       }
       this.#atStart = false
       this.#pending = undefined
       bytes = pending.subarray(0, BOM.length).equals(BOM) ? pending.subarray(BOM.length) : pending
     }
-    if (bytes.length === 0) return []
+    if (bytes.length === 0) return
     const buf = this.#pending === undefined ? bytes : Buffer.concat([this.#pending, bytes])
-    return this.#scan(buf)
+    this.#scan(buf, into)
   }
 
   /** End of the upstream body: an unterminated last event is discarded, as the SSE spec says. */
@@ -148,8 +143,7 @@ export class SseDecoder {
     return []
   }
 
-  #scan (buf: Buffer): UpstreamEvent[] {
-    const events: Found[] = []
+  #scan (buf: Buffer, into: EventBatchBuilder): void {
     let blockStart = 0
     let pos = this.#scanned
     // Most upstreams end lines with LF alone: then one search per line does.
@@ -180,7 +174,7 @@ export class SseDecoder {
       }
       if (end === pos) {
         // A blank line: the block is over.
-        if (pos > blockStart) this.#dispatch(buf, blockStart, pos, events)
+        if (pos > blockStart) this.#dispatch(buf, blockStart, pos, into)
         blockStart = next
       } else {
         this.#field(buf, pos, end)
@@ -190,7 +184,7 @@ export class SseDecoder {
     const rest = buf.length - blockStart
     if (rest > this.#maxEventBytes) {
       this.#pending = undefined
-      throw new EventTooLargeError(this.#maxEventBytes, materialize(buf, events))
+      throw new EventTooLargeError(this.#maxEventBytes)
     }
     if (rest === 0) {
       this.#pending = undefined
@@ -204,7 +198,6 @@ export class SseDecoder {
         this.#idEnd -= blockStart
       }
     }
-    return materialize(buf, events)
   }
 
   /** Note what the gateway needs from one field line [start, end). */
@@ -229,7 +222,7 @@ export class SseDecoder {
     }
   }
 
-  #dispatch (buf: Buffer, start: number, end: number, events: Found[]): void {
+  #dispatch (buf: Buffer, start: number, end: number, into: EventBatchBuilder): void {
     let id: string | undefined
     if (this.#idStart !== -1) {
       const value = fieldValue(buf, this.#idStart, this.#idEnd, 2)
@@ -240,8 +233,13 @@ export class SseDecoder {
       }
     }
     if (this.#hasData) {
-      if (end - start > this.#maxEventBytes) throw new EventTooLargeError(this.#maxEventBytes, materialize(buf, events))
-      events.push(this.#hasRetry ? { start, end, id, frame: withoutRetryLines(buf, start, end) } : { start, end, id })
+      if (end - start > this.#maxEventBytes) throw new EventTooLargeError(this.#maxEventBytes)
+      if (this.#hasRetry) {
+        const frame = withoutRetryLines(buf, start, end)
+        into.addFrame(frame, 0, frame.length, id)
+      } else {
+        into.addFrame(buf, start, end, id)
+      }
     }
     this.#hasData = false
     this.#hasRetry = false

@@ -8,6 +8,7 @@
  * numbers alone. Every session carries an epoch that changes when the store
  * loses the session's history; event ids carry it (see protocol/event-id.ts).
  */
+import type { EventBatch } from './batch.js'
 
 /**
  * One server-to-client event, in one of two forms. Upstream events are kept as
@@ -129,12 +130,13 @@ export interface EventStore {
 
   /**
    * Append events to a stream in one atomic step (one round trip on Redis) and
-   * return them numbered lastSeq+1, lastSeq+2, ... The stream is opened if
+   * return them numbered lastSeq+1, lastSeq+2, ... Events come as an array or
+   * packed (EventBatch, see batch.ts: the recorder's form). The stream is opened if
    * needed. Retention (count, bytes, TTL) is applied in the same step; the
    * newest event is never trimmed. Subscribers of the stream get a notice.
    * Fails with SessionGoneError when the session is unknown (expired or lost).
    */
-  append (sessionId: string, streamId: string, events: readonly EventInput[], options?: AppendOptions): Promise<StoredEvent[]>
+  append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options?: AppendOptions): Promise<StoredEvent[]>
   /** Mark a stream ended without appending. */
   end (sessionId: string, streamId: string): Promise<void>
 

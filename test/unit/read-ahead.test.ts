@@ -5,26 +5,27 @@ import t from 'tap'
 import { PassThrough } from 'node:stream'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { readAhead } from '../../src/relay/read-ahead.js'
-import { SseDecoder, type UpstreamEvent } from '../../src/sse/decoder.js'
+import { SseDecoder } from '../../src/sse/decoder.js'
+import type { EventBatch } from '../../src/store/batch.js'
 import { EventTooLargeError } from '../../src/errors.js'
 import { dataOf } from '../fixtures/events.js'
 
 const ev = (i: number): string => `data: {"i":${i}}\n\n`
-const data = (batch: readonly UpstreamEvent[]): string[] => batch.map(dataOf)
+const data = (batch: EventBatch): string[] => batch.toArray().map(dataOf)
 
 t.test('reads that arrive while a batch is being worked on come out together, in order', async t => {
   const body = new PassThrough()
   const it = readAhead(body, new SseDecoder(1024))
   body.write(ev(1))
   const first = await it.next()
-  t.same(data(first.value as UpstreamEvent[]), ['{"i":1}'], 'the first read is a batch of its own')
+  t.same(data(first.value as EventBatch), ['{"i":1}'], 'the first read is a batch of its own')
   // The consumer is "at the store": three reads arrive meanwhile, one event split across two of them.
   body.write(ev(2))
   body.write(ev(3) + 'data: {"i"')
   body.write(':4}\n\n')
   await nextTurn()
   const second = await it.next()
-  t.same(data(second.value as UpstreamEvent[]), ['{"i":2}', '{"i":3}', '{"i":4}'], 'the next batch holds all three reads')
+  t.same(data(second.value as EventBatch), ['{"i":2}', '{"i":3}', '{"i":4}'], 'the next batch holds all three reads')
   body.end()
   t.same(await it.next(), { done: true, value: undefined }, 'ends with the body')
 })
@@ -34,13 +35,13 @@ t.test('what waits is bounded: the upstream is paused, then resumed once the bat
   const it = readAhead(body, new SseDecoder(1024), 64)
   const first = it.next()
   body.write(ev(0))
-  t.same(data((await first).value as UpstreamEvent[]), ['{"i":0}'], 'the first event')
+  t.same(data((await first).value as EventBatch), ['{"i":0}'], 'the first event')
   // The consumer is at the store while 19 more events (13 bytes each) arrive.
   for (let i = 1; i < 20; i++) body.write(ev(i))
   await nextTurn()
   await nextTurn()
   t.ok(body.isPaused(), 'paused once 64 bytes of events wait')
-  const waiting = data((await it.next()).value as UpstreamEvent[])
+  const waiting = data((await it.next()).value as EventBatch)
   t.ok(waiting.length >= 5 && waiting.length < 19, `a bounded batch (${waiting.length} events), not all the rest`)
   t.notOk(body.isPaused(), 'reading resumes when the batch is taken')
   body.end()
@@ -55,7 +56,7 @@ t.test('an event still arriving is not held back by the bound', async t => {
   const big = `data: ${'x'.repeat(1000)}\n\n`
   const next = it.next()
   for (let i = 0; i < big.length; i += 10) body.write(big.slice(i, i + 10))
-  t.equal(dataOf(((await next).value as UpstreamEvent[])[0] as UpstreamEvent).length, 1000, 'a 1,000-byte event in 10-byte reads passes a 16-byte bound')
+  t.equal(data((await next).value as EventBatch)[0]?.length, 1000, 'a 1,000-byte event in 10-byte reads passes a 16-byte bound')
   body.end()
 })
 
@@ -64,27 +65,28 @@ t.test('the body\'s error comes after the batches read before it', async t => {
   const it = readAhead(body, new SseDecoder(1024))
   const first = it.next()
   body.write(ev(1))
-  t.same(data((await first).value as UpstreamEvent[]), ['{"i":1}'])
+  t.same(data((await first).value as EventBatch), ['{"i":1}'])
   // While the consumer is at the store: two events, then the connection breaks.
   body.write(ev(2) + ev(3))
   await nextTurn()
   body.destroy(new Error('upstream reset'))
   await nextTurn()
-  t.same(data((await it.next()).value as UpstreamEvent[]), ['{"i":2}', '{"i":3}'], 'the events first')
+  t.same(data((await it.next()).value as EventBatch), ['{"i":2}', '{"i":3}'], 'the events first')
   await t.rejects(it.next(), /upstream reset/, 'then the error')
 })
 
-t.test('an oversized event: the batches before it, then EventTooLargeError with the events of its own read', async t => {
+t.test('an oversized event: the batches before it, the events of its own read before it, then EventTooLargeError', async t => {
   const body = new PassThrough()
   const it = readAhead(body, new SseDecoder(64))
+  const first = it.next()
   body.write(ev(1))
-  await nextTurn()
+  t.same(data((await first).value as EventBatch), ['{"i":1}'], 'the earlier read is a batch')
+  // While the consumer is at the store: one read with an event, an oversized one, another event.
   body.write(ev(2) + `data: ${'x'.repeat(100)}\n\n` + ev(3))
   await nextTurn()
-  t.same(data((await it.next()).value as UpstreamEvent[]), ['{"i":1}'], 'the earlier read is a batch')
+  t.same(data((await it.next()).value as EventBatch), ['{"i":2}'], 'then what completed before the oversized event')
   const err = await it.next().then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof EventTooLargeError, 'then the decoder\'s error')
-  t.same(data((err as EventTooLargeError).completed as UpstreamEvent[]), ['{"i":2}'], 'carrying what completed before the oversized event')
   t.ok(body.isPaused(), 'and reading stops')
 })
 
@@ -93,7 +95,7 @@ t.test('a consumer that stops early: no listener left, the body released, its la
   const before = body.listenerCount('data')
   body.write(ev(1))
   const it = readAhead(body, new SseDecoder(1024))
-  t.equal(((await it.next()).value as UpstreamEvent[]).length, 1, 'one batch taken')
+  t.equal(((await it.next()).value as EventBatch).length, 1, 'one batch taken')
   await it.return() // what a for-await loop does on break or throw
   t.equal(body.listenerCount('data'), before, 'the data listener is gone')
   t.ok(body.destroyed, 'the body is released, as a for-await loop over it would')

@@ -5,6 +5,7 @@ import type {
   AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecord, StoredEvent, StreamNotice, StreamState
 } from '../contract.js'
+import { EventBatch } from '../batch.js'
 
 /**
  * What a record weighs against the cap besides event data: about what a
@@ -97,23 +98,36 @@ function eventBytes (e: EventInput): number {
  */
 const OFF_HEAP_SEGMENT_BYTES = 4096
 
-function segmentOf (first: number, stored: readonly StoredEvent[]): Segment {
+function segmentOf (first: number, batch: EventBatch, stored: readonly StoredEvent[]): Segment {
+  const count = stored.length
+  if (batch.plainFrames) {
+    // The usual batch, the upstream's frames and nothing else: its bytes are the blob.
+    const total = batch.bytes.length
+    const ends = new Array<number>(count)
+    for (let i = 0, at = 0; i < count; i++) {
+      at += batch.layout[4 * i + 1] as number
+      ends[i] = at
+    }
+    const blob = total >= OFF_HEAP_SEGMENT_BYTES ? Buffer.allocUnsafeSlow(total) : undefined
+    if (blob !== undefined) batch.bytes.copy(blob)
+    return { first, count, blob: blob ?? batch.bytes.toString('latin1'), ends, upstreamIds: undefined }
+  }
   let total = 0
   let upstreamIds: Array<string | undefined> | undefined
   for (const [i, e] of stored.entries()) {
-    if (e.frame === undefined) return { first, count: stored.length, events: stored.slice() }
+    if (e.frame === undefined) return { first, count, events: stored.slice() }
     total += e.frame.length
     if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
   }
   const bytes = total >= OFF_HEAP_SEGMENT_BYTES ? Buffer.allocUnsafeSlow(total) : Buffer.allocUnsafe(total)
-  const ends = new Array<number>(stored.length)
+  const ends = new Array<number>(count)
   let at = 0
   for (const [i, e] of stored.entries()) {
     bytes.set(e.frame as Buffer, at)
     at += (e.frame as Buffer).length
     ends[i] = at
   }
-  return { first, count: stored.length, blob: total >= OFF_HEAP_SEGMENT_BYTES ? bytes : bytes.toString('latin1'), ends, upstreamIds }
+  return { first, count, blob: total >= OFF_HEAP_SEGMENT_BYTES ? bytes : bytes.toString('latin1'), ends, upstreamIds }
 }
 
 /** The event at position `i` of a segment. */
@@ -213,21 +227,18 @@ export class MemoryEventStore implements EventStore {
     return this.#stateOf(session, this.#stream(session, streamId))
   }
 
-  async append (sessionId: string, streamId: string, events: readonly EventInput[], options: AppendOptions = {}): Promise<StoredEvent[]> {
+  async append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options: AppendOptions = {}): Promise<StoredEvent[]> {
     const session = this.#require(sessionId)
     const stream = this.#stream(session, streamId)
-    const stored: StoredEvent[] = []
-    let size = 0
-    for (const input of events) {
-      const seq = ++stream.lastSeq
-      const event: StoredEvent = input.frame !== undefined
-        ? { seq, frame: input.frame, upstreamId: input.upstreamId }
-        : { seq, data: input.data, event: input.event, upstreamId: input.upstreamId }
-      size += eventBytes(event)
-      stored.push(event)
-    }
+    const batch = events instanceof EventBatch ? events : EventBatch.from(events)
+    // Frames given to listeners are views of the batch: this store keeps copies.
+    const stored = batch.stored(stream.lastSeq + 1)
     if (stored.length > 0) {
-      stream.segments.push(segmentOf(stream.lastSeq - stored.length + 1, stored))
+      let size = 0
+      if (batch.plainFrames) size = batch.bytes.length
+      else for (const e of stored) size += eventBytes(e)
+      stream.lastSeq += stored.length
+      stream.segments.push(segmentOf(stream.lastSeq - stored.length + 1, batch, stored))
       stream.retained += stored.length
       stream.bytes += size
       this.#totalBytes += size

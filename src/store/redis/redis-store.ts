@@ -5,6 +5,7 @@ import type { BaseLogger } from 'pino'
 import { LeaseLostError, SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import { STANDALONE_STREAM } from '../contract.js'
+import { EventBatch, FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID } from '../batch.js'
 import type {
   AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecord, StoredEvent, StreamNotice, StreamState
@@ -87,7 +88,7 @@ interface WriteMark {
    * the script then recognises as applied). Another batch carries no
    * expectation, or a batch of the same length would be taken for it.
    */
-  uncertain?: readonly EventInput[]
+  uncertain?: readonly EventInput[] | EventBatch
 }
 
 type ReadReply = [string, number, number, number, Array<[Buffer, Buffer[]]>] | null
@@ -104,10 +105,6 @@ interface ScriptCommands {
   mcpgwIntact (...args: Array<string | number>): Promise<string>
 }
 
-const FLAG_EVENT = 1
-const FLAG_UPSTREAM_ID = 2
-/** The event is an upstream frame (stored in field f), not text data (field d). */
-const FLAG_FRAME = 4
 /** The session's stream set changing under a reset this often in a row means something is wrong. */
 const RESET_ATTEMPTS = 16
 /** Sessions whose write marks are kept (the least recently written are forgotten first). */
@@ -258,9 +255,11 @@ export class RedisEventStore implements EventStore {
     return { epoch: reply[0], lastSeq: reply[1], firstSeq: reply[2], ended: reply[3] === 1 }
   }
 
-  async append (sessionId: string, streamId: string, events: readonly EventInput[], options: AppendOptions = {}): Promise<StoredEvent[]> {
-    for (const event of events) {
-      if (event.frame === undefined ? typeof event.data !== 'string' : !Buffer.isBuffer(event.frame)) throw new TypeError('an event needs a string data or a Buffer frame')
+  async append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options: AppendOptions = {}): Promise<StoredEvent[]> {
+    if (!(events instanceof EventBatch)) {
+      for (const event of events) {
+        if (event.frame === undefined ? typeof event.data !== 'string' : !Buffer.isBuffer(event.frame)) throw new TypeError('an event needs a string data or a Buffer frame')
+      }
     }
     try {
       return await this.#append(sessionId, streamId, events, options)
@@ -274,7 +273,8 @@ export class RedisEventStore implements EventStore {
     return await this.#append(sessionId, streamId, events, options)
   }
 
-  async #append (sessionId: string, streamId: string, events: readonly EventInput[], options: AppendOptions): Promise<StoredEvent[]> {
+  async #append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options: AppendOptions): Promise<StoredEvent[]> {
+    const batch = events instanceof EventBatch ? events : EventBatch.from(events)
     const keys = this.#keys(sessionId, streamId)
     const { maxEvents, maxBytes, ttlMs } = this.#retention
     const ending = options.end === true
@@ -287,13 +287,14 @@ export class RedisEventStore implements EventStore {
       streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId,
       fence, known ? mark.seq : -1, known ? mark.epoch : ''
     ]
-    args.push(...packBatch(events))
+    // The batch as APPEND takes it: every event's fields in one buffer, their layout, the last upstream id, the count.
+    args.push(batch.bytes, batch.layoutText(), batch.lastUpstreamId, batch.length)
     let reply: [string, number, number, number] | null
     try {
       reply = await this.#redis.mcpgwAppend(...args)
     } catch (err) {
       if (isReply(err, FENCED)) throw new LeaseLostError(sessionId)
-      if (known && events.length > 0) mark.uncertain = events
+      if (known && batch.length > 0) mark.uncertain = events
       throw err
     }
     if (reply === null) {
@@ -302,10 +303,8 @@ export class RedisEventStore implements EventStore {
     }
     // A batch Redis had already applied (resent after a reconnect) comes back as if applied now.
     const [epoch, previous, ended] = reply
-    this.#mark(sessionId, streamId, ended === 1 ? undefined : { seq: previous + events.length, fence, epoch })
-    const stored = events.map((event, i): StoredEvent => event.frame !== undefined
-      ? { seq: previous + i + 1, frame: event.frame, upstreamId: event.upstreamId }
-      : { seq: previous + i + 1, data: event.data, event: event.event, upstreamId: event.upstreamId })
+    this.#mark(sessionId, streamId, ended === 1 ? undefined : { seq: previous + batch.length, fence, epoch })
+    const stored = batch.stored(previous + 1)
     if (stored.length > 0 || ending) {
       // Local listeners get the events themselves: no read back from Redis.
       this.#deliver(keys.channel, epoch, {
@@ -587,34 +586,6 @@ function validRetention (retention: RetentionLimits): RetentionLimits {
  */
 function escapeTag (sessionId: string): string {
   return sessionId.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
-}
-
-/**
- * A batch as APPEND takes it (see scripts.ts): every event's fields in one
- * buffer, their layout (flags and three byte lengths per event) in one
- * string, the batch's last upstream id, and the number of events.
- */
-function packBatch (events: readonly EventInput[]): [Buffer, string, string, number] {
-  const parts: Buffer[] = []
-  let layout = ''
-  let lastUpstreamId = ''
-  for (const event of events) {
-    const upstreamId = event.upstreamId === undefined ? undefined : Buffer.from(event.upstreamId)
-    const upstreamFlag = upstreamId === undefined ? 0 : FLAG_UPSTREAM_ID
-    if (event.upstreamId !== undefined && event.upstreamId !== '') lastUpstreamId = event.upstreamId
-    if (event.frame !== undefined) {
-      parts.push(event.frame)
-      layout += `${FLAG_FRAME + upstreamFlag} ${event.frame.length} 0 ${upstreamId?.length ?? 0} `
-    } else {
-      const data = Buffer.from(event.data)
-      const type = event.event === undefined ? undefined : Buffer.from(event.event)
-      parts.push(data)
-      if (type !== undefined) parts.push(type)
-      layout += `${(type === undefined ? 0 : FLAG_EVENT) + upstreamFlag} ${data.length} ${type?.length ?? 0} ${upstreamId?.length ?? 0} `
-    }
-    if (upstreamId !== undefined) parts.push(upstreamId)
-  }
-  return [Buffer.concat(parts), layout, lastUpstreamId, events.length]
 }
 
 /** The events of stream entries (batches, see scripts.ts) numbered from `from`, at most `limit`. */

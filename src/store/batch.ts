@@ -1,0 +1,216 @@
+import type { EventInput, StoredEvent } from './contract.js'
+
+/** Layout flags of an event in a batch: it has an event type. */
+export const FLAG_EVENT = 1
+/** ... it has an upstream id (possibly empty). */
+export const FLAG_UPSTREAM_ID = 2
+/** ... it is an upstream frame rather than text data. */
+export const FLAG_FRAME = 4
+
+/** Smallest buffer a builder starts a batch with. */
+const MIN_CAPACITY = 4096
+/** Smallest layout a builder starts a batch with, in events (a Uint32Array this big is off the heap). */
+const MIN_EVENTS = 16
+const SPACE = 0x20
+
+/**
+ * Events packed for the store: the bytes of every event in one buffer, and
+ * four numbers per event in `layout`: flags, then the byte lengths of its
+ * frame or data, of its event type and of its upstream id, which follow each
+ * other in that order in `bytes`. However many events a batch holds, it is a
+ * handful of objects, and both its arrays live outside the JavaScript heap:
+ * what waits for the store (a Redis round trip, the next append) gives the
+ * garbage collector nothing to trace or copy. The
+ * Redis store keeps batches in exactly this form (see redis/scripts.ts).
+ */
+export class EventBatch {
+  static readonly EMPTY = new EventBatch(Buffer.alloc(0), new Uint32Array(0), '')
+
+  readonly bytes: Buffer
+  readonly layout: Uint32Array
+  /** The last upstream id of the batch that is not empty ('' when none). */
+  readonly lastUpstreamId: string
+
+  constructor (bytes: Buffer, layout: Uint32Array, lastUpstreamId: string) {
+    this.bytes = bytes
+    this.layout = layout
+    this.lastUpstreamId = lastUpstreamId
+  }
+
+  /** Pack events (the gateway's own, or a caller's array). */
+  static from (events: readonly EventInput[]): EventBatch {
+    if (events.length === 0) return EventBatch.EMPTY
+    const builder = new EventBatchBuilder()
+    for (const e of events) builder.add(e)
+    return builder.take()
+  }
+
+  get length (): number { return this.layout.length / 4 }
+
+  /** Bytes of the events' frames or data, without their types and upstream ids. */
+  get dataBytes (): number {
+    let total = 0
+    for (let i = 1; i < this.layout.length; i += 4) total += this.layout[i] as number
+    return total
+  }
+
+  /** The layout as decimal text, each number followed by a space (how Redis keeps it, see redis/scripts.ts). */
+  layoutText (): Buffer {
+    const layout = this.layout
+    // Ten digits at most per number, and its space.
+    const out = Buffer.allocUnsafe(layout.length * 11)
+    let at = 0
+    for (let k = 0; k < layout.length; k++) {
+      let n = layout[k] as number
+      let digits = 1
+      for (let m = n; m >= 10; m = (m / 10) >>> 0) digits++
+      for (let i = at + digits - 1; i >= at; i--) {
+        out[i] = 0x30 + n % 10
+        n = (n / 10) >>> 0
+      }
+      at += digits
+      out[at++] = SPACE
+    }
+    return out.subarray(0, at)
+  }
+
+  /** Every event is a frame without an upstream id: `bytes` is the frames, back to back. */
+  get plainFrames (): boolean {
+    for (let i = 0; i < this.layout.length; i += 4) if (this.layout[i] !== FLAG_FRAME) return false
+    return true
+  }
+
+  /** The events, numbered from `firstSeq`; frames are views of `bytes`. */
+  stored (firstSeq: number): StoredEvent[] {
+    const out = new Array<StoredEvent>(this.length)
+    const bytes = this.bytes
+    const layout = this.layout
+    let at = 0
+    for (let i = 0, k = 0; k < layout.length; i++, k += 4) {
+      const flags = layout[k] as number
+      const a = layout[k + 1] as number
+      const b = layout[k + 2] as number
+      const c = layout[k + 3] as number
+      const upstreamId = (flags & FLAG_UPSTREAM_ID) !== 0 ? bytes.toString('utf8', at + a + b, at + a + b + c) : undefined
+      const seq = firstSeq + i
+      if ((flags & FLAG_FRAME) !== 0) {
+        const frame = bytes.subarray(at, at + a)
+        out[i] = upstreamId === undefined ? { seq, frame } : { seq, frame, upstreamId }
+      } else {
+        out[i] = {
+          seq,
+          data: bytes.toString('utf8', at, at + a),
+          event: (flags & FLAG_EVENT) !== 0 ? bytes.toString('utf8', at + a, at + a + b) : undefined,
+          upstreamId
+        }
+      }
+      at += a + b + c
+    }
+    return out
+  }
+
+  /** The events as the caller appended them (numbers aside). */
+  toArray (): EventInput[] {
+    return this.stored(0).map(({ seq: _seq, ...event }) => event as EventInput)
+  }
+
+  /** Does any event's frame or data hold `needle`? A quick check before parsing any. */
+  includes (needle: string): boolean {
+    return this.bytes.includes(needle)
+  }
+}
+
+/**
+ * Packs events into a batch as they come: the upstream's frames are copied
+ * out of the read they came in (the read is free to go at once), into one
+ * buffer that grows by doubling. Its first size follows the previous batch,
+ * so a fast stream does not regrow every time and a slow one does not keep a
+ * big buffer for one event. Holds nothing between batches.
+ */
+export class EventBatchBuilder {
+  #bytes: Buffer | undefined
+  #used = 0
+  #layout: Uint32Array | undefined
+  #count = 0
+  #lastUpstreamId = ''
+  #nextCapacity = MIN_CAPACITY
+  #nextEvents = MIN_EVENTS
+
+  get length (): number { return this.#count }
+  /** Bytes packed so far. */
+  get byteLength (): number { return this.#used }
+
+  /** An upstream frame: bytes [start, end) of `source`, copied. */
+  addFrame (source: Buffer, start: number, end: number, upstreamId?: string): void {
+    const idBytes = upstreamId === undefined ? 0 : Buffer.byteLength(upstreamId)
+    const bytes = this.#reserve(end - start + idBytes)
+    this.#used += source.copy(bytes, this.#used, start, end)
+    this.#push(upstreamId === undefined ? FLAG_FRAME : FLAG_FRAME | FLAG_UPSTREAM_ID, end - start, 0, idBytes)
+    if (upstreamId !== undefined) this.#writeUpstreamId(upstreamId)
+  }
+
+  add (event: EventInput): void {
+    if (event.frame !== undefined) {
+      this.addFrame(event.frame, 0, event.frame.length, event.upstreamId)
+      return
+    }
+    const { data, event: type, upstreamId } = event
+    const dataBytes = Buffer.byteLength(data)
+    const typeBytes = type === undefined ? 0 : Buffer.byteLength(type)
+    const idBytes = upstreamId === undefined ? 0 : Buffer.byteLength(upstreamId)
+    const bytes = this.#reserve(dataBytes + typeBytes + idBytes)
+    this.#used += bytes.write(data, this.#used)
+    if (type !== undefined) this.#used += bytes.write(type, this.#used)
+    this.#push((type === undefined ? 0 : FLAG_EVENT) | (upstreamId === undefined ? 0 : FLAG_UPSTREAM_ID), dataBytes, typeBytes, idBytes)
+    if (upstreamId !== undefined) this.#writeUpstreamId(upstreamId)
+  }
+
+  /** The events packed so far, as a batch; the builder starts over empty. */
+  take (): EventBatch {
+    if (this.#count === 0) return EventBatch.EMPTY
+    const batch = new EventBatch((this.#bytes as Buffer).subarray(0, this.#used), (this.#layout as Uint32Array).subarray(0, 4 * this.#count), this.#lastUpstreamId)
+    this.#nextCapacity = MIN_CAPACITY
+    while (this.#nextCapacity < this.#used) this.#nextCapacity *= 2
+    this.#nextEvents = MIN_EVENTS
+    while (this.#nextEvents < this.#count) this.#nextEvents *= 2
+    this.#bytes = undefined
+    this.#used = 0
+    this.#layout = undefined
+    this.#count = 0
+    this.#lastUpstreamId = ''
+    return batch
+  }
+
+  #push (flags: number, a: number, b: number, c: number): void {
+    let layout = this.#layout
+    const k = 4 * this.#count
+    if (layout === undefined || layout.length === k) {
+      const grown = new Uint32Array(layout === undefined ? 4 * this.#nextEvents : 2 * layout.length)
+      if (layout !== undefined) grown.set(layout)
+      layout = this.#layout = grown
+    }
+    layout[k] = flags
+    layout[k + 1] = a
+    layout[k + 2] = b
+    layout[k + 3] = c
+    this.#count++
+  }
+
+  #writeUpstreamId (upstreamId: string): void {
+    this.#used += (this.#bytes as Buffer).write(upstreamId, this.#used)
+    if (upstreamId !== '') this.#lastUpstreamId = upstreamId
+  }
+
+  /** The buffer, with room for `more` bytes after what is used. */
+  #reserve (more: number): Buffer {
+    const need = this.#used + more
+    const current = this.#bytes
+    if (current !== undefined && current.length >= need) return current
+    let capacity = Math.max(current === undefined ? this.#nextCapacity : current.length * 2, MIN_CAPACITY)
+    while (capacity < need) capacity *= 2
+    const grown = Buffer.allocUnsafe(capacity)
+    if (current !== undefined) current.copy(grown, 0, 0, this.#used)
+    this.#bytes = grown
+    return grown
+  }
+}

@@ -1,0 +1,72 @@
+// Packed event batches (src/store/batch.ts): what the recorder hands the
+// stores, and the form Redis keeps. Packing must give back every event as
+// it was appended, in the layout text the Redis scripts parse.
+import t from 'tap'
+import { EventBatch, EventBatchBuilder } from '../../src/store/batch.js'
+import type { EventInput } from '../../src/store/contract.js'
+
+const frame = (text: string, upstreamId?: string): EventInput =>
+  upstreamId === undefined ? { frame: Buffer.from(text) } : { frame: Buffer.from(text), upstreamId }
+
+t.test('every form of event comes back as it went in, numbered from the first seq', async t => {
+  const events: EventInput[] = [
+    frame('data: {"a":1}\n'),
+    frame('event: note\ndata: é\n', 'up-1'),
+    { data: 'gap ✓', event: 'gateway-gap' },
+    { data: 'plain' },
+    { data: 'with id', upstreamId: 'ü-2' },
+    frame('data: last\n', '')
+  ]
+  const batch = EventBatch.from(events)
+  t.equal(batch.length, 6)
+  const stored = batch.stored(41)
+  t.same(stored.map(e => e.seq), [41, 42, 43, 44, 45, 46])
+  t.same(stored.map(e => e.frame?.toString()), ['data: {"a":1}\n', 'event: note\ndata: é\n', undefined, undefined, undefined, 'data: last\n'])
+  t.same(stored.map(e => e.data), [undefined, undefined, 'gap ✓', 'plain', 'with id', undefined])
+  t.same(stored.map(e => e.event), [undefined, undefined, 'gateway-gap', undefined, undefined, undefined])
+  t.same(stored.map(e => e.upstreamId), [undefined, 'up-1', undefined, undefined, 'ü-2', ''])
+  t.same(batch.toArray(), stored.map(({ seq: _seq, ...e }) => e), 'toArray is the same events without numbers')
+  t.equal(batch.lastUpstreamId, 'ü-2', 'the last upstream id that is not empty')
+  t.equal(batch.dataBytes, Buffer.byteLength('data: {"a":1}\nevent: note\ndata: é\ngap ✓plainwith iddata: last\n'), 'data bytes leave types and ids out')
+  t.notOk(batch.plainFrames)
+  t.ok(EventBatch.from([frame('data: 1\n'), frame('data: 2\n')]).plainFrames, 'frames without ids are plain')
+})
+
+t.test('the layout text is four decimal numbers per event, each followed by a space', async t => {
+  const batch = EventBatch.from([frame('data: x\n'), { data: 'héllo', event: 'gap', upstreamId: '7' }, frame('data: 1234567890\n', '')])
+  t.equal(batch.layoutText().toString(), '4 8 0 0 3 6 3 1 6 17 0 0 ')
+  t.equal(new EventBatch(Buffer.alloc(0), new Uint32Array([0, 4294967295, 10, 100]), '').layoutText().toString(), '0 4294967295 10 100 ', 'every digit of the largest length')
+  t.equal(EventBatch.EMPTY.layoutText().length, 0, 'an empty batch has an empty layout')
+})
+
+t.test('a builder grows past its first buffer and layout, and a batch taken is never touched again', async t => {
+  const builder = new EventBatchBuilder()
+  const read = Buffer.from('xx' + 'data: '.padEnd(3000, 'y') + '\nzz')
+  const expected: string[] = []
+  for (let i = 0; i < 100; i++) {
+    const text = `data: ${i}\n`
+    builder.add(frame(text))
+    expected.push(text)
+  }
+  builder.addFrame(read, 2, read.length - 2, 'big')
+  expected.push(read.toString('utf8', 2, read.length - 2))
+  t.equal(builder.length, 101)
+  const first = builder.take()
+  t.equal(builder.length, 0, 'the builder starts over')
+  t.equal(builder.byteLength, 0)
+  t.same(first.stored(1).map(e => e.frame?.toString()), expected, 'a hundred small frames and a large one, in order')
+  t.equal(first.stored(1)[100]?.upstreamId, 'big')
+  const snapshot = Buffer.from(first.bytes)
+  builder.add(frame('data: next\n'))
+  builder.add({ data: 'more' })
+  const second = builder.take()
+  t.same(first.bytes, snapshot, 'packing the next batch leaves the first as it was')
+  t.same(second.toArray(), [frame('data: next\n'), { data: 'more', event: undefined, upstreamId: undefined }])
+  t.equal(builder.take(), EventBatch.EMPTY, 'nothing added: the empty batch')
+})
+
+t.test('a quick look for a needle in the bytes', async t => {
+  const batch = EventBatch.from([frame('data: {"id":1,"result":{}}\n'), { data: 'x' }])
+  t.ok(batch.includes('"result"'))
+  t.notOk(batch.includes('"error"'))
+})
