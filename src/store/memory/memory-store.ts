@@ -98,9 +98,9 @@ function eventBytes (e: EventInput): number {
  */
 const OFF_HEAP_SEGMENT_BYTES = 4096
 
-function segmentOf (first: number, batch: EventBatch, stored: readonly StoredEvent[]): Segment {
+function segmentOf (first: number, batch: EventBatch, plain: boolean, stored: readonly StoredEvent[]): Segment {
   const count = stored.length
-  if (batch.plainFrames) {
+  if (plain) {
     // The usual batch, the upstream's frames and nothing else: its bytes are the blob.
     const total = batch.bytes.length
     const ends = new Array<number>(count)
@@ -115,11 +115,13 @@ function segmentOf (first: number, batch: EventBatch, stored: readonly StoredEve
   let total = 0
   let upstreamIds: Array<string | undefined> | undefined
   for (const [i, e] of stored.entries()) {
-    if (e.frame === undefined) return { first, count, events: stored.slice() }
+    // Frames are views of the batch's buffer (which may be twice their size): keep copies.
+    if (e.frame === undefined) return { first, count, events: stored.map(e => e.frame === undefined ? e : { ...e, frame: Buffer.from(e.frame) }) }
     total += e.frame.length
     if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
   }
-  const bytes = total >= OFF_HEAP_SEGMENT_BYTES ? Buffer.allocUnsafeSlow(total) : Buffer.allocUnsafe(total)
+  const offHeap = total >= OFF_HEAP_SEGMENT_BYTES
+  const bytes = offHeap ? Buffer.allocUnsafeSlow(total) : Buffer.allocUnsafe(total)
   const ends = new Array<number>(count)
   let at = 0
   for (const [i, e] of stored.entries()) {
@@ -127,7 +129,7 @@ function segmentOf (first: number, batch: EventBatch, stored: readonly StoredEve
     at += (e.frame as Buffer).length
     ends[i] = at
   }
-  return { first, count, blob: total >= OFF_HEAP_SEGMENT_BYTES ? bytes : bytes.toString('latin1'), ends, upstreamIds }
+  return { first, count, blob: offHeap ? bytes : bytes.toString('latin1'), ends, upstreamIds }
 }
 
 /** The event at position `i` of a segment. */
@@ -235,10 +237,11 @@ export class MemoryEventStore implements EventStore {
     const stored = batch.stored(stream.lastSeq + 1)
     if (stored.length > 0) {
       let size = 0
-      if (batch.plainFrames) size = batch.bytes.length
+      const plain = batch.plainFrames
+      if (plain) size = batch.bytes.length
       else for (const e of stored) size += eventBytes(e)
       stream.lastSeq += stored.length
-      stream.segments.push(segmentOf(stream.lastSeq - stored.length + 1, batch, stored))
+      stream.segments.push(segmentOf(stream.lastSeq - stored.length + 1, batch, plain, stored))
       stream.retained += stored.length
       stream.bytes += size
       this.#totalBytes += size
