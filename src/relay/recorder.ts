@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.js'
-import type { AppendOptions, EventInput, EventStore } from '../store/contract.js'
+import type { AppendOptions, EventInput, EventStore, StoredEvent } from '../store/contract.js'
 import { EventBatch } from '../store/batch.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
@@ -29,6 +29,15 @@ export interface RecordOptions {
    * so clients resuming across the outage are told.
    */
   readonly onUnrecorded?: (events: readonly EventInput[]) => void
+  /**
+   * Degraded mode, once the store answers again: events (afterSeq, throughSeq]
+   * were passed on unrecorded, but the store holds them after all (it applied
+   * an append whose reply was lost). A client here that got them without ids
+   * must not get them again from the store.
+   */
+  readonly onStoredAfterAll?: (afterSeq: number, throughSeq: number) => void
+  /** Sequence number of the stream's last stored event when recording starts, when the caller knows it. */
+  readonly storedThrough?: number
   /**
    * Request streams: the JSON-RPC error to record as the stream's last event
    * when the upstream answer breaks off before its response, so live and
@@ -71,7 +80,8 @@ const END_RETRY_DELAYS_MS = [250, 1000, 2000, 4000, 8000]
  * batch it already applied (APPEND in src/store/redis/scripts.ts). So a failed
  * append is resent for this long, reading nothing more from the upstream
  * meanwhile, before its events are passed on unrecorded: through a short outage
- * they arrive late, never twice.
+ * they arrive late, never twice. Past the window, what the store applied all
+ * the same is found once it answers again (reconcile, below).
  */
 const APPEND_CONFIRM_WINDOW_MS = 2000
 /** First wait between resends of a failed append; it doubles up to APPEND_CONFIRM_MAX_DELAY_MS. */
@@ -97,6 +107,8 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   let outcome: RecordOutcome = 'completed'
   /** Events passed on unrecorded since the last append the store took. */
   let unrecorded = 0
+  /** Sequence number of the last event known to be in the store (from the last append it took). */
+  let storedThrough = o.storedThrough
   /** The request's response (or the gateway's error answer) is safely in the store. */
   let answered = o.requestId === undefined
   /** The stream's end could not be recorded yet. */
@@ -110,10 +122,9 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
 
   /**
    * Resend a failed append, identical, until it goes through or
-   * APPEND_CONFIRM_WINDOW_MS has passed: undefined once it is in the store,
-   * else the last error.
+   * APPEND_CONFIRM_WINDOW_MS has passed: what the store took, else the last error.
    */
-  const resend = async (batch: EventBatch, options: AppendOptions, first: unknown): Promise<unknown> => {
+  const resend = async (batch: EventBatch, options: AppendOptions, first: unknown): Promise<{ stored: StoredEvent[] } | { err: unknown }> => {
     const deadline = performance.now() + APPEND_CONFIRM_WINDOW_MS
     let err = first
     let attempts = 0
@@ -122,21 +133,42 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       await sleep(Math.max(0, Math.min(delayMs, deadline - performance.now())))
       attempts++
       try {
-        await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
+        const stored = await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
         o.metrics.appendResends.inc({ outcome: 'recorded' })
         o.log.info({ streamId: o.streamId, events: batch.length, attempts }, 'event store append resent: recorded (applied now, or found applied already), nothing passed on unrecorded')
-        return undefined
+        return { stored }
       } catch (next) {
         if (next instanceof SessionGoneError || next instanceof LeaseLostError) throw next
         err = next
       }
     }
     o.metrics.appendResends.inc({ outcome: 'unrecorded' })
-    return err
+    return { err }
+  }
+
+  /**
+   * The store answers again after events were passed on unrecorded: did it
+   * apply some of the appends that failed (a reply lost as Redis stopped)?
+   * This recorder is the stream's only writer, so whatever the store holds
+   * past the last append it took came from those. They are in the store,
+   * so the gap marker does not count them, and the clients here that got
+   * them without ids are told, so they do not get them twice.
+   */
+  const reconcile = async (): Promise<void> => {
+    if (storedThrough === undefined) return
+    const state = await o.metrics.timeStore('state', () => o.store.state(o.sessionId, o.streamId))
+    const applied = state === null ? 0 : state.lastSeq - storedThrough
+    // More than was passed on cannot be ours: another epoch (Redis came back empty and the session was recorded anew).
+    if (state === null || applied <= 0 || applied > unrecorded) return
+    o.log.info({ streamId: o.streamId, applied, unrecorded }, 'event store back: some events passed on unrecorded were stored after all (an append applied whose reply was lost)')
+    o.onStoredAfterAll?.(storedThrough, state.lastSeq)
+    unrecorded -= applied
+    storedThrough = state.lastSeq
   }
 
   /** Book-keeping once the store took an append: the upstream's events, and an error answer of the gateway's. */
-  const recorded = (read: EventBatch, answer: EventInput | undefined, answers: boolean, end: boolean): true => {
+  const recorded = (stored: readonly StoredEvent[], read: EventBatch, answer: EventInput | undefined, answers: boolean, end: boolean): true => {
+    storedThrough = stored.at(-1)?.seq ?? storedThrough
     if (answers) answered = true
     if (end) endPending = false
     if (unrecorded > 0) {
@@ -157,6 +189,14 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   const append = async (events: EventBatch | readonly EventInput[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> => {
     const read = events instanceof EventBatch ? events : EventBatch.from(events)
     if (read.length === 0 && !end && unrecorded === 0) return true
+    if (unrecorded > 0) {
+      try {
+        await reconcile()
+      } catch (err) {
+        return passOn(read, end, err)
+      }
+      if (read.length === 0 && !end && unrecorded === 0) return true
+    }
     let answers = !answered && respondsTo(read, o.requestId as string | number)
     let answer: EventInput | undefined
     if (end && !answered && !answers) {
@@ -172,25 +212,33 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       ? read
       : EventBatch.from([...(unrecorded === 0 ? [] : [marker()]), ...read.toArray(), ...(answer === undefined ? [] : [answer])])
     const options = { end, ...(o.fence !== undefined && { fence: o.fence }) }
+    let stored: StoredEvent[]
     try {
-      await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
+      stored = await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
     } catch (first) {
       if (first instanceof SessionGoneError || first instanceof LeaseLostError) throw first
       // Only a failure that would pass events on live can duplicate them; once
       // degraded, events are passed on at once (the window was spent already).
-      const err = read.length > 0 && unrecorded === 0 ? await resend(batch, options, first) : first
-      if (err === undefined) return recorded(read, answer, answers, end)
-      // The store failed: these events cannot be replayed. Reading goes on so
-      // the upstream is never stalled; live clients here still get them.
-      const passed = read.length
-      unrecorded += passed
-      if (end) endPending = true
-      o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, passed)
-      o.log.error({ err, streamId: o.streamId, events: passed }, 'event store append failed: events passed on unrecorded')
-      if (passed > 0) o.onUnrecorded?.(read.toArray())
-      return false
+      if (read.length === 0 || unrecorded > 0) return passOn(read, end, first)
+      const resent = await resend(batch, options, first)
+      if (!('stored' in resent)) return passOn(read, end, resent.err)
+      stored = resent.stored
     }
-    return recorded(read, answer, answers, end)
+    return recorded(stored, read, answer, answers, end)
+  }
+
+  /**
+   * The store failed: these events cannot be replayed. Reading goes on so
+   * the upstream is never stalled; live clients here still get them.
+   */
+  const passOn = (read: EventBatch, end: boolean, err: unknown): false => {
+    const passed = read.length
+    unrecorded += passed
+    if (end) endPending = true
+    o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, passed)
+    o.log.error({ err, streamId: o.streamId, events: passed }, 'event store append failed: events passed on unrecorded')
+    if (passed > 0) o.onUnrecorded?.(read.toArray())
+    return false
   }
 
   /**

@@ -152,6 +152,7 @@ export class SessionHub {
       lease,
       localClients: () => s.clients.has(STANDALONE_STREAM) ? 1 : 0,
       onUnrecorded: events => s.clients.get(STANDALONE_STREAM)?.writeUnrecorded(events),
+      onStoredAfterAll: (afterSeq, throughSeq) => s.clients.get(STANDALONE_STREAM)?.storedAfterAll(afterSeq, throughSeq),
       onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome)
     })
     lease.onHandoverRequest = () => {

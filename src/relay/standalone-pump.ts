@@ -30,6 +30,8 @@ export interface PumpOptions {
   readonly localClients: () => number
   /** Events the store refused (degraded mode), for the clients attached here. */
   readonly onUnrecorded?: (events: readonly EventInput[]) => void
+  /** Some of those turned out to be stored after all (see RecordOptions.onStoredAfterAll). */
+  readonly onStoredAfterAll?: (afterSeq: number, throughSeq: number) => void
   /** Called once when the pump stops for good. */
   readonly onStop: (outcome: PumpOutcome) => void
 }
@@ -121,7 +123,8 @@ export class StandalonePump {
       endStreamOnFinish: false,
       fence: lease.token,
       onUpstreamId: id => lease.noteUpstreamId(id),
-      ...(this.#o.onUnrecorded !== undefined && { onUnrecorded: this.#o.onUnrecorded })
+      ...(this.#o.onUnrecorded !== undefined && { onUnrecorded: this.#o.onUnrecorded }),
+      ...(this.#o.onStoredAfterAll !== undefined && { onStoredAfterAll: this.#o.onStoredAfterAll })
     }).then(outcome => {
       metrics.upstreamStreamsOpen.dec({ kind: 'standalone' })
       log.debug({ outcome }, 'upstream GET stream finished')

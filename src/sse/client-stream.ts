@@ -47,6 +47,8 @@ export class ClientStream {
   readonly #onClose: Array<(outcome: CloseOutcome) => void> = []
   #closed = false
   #lastSeq = 0
+  /** lastSeq when events were first written here without ids (degraded mode) since the last recorded one. */
+  #unrecordedAfter: number | undefined
   /** `id: <epoch>.<stream>.`: an event's id line is this, its sequence number in base 36, a line break. */
   readonly #idPrefix: Buffer
 
@@ -128,6 +130,7 @@ export class ClientStream {
     }
     if (!this.#write(out.subarray(0, at))) return false
     this.#lastSeq = last
+    this.#unrecordedAfter = undefined
     this.#metrics.eventsDelivered.inc(count)
     if (replayed) this.#metrics.eventsReplayed.inc(count)
     return true
@@ -136,12 +139,24 @@ export class ClientStream {
   /** Events the store could not take (degraded mode): written without an id, they cannot be resumed. */
   writeUnrecorded (events: readonly EventInput[]): void {
     if (this.#closed || events.length === 0) return
+    this.#unrecordedAfter ??= this.#lastSeq
     const parts: Buffer[] = []
     for (const e of events) {
       parts.push(e.frame !== undefined ? frameWithoutId(e.frame) : Buffer.from(formatEventWithoutId(e.data, e.event)))
     }
     this.#metrics.eventsDelivered.inc(events.length)
     this.#write(Buffer.concat(parts))
+  }
+
+  /**
+   * Events (afterSeq, throughSeq], passed on unrecorded, are in the store
+   * after all. When this connection got every event passed on unrecorded
+   * since afterSeq, it has them: they are not written again. (Its client
+   * still holds the id of afterSeq until the next event: a resume from
+   * there replays them, as it would any event after its id.)
+   */
+  storedAfterAll (afterSeq: number, throughSeq: number): void {
+    if (this.#unrecordedAfter === afterSeq && this.#lastSeq === afterSeq) this.#lastSeq = throughSeq
   }
 
   /** An event the gateway made up (a repair answer), under an id of its choosing. */

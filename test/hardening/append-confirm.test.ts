@@ -7,7 +7,10 @@
 // already applied) instead of passing the events on live without ids, so every
 // event reaches the client exactly once, with its id, and no gap is marked.
 // An outage longer than the recorder's confirm window still degrades as before:
-// events passed on live without ids, a store_unavailable gap marker counting them.
+// events passed on live without ids, a store_unavailable gap marker counting them;
+// when the cut append had been applied, the recorder finds it in the store once
+// Redis answers again: the marker counts only what the store lacks, and the live
+// client does not get the applied events a second time from the store.
 import t from 'tap'
 import type { Test } from 'tap'
 import { pino } from 'pino'
@@ -49,7 +52,7 @@ function seqOf (data: string, tool: Tool): number | undefined {
 }
 
 /** Run the tool through a gateway whose store connection is cut once, at the append carrying its notifications. */
-async function run (t: Test, tool: Tool, point: CutPoint, downMs: number): Promise<Run> {
+async function run (t: Test, tool: Tool, point: CutPoint, downMs: number, intervalMs = 10): Promise<Run> {
   const { url: redisUrl, prefix } = await useRedis(t, 'append-confirm')
   const cut = await startRedisCut(redisUrl)
   t.teardown(() => cut.close())
@@ -65,7 +68,7 @@ async function run (t: Test, tool: Tool, point: CutPoint, downMs: number): Promi
   t.ok(await waitUntil(() => mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'the standalone stream is open')
 
   const received = (): number[] => sequencesOf(mcp.notifications, tool)
-  const args = { count: COUNT, intervalMs: 10 }
+  const args = { count: COUNT, intervalMs }
   let call: Promise<unknown> = Promise.resolve()
   if (tool === 'broadcast') await mcp.client.callTool({ name: tool, arguments: args })
   else call = mcp.client.callTool({ name: tool, arguments: args }, undefined, { timeout: 30_000 })
@@ -139,3 +142,28 @@ t.test('broadcast: Redis unreachable longer than the confirm window: degraded mo
   t.equal(metricSum(text, 'mcpgw_events_unrecorded_total'), withoutId, 'counted unrecorded')
   t.equal(metricSum(text, 'mcpgw_gaps_total', { reason: 'store_unavailable' }), 1, 'one gap counted')
 })
+
+for (const tool of ['broadcast', 'stream_notifications'] as const) {
+  t.test(`${tool}: an append applied but reported failed, Redis unreachable past the confirm window: nothing twice, the marker counts what the store lacks`, async t => {
+    // Cut right after Redis ran the append, refused for 9 s: the resends run out of
+    // time (each failed attempt waits ~3 s for ioredis' reconnects), so its events are
+    // passed on without ids although the store holds them, then the next append's too,
+    // which the store never gets. The tool runs 15 s: appends go through again before it ends.
+    const r = await run(t, tool, 'after', 9000, 50)
+    const marker = JSON.parse(r.storedGaps[0] ?? '{}') as { reason?: string, unrecorded?: number }
+    const withoutId = r.copies.filter(e => e.id === undefined).length
+    t.comment(`${tool}, reply lost, long outage: ${summary(r, tool)}; stored ${r.stored.length}, stored gap markers ${r.storedGaps.join(' ') || 'none'}`)
+    const report = checkDelivery(sequencesOf(r.mcp.notifications, tool), COUNT)
+    t.same(report.lost, [], 'the live client lost nothing')
+    t.same(report.duplicated, [], 'nor got anything twice (the applied append is not written again from the store)')
+    t.equal(report.outOfOrder, 0, 'in order')
+    t.same(checkDelivery(r.stored.slice().sort((a, b) => a - b), COUNT).duplicated, [], 'each stored once')
+    t.equal(r.storedGaps.length, 1, 'one gap marker recorded once the store answered')
+    t.equal(marker.reason, 'store_unavailable', 'reason store_unavailable')
+    t.equal(r.stored.length + (marker.unrecorded ?? NaN), COUNT, `it counts exactly what the store lacks (${String(marker.unrecorded)} of ${COUNT}; ${r.stored.length} stored)`)
+    t.ok(withoutId > (marker.unrecorded ?? NaN), `more were passed on without an id (${withoutId}) than the store lacks: the applied append's events, stored after all`)
+    const text = await metrics(r.adminUrl)
+    t.ok(metricSum(text, 'mcpgw_append_resends_total', { outcome: 'unrecorded' }) >= 1, 'the resends ran out of time')
+    t.equal(metricSum(text, 'mcpgw_events_unrecorded_total'), withoutId, 'what was passed on without an id is counted unrecorded')
+  })
+}
