@@ -52,7 +52,8 @@ function seqOf (data: string, tool: Tool): number | undefined {
 }
 
 /** Run the tool through a gateway whose store connection is cut once, at the append carrying its notifications. */
-async function run (t: Test, tool: Tool, point: CutPoint, downMs: number, intervalMs = 10): Promise<Run> {
+/** `first`: cut the first append carrying the tool's notifications (for the standalone stream, the first of its upstream GET). */
+async function run (t: Test, tool: Tool, point: CutPoint, downMs: number, intervalMs = 10, first = false): Promise<Run> {
   const { url: redisUrl, prefix } = await useRedis(t, 'append-confirm')
   const cut = await startRedisCut(redisUrl)
   t.teardown(() => cut.close())
@@ -70,10 +71,13 @@ async function run (t: Test, tool: Tool, point: CutPoint, downMs: number, interv
   const received = (): number[] => sequencesOf(mcp.notifications, tool)
   const args = { count: COUNT, intervalMs }
   let call: Promise<unknown> = Promise.resolve()
+  if (first) cut.arm(`"tool":"${tool}"`, point, downMs)
   if (tool === 'broadcast') await mcp.client.callTool({ name: tool, arguments: args })
   else call = mcp.client.callTool({ name: tool, arguments: args }, undefined, { timeout: 30_000 })
-  t.ok(await waitUntil(() => received().length >= 30, 10_000), `the ${tool} notifications are flowing`)
-  cut.arm(`"tool":"${tool}"`, point, downMs)
+  if (!first) {
+    t.ok(await waitUntil(() => received().length >= 30, 10_000), `the ${tool} notifications are flowing`)
+    cut.arm(`"tool":"${tool}"`, point, downMs)
+  }
   t.ok(await waitUntil(() => cut.fired === 1, 5000), `the store connection was cut ${point === 'after' ? 'after Redis ran' : 'before Redis got'} an append of the tool's notifications`)
   const result = await call.then(r => JSON.stringify((r as { content?: unknown } | undefined)?.content ?? null), (err: unknown) => `failed: ${String(err)}`)
   if (tool === 'stream_notifications') t.equal(result, JSON.stringify([{ type: 'text', text: `done ${COUNT}` }]), 'the tool call ends with its result')
@@ -167,3 +171,19 @@ for (const tool of ['broadcast', 'stream_notifications'] as const) {
     t.equal(metricSum(text, 'mcpgw_events_unrecorded_total'), withoutId, 'what was passed on without an id is counted unrecorded')
   })
 }
+
+t.test('broadcast: the first append of the upstream GET applied but reported failed, Redis unreachable past the confirm window: nothing twice', async t => {
+  // The recorder of a standalone stream learns where the stream stood when its upstream
+  // GET opened, so it can tell what Redis applied even when no append of its own went through.
+  const r = await run(t, 'broadcast', 'after', 9000, 50, true)
+  const marker = JSON.parse(r.storedGaps[0] ?? '{}') as { unrecorded?: number }
+  const withoutId = r.copies.filter(e => e.id === undefined).length
+  t.comment(`broadcast, first append's reply lost, long outage: ${summary(r, 'broadcast')}; stored ${r.stored.length}, stored gap markers ${r.storedGaps.join(' ') || 'none'}`)
+  const report = checkDelivery(sequencesOf(r.mcp.notifications, 'broadcast'), COUNT)
+  t.same(report.lost, [], 'the live client lost nothing')
+  t.same(report.duplicated, [], 'nor got anything twice')
+  t.equal(report.outOfOrder, 0, 'in order')
+  t.ok(r.stored.length > 0 && r.storedGaps.length === 1, 'the applied append and later events are stored, with one gap marker')
+  t.equal(r.stored.length + (marker.unrecorded ?? NaN), COUNT, `the marker counts exactly what the store lacks (${String(marker.unrecorded)})`)
+  t.ok(withoutId > (marker.unrecorded ?? NaN), `more were passed on without an id (${withoutId}) than the store lacks`)
+})
