@@ -36,8 +36,11 @@ export interface RecordOptions {
    * must not get them again from the store.
    */
   readonly onStoredAfterAll?: (afterSeq: number, throughSeq: number) => void
-  /** Sequence number of the stream's last stored event when recording starts, when the caller knows it. */
-  readonly storedThrough?: number
+  /**
+   * Sequence number of the stream's last stored event when recording starts,
+   * when the caller knows it (or will: a read asked before any append).
+   */
+  readonly storedThrough?: number | Promise<number | undefined>
   /**
    * Request streams: the JSON-RPC error to record as the stream's last event
    * when the upstream answer breaks off before its response, so live and
@@ -108,7 +111,7 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   /** Events passed on unrecorded since the last append the store took. */
   let unrecorded = 0
   /** Sequence number of the last event known to be in the store (from the last append it took). */
-  let storedThrough = o.storedThrough
+  let storedThrough = typeof o.storedThrough === 'number' ? o.storedThrough : undefined
   /** The request's response (or the gateway's error answer) is safely in the store. */
   let answered = o.requestId === undefined
   /** The stream's end could not be recorded yet. */
@@ -155,6 +158,8 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
    * them without ids are told, so they do not get them twice.
    */
   const reconcile = async (): Promise<void> => {
+    // No append went through yet: where the stream stood when recording started, if known.
+    storedThrough ??= await o.storedThrough
     if (storedThrough === undefined) return
     const state = await o.metrics.timeStore('state', () => o.store.state(o.sessionId, o.streamId))
     const applied = state === null ? 0 : state.lastSeq - storedThrough

@@ -114,7 +114,9 @@ export class StandalonePump {
     }
     // Where the stream stands before this upstream GET's first append (none yet: 0), so the
     // recorder can tell, after an outage, what Redis applied although the append failed.
-    const storedThrough = await metrics.timeStore('state', () => this.#o.store.state(this.#o.sessionId, STANDALONE_STREAM))
+    // Not waited for: asked before any append of the recorder, on the same connection, it
+    // answers for the stream as it was before them.
+    const storedThrough = metrics.timeStore('state', () => this.#o.store.state(this.#o.sessionId, STANDALONE_STREAM))
       .then(state => state?.lastSeq ?? 0, () => undefined)
     recordUpstreamStream({
       store: this.#o.store,
@@ -127,7 +129,7 @@ export class StandalonePump {
       endStreamOnFinish: false,
       fence: lease.token,
       onUpstreamId: id => lease.noteUpstreamId(id),
-      ...(storedThrough !== undefined && { storedThrough }),
+      storedThrough,
       ...(this.#o.onUnrecorded !== undefined && { onUnrecorded: this.#o.onUnrecorded }),
       ...(this.#o.onStoredAfterAll !== undefined && { onStoredAfterAll: this.#o.onStoredAfterAll })
     }).then(outcome => {
