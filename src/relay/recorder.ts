@@ -86,10 +86,10 @@ const END_RETRY_DELAYS_MS = [250, 1000, 2000, 4000, 8000]
  * they arrive late, never twice. Past the window, what the store applied all
  * the same is found once it answers again (reconcile, below).
  */
-const APPEND_CONFIRM_WINDOW_MS = 2000
+export const APPEND_CONFIRM_WINDOW_MS = 2000
 /** First wait between resends of a failed append; it doubles up to APPEND_CONFIRM_MAX_DELAY_MS. */
-const APPEND_CONFIRM_FIRST_DELAY_MS = 100
-const APPEND_CONFIRM_MAX_DELAY_MS = 800
+export const APPEND_CONFIRM_FIRST_DELAY_MS = 100
+export const APPEND_CONFIRM_MAX_DELAY_MS = 800
 
 /** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
 export const GAP_MARKER_EVENT = 'gateway-gap'

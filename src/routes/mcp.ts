@@ -1,17 +1,18 @@
 import { createHash, randomBytes } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { LeaseCoordinator } from '../cluster/coordinator.js'
 import type { OrphanAnswer } from '../cluster/lease.js'
 import type { GatewayConfig } from '../config/load.js'
-import { errors, GatewayError } from '../errors.js'
+import { errors, GatewayError, SessionGoneError } from '../errors.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { statusClass } from '../metrics/metrics.js'
 import { protocolInfo, type ProtocolInfo } from '../protocol/era.js'
 import { decodeEventId, encodeEventId, randomToken, type EventPosition } from '../protocol/event-id.js'
 import { lostResponseError, makeRequestStreamId, REPAIRED_SEQ, requestIdOfBody, requestIdOfStream } from '../protocol/request-stream.js'
 import { StreamFollower } from '../relay/follower.js'
-import { GAP_MARKER_EVENT, recordUpstreamStream } from '../relay/recorder.js'
+import { APPEND_CONFIRM_FIRST_DELAY_MS, APPEND_CONFIRM_MAX_DELAY_MS, APPEND_CONFIRM_WINDOW_MS, GAP_MARKER_EVENT, recordUpstreamStream } from '../relay/recorder.js'
 import type { InFlight } from '../relay/inflight.js'
 import type { SessionHub } from '../relay/session-hub.js'
 import { SessionRateLimiter } from './rate-limit.js'
@@ -258,7 +259,26 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     return await serveRequestStream(request, reply, proto, recordSession, res)
   }
 
-  async function serveRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, res: UpstreamResponse): Promise<void> {
+  /**
+   * Open a request stream in the store. A failure is retried for as long as
+   * the recorder retries a failed append (its confirm window), the upstream's
+   * answer waiting meanwhile: a short outage only delays the answer, which
+   * stays resumable. Throws the last error after that.
+   */
+  async function openRequestStream (sessionId: string, streamId: string, log: Logger): Promise<StreamState> {
+    const deadline = performance.now() + APPEND_CONFIRM_WINDOW_MS
+    for (let delayMs = APPEND_CONFIRM_FIRST_DELAY_MS; ; delayMs = Math.min(delayMs * 2, APPEND_CONFIRM_MAX_DELAY_MS)) {
+      try {
+        return await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
+      } catch (err) {
+        if (err instanceof SessionGoneError || performance.now() + delayMs >= deadline) throw err
+        log.warn({ err }, 'event store unavailable: retrying to open the request stream before passing its answer through unrecorded')
+        await sleep(delayMs)
+      }
+    }
+  }
+
+  async function serveRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, res: UpstreamResponse): Promise<FastifyReply | undefined> {
     // The stream id carries the request's JSON-RPC id, for gap repair.
     const requestId = requestIdOfBody(request.body as Buffer | undefined)
     const streamId = makeRequestStreamId(randomToken(8, random), randomToken(3, random), requestId)
@@ -269,7 +289,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     const claimed = recording.claimed
       .catch((err: unknown) => log.warn({ err }, 'could not note this replica as the recorder: if it dies, resuming clients wait for their timeout'))
     try {
-      state = await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
+      state = await openRequestStream(sessionId, streamId, log)
     } catch (err) {
       // Degraded mode: the request already reached the upstream; pass its answer
       // on as it is (live, not resumable) rather than lose the result. The claim,
@@ -277,8 +297,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       recording.done()
       log.error({ err }, 'event store unavailable: passing the SSE answer through unrecorded')
       metrics.eventsUnrecorded.inc({ reason: 'store_error' })
-      sendUpstreamResponse(reply, res)
-      return
+      return sendUpstreamResponse(reply, res)
     }
     await claimed
     const client = streamOptions(reply, log, 'request', state.epoch, streamId, proto)

@@ -20,7 +20,7 @@ import { decodeEventId } from '../../src/protocol/event-id.js'
 import { SLOW_CLIENT_GRACE_MS } from '../../src/sse/client-stream.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { startGateway, testConfig } from '../fixtures/gateway.js'
-import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
+import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil, type McpTestClient, type SseEventRecord } from '../fixtures/mcp-client.js'
 import { startRedisServer, uniquePrefix } from '../fixtures/redis.js'
 import { standaloneItems } from '../fixtures/standalone-log.js'
 import {
@@ -68,6 +68,17 @@ async function redisGateway (t: Test, upstreamUrl: string, redisUrl: string, env
   const { url, adminUrl } = await gateway.listen()
   t.teardown(() => gateway.close())
   return { url, adminUrl, store, gateway }
+}
+
+/** The example server behind a gateway on `redisUrl`, an SDK client with its standalone stream open. */
+async function exampleSessionOnRedis (t: Test, redisUrl: string): Promise<{ gw: Awaited<ReturnType<typeof redisGateway>>, mcp: McpTestClient }> {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const gw = await redisGateway(t, upstream.url, redisUrl)
+  const mcp = await connectClient(`${gw.url}/mcp`, { reconnectionOptions: RECONNECT })
+  t.teardown(() => mcp.close())
+  t.ok(await standaloneOpen(mcp), 'the standalone stream is open')
+  return { gw, mcp }
 }
 
 t.test('upstream restart mid-stream', async t => {
@@ -396,12 +407,7 @@ t.test('Redis unreachable at start', async t => {
  * with everything it acknowledged.
  */
 async function redisOutage (t: Test, redis: { url: string, stop: () => Promise<void>, start: () => Promise<void> }, persistent: boolean): Promise<void> {
-  const upstream = await startExampleServer()
-  t.teardown(() => upstream.close())
-  const gw = await redisGateway(t, upstream.url, redis.url)
-  const mcp = await connectClient(`${gw.url}/mcp`, { reconnectionOptions: RECONNECT })
-  t.teardown(() => mcp.close())
-  t.ok(await standaloneOpen(mcp), 'the standalone stream is open')
+  const { gw, mcp } = await exampleSessionOnRedis(t, redis.url)
   const COUNT = 1500
   await mcp.client.callTool({ name: 'broadcast', arguments: { count: COUNT, intervalMs: 10 } })
   const received = (): number[] => sequencesOf(mcp.notifications, 'broadcast')
@@ -648,4 +654,48 @@ t.test('1,000 clients reconnecting at once', async t => {
   t.equal(wrong.length, 0, `each got exactly what it missed, events 2 and 3 (${wrong.length} did not${wrong[0] === undefined ? '' : `: ${JSON.stringify(wrong[0].events.map(e => e.data.slice(0, 60)))}`})`)
   t.ok(rssPeak - rssBefore < 256 * 1048576, `RSS bounded during the storm (+${Math.round((rssPeak - rssBefore) / 1048576)} MiB, test process included)`)
   t.equal((await exchange(`${gw.adminUrl}/healthz`)).status, 200, 'the gateway still answers /healthz')
+})
+
+/**
+ * A tool call POSTed while Redis is down, Redis started again `downMs` after
+ * the call went out (undefined: once it ended). Redis keeps its data
+ * (appendonly), as a restart or failover does.
+ */
+async function toolCallInOutage (t: Test, tag: string, downMs?: number): Promise<{ result: string, elapsed: number, copies: SseEventRecord[], metricsText: string }> {
+  const redis = await startPersistentRedis(t)
+  const { gw, mcp } = await exampleSessionOnRedis(t, redis.url)
+  await redis.stop()
+  const started = Date.now()
+  const call = mcp.client.callTool({ name: 'stream_notifications', arguments: { count: 20, intervalMs: 10, tag } }, undefined, { timeout: 20_000 })
+    .then(r => JSON.stringify(r.content), (err: unknown) => `failed: ${String(err)}`)
+  if (downMs !== undefined) {
+    await sleep(downMs)
+    await redis.start()
+  }
+  const result = await call
+  const elapsed = Date.now() - started
+  if (downMs === undefined) await redis.start()
+  const copies = mcp.exchanges.filter(e => e.method === 'POST').flatMap(e => e.events).filter(ev => ev.data.includes(`"${tag}"`))
+  const metricsText = await metrics(gw.adminUrl)
+  t.comment(`tool call, Redis ${downMs === undefined ? 'down throughout' : `down ${downMs} ms`}: ${result} after ${elapsed} ms; ${copies.length} notifications, ${copies.filter(ev => ev.id === undefined).length} without an id; mcpgw_events_unrecorded_total ${metricSum(metricsText, 'mcpgw_events_unrecorded_total')}, open_stream errors ${metricSum(metricsText, 'mcpgw_store_errors_total', { op: 'open_stream' })}`)
+  t.equal(result, JSON.stringify([{ type: 'text', text: 'done 20' }]), 'the call ends with its result (not at its timeout)')
+  t.equal(copies.length, 20, 'every notification arrived')
+  return { result, elapsed, copies, metricsText }
+}
+
+t.test('a tool call POSTed while Redis is down for about a second: its answer is recorded, not passed through', async t => {
+  // Opening the request stream in the store is retried like an append (the
+  // recorder's confirm window): a short outage only delays the answer, which
+  // stays resumable. Passed through unrecorded, a connection cut mid-answer
+  // would leave the call to its timeout (no id to resume from).
+  const r = await toolCallInOutage(t, 'short-outage', 1000)
+  t.same(r.copies.filter(ev => ev.id === undefined).map(ev => ev.data.slice(0, 60)), [], 'each with an id (recorded, resumable)')
+  t.equal(metricSum(r.metricsText, 'mcpgw_events_unrecorded_total'), 0, 'nothing passed through unrecorded')
+})
+
+t.test('a tool call POSTed while Redis stays down: its answer is passed through unrecorded, the result arrives', async t => {
+  const r = await toolCallInOutage(t, 'long-outage')
+  t.equal(r.copies.filter(ev => ev.id === undefined).length, 20, 'without ids: passed through, not recorded')
+  t.ok(r.elapsed >= 2000, `after the store was retried for the confirm window (${r.elapsed} ms)`)
+  t.equal(metricSum(r.metricsText, 'mcpgw_events_unrecorded_total', { reason: 'store_error' }), 1, 'the answer passed through unrecorded is counted')
 })
