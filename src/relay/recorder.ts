@@ -86,10 +86,25 @@ const END_RETRY_DELAYS_MS = [250, 1000, 2000, 4000, 8000]
  * they arrive late, never twice. Past the window, what the store applied all
  * the same is found once it answers again (reconcile, below).
  */
-export const APPEND_CONFIRM_WINDOW_MS = 2000
+const APPEND_CONFIRM_WINDOW_MS = 2000
 /** First wait between resends of a failed append; it doubles up to APPEND_CONFIRM_MAX_DELAY_MS. */
-export const APPEND_CONFIRM_FIRST_DELAY_MS = 100
-export const APPEND_CONFIRM_MAX_DELAY_MS = 800
+const APPEND_CONFIRM_FIRST_DELAY_MS = 100
+const APPEND_CONFIRM_MAX_DELAY_MS = 800
+
+/**
+ * The waits of the confirm window, for retrying a store operation that
+ * failed (an append, opening a request stream): yields the retry's number
+ * (from 1) after each wait, until APPEND_CONFIRM_WINDOW_MS from the first
+ * call has passed.
+ */
+export async function * confirmWindow (): AsyncGenerator<number, void, undefined> {
+  const deadline = performance.now() + APPEND_CONFIRM_WINDOW_MS
+  let retry = 0
+  for (let delayMs = APPEND_CONFIRM_FIRST_DELAY_MS; performance.now() < deadline; delayMs = Math.min(delayMs * 2, APPEND_CONFIRM_MAX_DELAY_MS)) {
+    await sleep(Math.max(0, Math.min(delayMs, deadline - performance.now())))
+    yield ++retry
+  }
+}
 
 /** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
 export const GAP_MARKER_EVENT = 'gateway-gap'
@@ -128,13 +143,9 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
    * APPEND_CONFIRM_WINDOW_MS has passed: what the store took, else the last error.
    */
   const resend = async (batch: EventBatch, options: AppendOptions, first: unknown): Promise<{ stored: StoredEvent[] } | { err: unknown }> => {
-    const deadline = performance.now() + APPEND_CONFIRM_WINDOW_MS
     let err = first
-    let attempts = 0
     o.log.warn({ err, streamId: o.streamId, events: batch.length }, 'event store append failed: resending it (it may have been applied) before passing its events on unrecorded')
-    for (let delayMs = APPEND_CONFIRM_FIRST_DELAY_MS; performance.now() < deadline; delayMs = Math.min(delayMs * 2, APPEND_CONFIRM_MAX_DELAY_MS)) {
-      await sleep(Math.max(0, Math.min(delayMs, deadline - performance.now())))
-      attempts++
+    for await (const attempts of confirmWindow()) {
       try {
         const stored = await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
         o.metrics.appendResends.inc({ outcome: 'recorded' })

@@ -1,5 +1,4 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { LeaseCoordinator } from '../cluster/coordinator.js'
@@ -12,7 +11,7 @@ import { protocolInfo, type ProtocolInfo } from '../protocol/era.js'
 import { decodeEventId, encodeEventId, randomToken, type EventPosition } from '../protocol/event-id.js'
 import { lostResponseError, makeRequestStreamId, REPAIRED_SEQ, requestIdOfBody, requestIdOfStream } from '../protocol/request-stream.js'
 import { StreamFollower } from '../relay/follower.js'
-import { APPEND_CONFIRM_FIRST_DELAY_MS, APPEND_CONFIRM_MAX_DELAY_MS, APPEND_CONFIRM_WINDOW_MS, GAP_MARKER_EVENT, recordUpstreamStream } from '../relay/recorder.js'
+import { confirmWindow, GAP_MARKER_EVENT, recordUpstreamStream } from '../relay/recorder.js'
 import type { InFlight } from '../relay/inflight.js'
 import type { SessionHub } from '../relay/session-hub.js'
 import { SessionRateLimiter } from './rate-limit.js'
@@ -266,16 +265,26 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
    * stays resumable. Throws the last error after that.
    */
   async function openRequestStream (sessionId: string, streamId: string, log: Logger): Promise<StreamState> {
-    const deadline = performance.now() + APPEND_CONFIRM_WINDOW_MS
-    for (let delayMs = APPEND_CONFIRM_FIRST_DELAY_MS; ; delayMs = Math.min(delayMs * 2, APPEND_CONFIRM_MAX_DELAY_MS)) {
+    const open = async (): Promise<StreamState> => await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
+    let last: unknown
+    try {
+      return await open()
+    } catch (err) {
+      if (err instanceof SessionGoneError) throw err
+      log.warn({ err }, 'event store unavailable: retrying to open the request stream before passing its answer through unrecorded')
+      last = err
+    }
+    for await (const retries of confirmWindow()) {
       try {
-        return await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
+        const state = await open()
+        log.info({ retries }, 'event store back: request stream opened, its answer is recorded')
+        return state
       } catch (err) {
-        if (err instanceof SessionGoneError || performance.now() + delayMs >= deadline) throw err
-        log.warn({ err }, 'event store unavailable: retrying to open the request stream before passing its answer through unrecorded')
-        await sleep(delayMs)
+        if (err instanceof SessionGoneError) throw err
+        last = err
       }
     }
+    throw last
   }
 
   async function serveRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, res: UpstreamResponse): Promise<FastifyReply | undefined> {
