@@ -134,6 +134,8 @@ export interface EventStore {
    * packed (EventBatch, see batch.ts: the recorder's form). The stream is opened if
    * needed. Retention (count, bytes, TTL) is applied in the same step; the
    * newest event is never trimmed. Subscribers of the stream get a notice.
+   * A batch is the store's from then on: the embedded store may keep its
+   * buffer, and the events returned are views of it, so it must not change.
    * Fails with SessionGoneError when the session is unknown (expired or lost).
    */
   append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options?: AppendOptions): Promise<StoredEvent[]>

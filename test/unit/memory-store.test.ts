@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { MemoryEventStore, RECORD_BYTES, type MemoryStoreOptions } from '../../src/store/memory/memory-store.js'
 import type { EventInput, RetentionLimits, StoredEvent } from '../../src/store/contract.js'
 import { SessionGoneError } from '../../src/errors.js'
+import { EventBatch } from '../../src/store/batch.js'
 
 const ROOMY: RetentionLimits = { maxEvents: 1_000_000, maxBytes: 1_000_000_000, ttlMs: 3_600_000 }
 
@@ -506,6 +507,27 @@ t.test('upstream frames are kept packed per append: trimming inside a batch, rea
   t.same(seqs(page?.events ?? []), [6, 7, 8], 'a page starting inside a batch, cut at the limit')
   t.same(seqs((await store.read('S', 's', 9, 100))?.events ?? []), [10, 11], 'a page across the last frame batch into a text batch')
   t.same(seqs((await store.read('S', 's', 1, 100))?.events ?? []), [5, 6, 7, 8, 9, 10, 11], 'a resume before the window starts at its first event')
+})
+
+t.test('a batch of upstream frames: its buffer is kept when it holds little else, copied to its size when mostly empty', async (t) => {
+  const { store } = makeStore(t, { maxBytes: 10_000_000 })
+  await store.createSession('S', 'p')
+  const frames = (count: number, size: number): EventInput[] => Array.from({ length: count }, (_, i) => ({ frame: Buffer.from(`data: ${String(i).padStart(size - 7, '0')}\n`) }))
+  // 16 frames of 512 bytes fill the builder's 8 KB exactly.
+  const tight = EventBatch.from(frames(16, 512))
+  t.equal(tight.bytes.buffer.byteLength, 8192, 'the batch fills its buffer')
+  await store.append('S', 'tight', tight)
+  const kept = await all(store, 'S', 'tight')
+  t.equal(kept.length, 16)
+  t.ok(kept.every(e => e.frame?.buffer === tight.bytes.buffer), 'the events are views of the batch\'s own buffer: no copy')
+  // 9 frames of 512 bytes: 4.5 KB held in an 8 KB buffer.
+  const slack = EventBatch.from(frames(9, 512))
+  t.equal(slack.bytes.buffer.byteLength, 8192)
+  await store.append('S', 'slack', slack)
+  const copied = await all(store, 'S', 'slack')
+  t.ok(copied.every(e => e.frame !== undefined && e.frame.buffer !== slack.bytes.buffer && e.frame.buffer.byteLength === 9 * 512), 'copied into a buffer of the batch\'s size')
+  t.same([...kept, ...copied].map(e => e.frame?.toString()), [...frames(16, 512), ...frames(9, 512)].map(e => e.frame?.toString()), 'every frame intact')
+  t.equal(store.totalBytes, 25 * 512, 'bytes accounted per event either way')
 })
 
 t.test('records weigh against the cap: a flood of sessions evicts the least recently used, and the store says it lost them', async (t) => {

@@ -98,19 +98,31 @@ function eventBytes (e: EventInput): number {
  */
 const OFF_HEAP_SEGMENT_BYTES = 4096
 
+/**
+ * A batch's buffer is kept as the blob when its memory holds little besides
+ * the batch (a builder's buffer grows by doubling, so it may be up to twice
+ * what it holds): kept as it is, the events cost no copy and no allocation.
+ * Past this share of unused room, a blob of the exact size is made instead,
+ * so retention by bytes stays close to the memory actually held.
+ */
+const KEEP_BUFFER_MAX_SLACK = 0.25
+
 function segmentOf (first: number, batch: EventBatch, plain: boolean, stored: readonly StoredEvent[]): Segment {
   const count = stored.length
   if (plain) {
     // The usual batch, the upstream's frames and nothing else: its bytes are the blob.
-    const total = batch.bytes.length
+    const bytes = batch.bytes
+    const total = bytes.length
     const ends = new Array<number>(count)
     for (let i = 0, at = 0; i < count; i++) {
       at += batch.layout[4 * i + 1] as number
       ends[i] = at
     }
-    const blob = total >= OFF_HEAP_SEGMENT_BYTES ? Buffer.allocUnsafeSlow(total) : undefined
-    if (blob !== undefined) batch.bytes.copy(blob)
-    return { first, count, blob: blob ?? batch.bytes.toString('latin1'), ends, upstreamIds: undefined }
+    if (total < OFF_HEAP_SEGMENT_BYTES) return { first, count, blob: bytes.toString('latin1'), ends, upstreamIds: undefined }
+    if (bytes.buffer.byteLength <= total * (1 + KEEP_BUFFER_MAX_SLACK)) return { first, count, blob: bytes, ends, upstreamIds: undefined }
+    const blob = Buffer.allocUnsafeSlow(total)
+    bytes.copy(blob)
+    return { first, count, blob, ends, upstreamIds: undefined }
   }
   let total = 0
   let upstreamIds: Array<string | undefined> | undefined
