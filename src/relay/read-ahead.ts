@@ -8,25 +8,42 @@ import { discardBody } from '../upstream/client.js'
  * one append is at the store, the reads that arrive meanwhile are decoded and
  * wait here; they go to the store together as the next append. A fast upstream
  * then costs the store fewer, larger round trips, and the gateway decodes while
- * the store works. Past this bound the upstream is paused (backpressure). An
- * idle stream holds nothing. What waits is packed (store/batch.ts): a few
- * objects, not a few per event, however long the store takes.
+ * the store works. Past the stream's bound the upstream is paused
+ * (backpressure). An idle stream holds nothing. What waits is packed
+ * (store/batch.ts): a few objects, not a few per event, however long the
+ * store takes.
+ *
+ * The bound is a share of READ_AHEAD_BUDGET_BYTES among the streams that have
+ * events waiting, between READ_AHEAD_BYTES and READ_AHEAD_MAX_BYTES. One fast
+ * stream on Redis gets the most: its appends are larger and fewer, and its
+ * upstream is paused less often (about a fifth more events per second than
+ * with the floor, bench/run.mjs). Many fast streams get the floor each, so
+ * what waits stays within the budget or the floor times their number.
  */
 export const READ_AHEAD_BYTES = 256 * 1024
+export const READ_AHEAD_MAX_BYTES = 2 * 1024 * 1024
+export const READ_AHEAD_BUDGET_BYTES = 16 * 1024 * 1024
 
-/**
- * The upstream's events, in order, as batches: each batch is everything that
- * arrived since the previous batch was taken (at least one event). Reading
- * goes on while the consumer works on a batch, up to `limitBytes`. Ends when
- * the body ends; throws the body's error, or the decoder's (an
- * EventTooLargeError, after a batch with the events that came before it).
- */
-export async function * readAhead (body: Readable, decoder: SseDecoder, limitBytes = READ_AHEAD_BYTES): AsyncGenerator<EventBatch, void, undefined> {
+/** Streams of this process with decoded events waiting for the store. */
+let waiting = 0
+
+/** A waiting stream's bound now. */
+export function readAheadLimit (): number {
+  return Math.min(READ_AHEAD_MAX_BYTES, Math.max(READ_AHEAD_BYTES, Math.floor(READ_AHEAD_BUDGET_BYTES / Math.max(1, waiting))))
+}
+
+export async function * readAhead (body: Readable, decoder: SseDecoder, limitBytes?: number): AsyncGenerator<EventBatch, void, undefined> {
   const queued = new EventBatchBuilder()
   let queuedBytes = 0
   let done = false
   let failure: unknown
   let wake: (() => void) | undefined
+  /** This stream is counted in `waiting`. */
+  let counted = false
+  const uncount = (): void => {
+    if (counted) waiting--
+    counted = false
+  }
   const onData = (chunk: Buffer): void => {
     if (failure !== undefined) return
     try {
@@ -36,8 +53,12 @@ export async function * readAhead (body: Readable, decoder: SseDecoder, limitByt
       body.pause()
     }
     queuedBytes += chunk.length
+    if (queued.length > 0 && !counted) {
+      counted = true
+      waiting++
+    }
     // Only decoded events wait here; an event still arriving is the decoder's (MAX_EVENT_BYTES).
-    if (queued.length > 0 && queuedBytes >= limitBytes) body.pause()
+    if (queued.length > 0 && queuedBytes >= (limitBytes ?? readAheadLimit())) body.pause()
     wake?.()
   }
   const cleanup = finished(body, (err) => {
@@ -51,6 +72,7 @@ export async function * readAhead (body: Readable, decoder: SseDecoder, limitByt
       if (queued.length > 0) {
         const batch = queued.take()
         queuedBytes = 0
+        uncount()
         if (failure === undefined && body.isPaused()) body.resume()
         yield batch
         continue
@@ -61,6 +83,7 @@ export async function * readAhead (body: Readable, decoder: SseDecoder, limitByt
       wake = undefined
     }
   } finally {
+    uncount()
     body.off('data', onData)
     cleanup()
     if (!done) {

@@ -4,7 +4,7 @@
 import t from 'tap'
 import { PassThrough } from 'node:stream'
 import { setImmediate as nextTurn } from 'node:timers/promises'
-import { readAhead } from '../../src/relay/read-ahead.js'
+import { READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, readAhead, readAheadLimit } from '../../src/relay/read-ahead.js'
 import { SseDecoder } from '../../src/sse/decoder.js'
 import type { EventBatch } from '../../src/store/batch.js'
 import { EventTooLargeError } from '../../src/errors.js'
@@ -48,6 +48,50 @@ t.test('what waits is bounded: the upstream is paused, then resumed once the bat
   const rest: string[] = []
   for (let r = await it.next(); r.done !== true; r = await it.next()) rest.push(...data(r.value))
   t.same([...waiting, ...rest], Array.from({ length: 19 }, (_, i) => `{"i":${i + 1}}`), 'nothing lost across the pause, in order')
+})
+
+t.test('the default bound is a share of a budget: one busy stream reads far ahead, many busy streams get the floor each', async t => {
+  t.equal(readAheadLimit(), READ_AHEAD_MAX_BYTES, 'no stream waiting: a stream would get the most')
+  const kb = `data: ${'x'.repeat(1016)}\n\n` // 1 KB events
+  /** Writes 1 KB events to `body` until it pauses (or `max` KB); returns the KB written. */
+  const fill = async (body: PassThrough, max: number): Promise<number> => {
+    let written = 0
+    while (!body.isPaused() && written < max) {
+      body.write(kb)
+      written++
+      if (written % 64 === 0) await nextTurn()
+    }
+    await nextTurn()
+    return written
+  }
+  const lone = new PassThrough()
+  const loneIt = readAhead(lone, new SseDecoder(4096))
+  const first = loneIt.next()
+  lone.write(kb)
+  await first // the consumer holds this batch ("at the store") while more arrives
+  const loneKb = await fill(lone, 4096)
+  t.ok(loneKb * 1024 > 4 * READ_AHEAD_BYTES, `one stream alone read ${loneKb} KB ahead, past the floor`)
+  t.ok(lone.isPaused() && loneKb * 1024 <= READ_AHEAD_MAX_BYTES + 64 * 1024, 'and paused at the most a stream may hold')
+
+  // 99 more streams with events waiting: the budget split 100 ways is below the floor.
+  const others = Array.from({ length: 99 }, () => new PassThrough())
+  const iterators = others.map(body => readAhead(body, new SseDecoder(4096)))
+  for (const [i, body] of others.entries()) {
+    const next = (iterators[i] as AsyncGenerator<EventBatch>).next()
+    body.write(kb)
+    await next
+    body.write(kb) // waits: counted
+  }
+  await nextTurn()
+  t.equal(readAheadLimit(), READ_AHEAD_BYTES, '100 streams waiting: each gets the floor')
+  const crowded = others[0] as PassThrough
+  const crowdedKb = await fill(crowded, 4096)
+  t.ok(crowded.isPaused() && (crowdedKb + 1) * 1024 >= READ_AHEAD_BYTES && crowdedKb * 1024 <= READ_AHEAD_BYTES + 64 * 1024, `a stream among them paused after ${crowdedKb} KB`)
+
+  // Streams that end (or whose consumer stops) no longer count.
+  for (const it of iterators) await it.return(undefined)
+  await loneIt.return(undefined)
+  t.equal(readAheadLimit(), READ_AHEAD_MAX_BYTES, 'all gone: back to the most')
 })
 
 t.test('an event still arriving is not held back by the bound', async t => {
