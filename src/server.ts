@@ -19,6 +19,7 @@ import type { EventStore } from './store/contract.js'
 import { RedisEventStore } from './store/redis/redis-store.js'
 import { UpstreamClient } from './upstream/client.js'
 import { VERSION } from './version.js'
+import { LazyChildLogger } from './lazy-logger.js'
 
 export interface GatewayDeps {
   readonly store: EventStore
@@ -66,6 +67,8 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
+    // A request's logger is made when it first logs: most never do (an idle stream's memory).
+    childLoggerFactory: LazyChildLogger.factory,
     bodyLimit: config.maxBodyBytes,
     genReqId: req => {
       const given = req.headers['x-request-id']
