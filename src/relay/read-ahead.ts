@@ -16,8 +16,8 @@ import { discardBody } from '../upstream/client.js'
  * The bound is a share of READ_AHEAD_BUDGET_BYTES among the streams that have
  * events waiting, between READ_AHEAD_BYTES and READ_AHEAD_MAX_BYTES. One fast
  * stream on Redis gets the most: its appends are larger and fewer, and its
- * upstream is paused less often (about a fifth more events per second than
- * with the floor, bench/run.mjs). Many fast streams get the floor each, so
+ * upstream is paused less often (10-20% more events per second than with
+ * the floor in A/B runs of bench/run.mjs). Many fast streams get the floor each, so
  * what waits stays within the budget or the floor times their number.
  */
 export const READ_AHEAD_BYTES = 256 * 1024
@@ -32,6 +32,14 @@ export function readAheadLimit (): number {
   return Math.min(READ_AHEAD_MAX_BYTES, Math.max(READ_AHEAD_BYTES, Math.floor(READ_AHEAD_BUDGET_BYTES / Math.max(1, waiting))))
 }
 
+/**
+ * The upstream's events, in order, as batches: each batch is everything that
+ * arrived since the previous batch was taken (at least one event). Reading
+ * goes on while the consumer works on a batch, up to `limitBytes` (by
+ * default the stream's share, readAheadLimit()). Ends when the body ends;
+ * throws the body's error, or the decoder's (an EventTooLargeError, after a
+ * batch with the events that came before it).
+ */
 export async function * readAhead (body: Readable, decoder: SseDecoder, limitBytes?: number): AsyncGenerator<EventBatch, void, undefined> {
   const queued = new EventBatchBuilder()
   let queuedBytes = 0
