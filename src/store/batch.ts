@@ -54,13 +54,16 @@ export class EventBatch {
     return total
   }
 
-  /** The layout as decimal text, each number followed by a space (how Redis keeps it, see redis/scripts.ts). */
-  layoutText (): Buffer {
+  /**
+   * The layout of events [from, to) as decimal text, each number followed by
+   * a space (how Redis keeps it, see redis/scripts.ts).
+   */
+  layoutText (from = 0, to = this.length): Buffer {
     const layout = this.layout
     // Ten digits at most per number, and its space.
-    const out = Buffer.allocUnsafe(layout.length * 11)
+    const out = Buffer.allocUnsafe((to - from) * 4 * 11)
     let at = 0
-    for (let k = 0; k < layout.length; k++) {
+    for (let k = 4 * from; k < 4 * to; k++) {
       let n = layout[k] as number
       let digits = 1
       for (let m = n; m >= 10; m = (m / 10) >>> 0) digits++
@@ -72,6 +75,31 @@ export class EventBatch {
       out[at++] = SPACE
     }
     return out.subarray(0, at)
+  }
+
+  /**
+   * The batch cut into runs of whole events of at most `maxBytes` each (an
+   * event larger than that is a run of its own): each run's event count,
+   * layout text and bytes (a view of `bytes`). How the Redis store writes a
+   * batch as stream entries.
+   */
+  runs (maxBytes: number): Array<{ count: number, layout: Buffer, bytes: Buffer }> {
+    const out: Array<{ count: number, layout: Buffer, bytes: Buffer }> = []
+    const layout = this.layout
+    let from = 0
+    let start = 0
+    let at = 0
+    for (let i = 0; i < this.length; i++) {
+      const size = (layout[4 * i + 1] as number) + (layout[4 * i + 2] as number) + (layout[4 * i + 3] as number)
+      if (i > from && at + size - start > maxBytes) {
+        out.push({ count: i - from, layout: this.layoutText(from, i), bytes: this.bytes.subarray(start, at) })
+        from = i
+        start = at
+      }
+      at += size
+    }
+    if (this.length > from) out.push({ count: this.length - from, layout: this.layoutText(from, this.length), bytes: this.bytes.subarray(start, at) })
+    return out
   }
 
   /** Every event is a frame without an upstream id: `bytes` is the frames, back to back. */

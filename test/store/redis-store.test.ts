@@ -6,7 +6,7 @@ import type { Test } from 'tap'
 import { Redis } from 'ioredis'
 import { SessionGoneError } from '../../src/errors.js'
 import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
-import { RedisEventStore } from '../../src/store/redis/redis-store.js'
+import { ENTRY_MAX_BYTES, RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures/redis.js'
 import type { TestRedis } from '../fixtures/redis.js'
 import { storeContract } from '../fixtures/store-contract.js'
@@ -251,6 +251,31 @@ t.test('redis: batches are stored as whole entries, trimmed exactly by sequence 
   t.same(frames(await store.read('sess', 's', 56, 2)), ['data: 57\n', 'data: 58\n'], 'a page across two entries, cut at the limit')
   t.same(seqsOf(await store.read('sess', 's', 59, 100)), [60], 'from inside the last entry')
   t.same(seqsOf(await store.read('sess', 's', 60, 100)), [], 'past the end')
+})
+
+t.test('redis: a batch larger than ENTRY_MAX_BYTES is several entries of one script call; entries trimmed at once are not written', async (t) => {
+  const env = await useRedis(t, 'entries')
+  const frame = (seq: number): Buffer => Buffer.from(`data: ${String(seq).padEnd(1000, '.')}\n`) // 1,007 bytes
+  const perEntry = Math.floor(ENTRY_MAX_BYTES / 1007)
+  const count = 2 * perEntry + 100
+  const big = Array.from({ length: count }, (_, i) => ({ frame: frame(i + 1) }))
+  const roomy = await storeFor(t, env)
+  await roomy.createSession('big', 'p')
+  await roomy.append('big', 's', big)
+  const ids = (await env.redis.xrange(`${env.prefix}{big}:b:s`, '-', '+')).map(([id]) => id)
+  t.same(ids, [`1-${perEntry}`, `${perEntry + 1}-${perEntry}`, `${2 * perEntry + 1}-100`], `${count} events of 1 KB: entries of at most ${perEntry} events`)
+  const all = await roomy.read('big', 's', 0, 10_000)
+  t.ok(all?.events.every((e, i) => e.seq === i + 1 && e.frame?.equals(frame(i + 1))), 'every event back, in order, intact')
+  t.equal(all?.events.length, count)
+  t.same((await roomy.read('big', 's', perEntry - 2, 4))?.events.map(e => e.seq), [perEntry - 1, perEntry, perEntry + 1, perEntry + 2], 'a page across two entries of one append')
+
+  const tight = await storeFor(t, env, { ...RETENTION, maxEvents: 100 })
+  await tight.createSession('trim', 'p')
+  await tight.append('trim', 's', big)
+  t.same(await tight.state('trim', 's'), { epoch: (await tight.getSession('trim'))?.epoch, lastSeq: count, firstSeq: count - 99, ended: false }, 'the newest 100 kept')
+  t.same((await env.redis.xrange(`${env.prefix}{trim}:b:s`, '-', '+')).map(([id]) => id), [`${2 * perEntry + 1}-100`], 'only the entry holding them is written')
+  t.equal(Number(await env.redis.hget(`${env.prefix}{trim}:m`, 'b:s')), 100 * 1007, 'the stream\'s bytes are those of what was written')
+  t.same((await tight.read('trim', 's', 0, 10_000))?.events.map(e => e.seq), Array.from({ length: 100 }, (_, i) => count - 99 + i))
 })
 
 t.test('redis: retention matches its model over random batches and limits', async (t) => {

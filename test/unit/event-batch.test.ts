@@ -70,3 +70,15 @@ t.test('a quick look for a needle in the bytes', async t => {
   t.ok(batch.includes('"result"'))
   t.notOk(batch.includes('"error"'))
 })
+
+t.test('runs: whole events, at most maxBytes each (a larger event alone), together the whole batch', async t => {
+  const sizes = [40, 30, 30, 100, 10, 10, 150, 5]
+  const batch = EventBatch.from(sizes.map((n, i) => i === 2 ? { data: 'x'.repeat(n - 4), event: 'type' } : { frame: Buffer.alloc(n, 97 + i) }))
+  const runs = batch.runs(100)
+  t.same(runs.map(r => r.count), [3, 1, 2, 1, 1], '40+30+30 | 100 | 10+10 | 150 alone | 5')
+  t.same(runs.map(r => r.bytes.length), [100, 100, 20, 150, 5])
+  t.equal(Buffer.concat(runs.map(r => r.bytes)).toString(), batch.bytes.toString(), 'the bytes, in order')
+  t.equal(runs.map(r => r.layout.toString()).join(''), batch.layoutText().toString(), 'the layouts, in order')
+  t.same(batch.runs(1000).map(r => r.count), [8], 'a batch within the bound is one run')
+  t.same(EventBatch.EMPTY.runs(100), [], 'an empty batch has none')
+})

@@ -15,6 +15,17 @@ import { parseControl, RedisLeaseBackend } from './lease-backend.js'
 import { ADOPT, APPEND, FENCED, INTACT, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
 
 export type Connection = Redis | Cluster
+
+/**
+ * Largest stream entry an append writes (a batch larger than this becomes
+ * several entries, still in one script call). A replay page reads whole
+ * entries, so a page of a few hundred events must not read megabytes: with
+ * one entry per append of up to 512 KiB (the read-ahead's bound), replaying
+ * 10,000 events went from 221,000 to 81,000 events/s in one run. Above the
+ * read-ahead's floor (256 KiB and the read that passed it), so that many busy
+ * streams still append one entry each.
+ */
+export const ENTRY_MAX_BYTES = 384 * 1024
 type StoreLogger = Pick<BaseLogger, 'warn'> & Partial<Pick<BaseLogger, 'error'>>
 
 export interface RedisAddress { readonly host: string, readonly port: number }
@@ -287,8 +298,10 @@ export class RedisEventStore implements EventStore {
       streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId,
       fence, known ? mark.seq : -1, known ? mark.epoch : ''
     ]
-    // The batch as APPEND takes it: every event's fields in one buffer, their layout, the last upstream id, the count.
-    args.push(batch.bytes, batch.layoutText(), batch.lastUpstreamId, batch.length)
+    // The batch as APPEND takes it: the last upstream id, the count, then one or more
+    // entries (count, layout, bytes), so that no entry is much larger than ENTRY_MAX_BYTES.
+    args.push(batch.lastUpstreamId, batch.length)
+    for (const run of batch.runs(ENTRY_MAX_BYTES)) args.push(run.count, run.layout, run.bytes)
     let reply: [string, number, number, number] | null
     try {
       reply = await this.#redis.mcpgwAppend(...args)

@@ -158,12 +158,16 @@ export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
  * KEYS: session hash, stream, the session's lease, the stream's ledger.
  * ARGV: streamId, maxEvents, maxBytes, ttlMs, end ('1'|'0'), channel, origin
  *       replica, fence token ('' for none), expected lastSeq (-1 for none),
- *       the epoch that expectation belongs to, then the batch packed in two
- *       arguments (a few arguments per batch, not per event, so a batch of
- *       hundreds of events costs the client one small write): the events'
- *       fields concatenated, and their layout, four decimal numbers per event:
- *       flags (1 event type, 2 upstream id, 4 a frame rather than data), then
- *       the byte lengths of its frame or data, event type and upstream id.
+ *       the epoch that expectation belongs to, the batch's last upstream id
+ *       ('' for none), its event count, then the batch packed as one or more
+ *       stream entries, three arguments each (a few arguments per entry, not
+ *       per event, so a batch of hundreds of events costs the client one
+ *       small write): the entry's event count, its layout, four decimal
+ *       numbers per event: flags (1 event type, 2 upstream id, 4 a frame
+ *       rather than data), then the byte lengths of its frame or data, event
+ *       type and upstream id; and the events' fields concatenated. A large
+ *       batch comes as several entries (see ENTRY_MAX_BYTES in
+ *       redis-store.ts): a replay page reads whole entries.
  * Returns nil when the session is unknown, else
  * { epoch, previous lastSeq, ended, already applied (1|0) }.
  *
@@ -189,8 +193,14 @@ local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
 local fence, expected = ARGV[8], tonumber(ARGV[9])
 local HEAD = ${APPEND_HEAD}
-local blob, layout, upstreamId = ARGV[HEAD + 1] or '', ARGV[HEAD + 2] or '', ARGV[HEAD + 3] or ''
-local n = tonumber(ARGV[HEAD + 4] or '0')
+local upstreamId = ARGV[HEAD + 1] or ''
+local n = tonumber(ARGV[HEAD + 2] or '0')
+-- The entries: (count, layout, blob) from HEAD + 3 on.
+local size, layouts = 0, {}
+for i = HEAD + 3, #ARGV, 3 do
+  size = size + #ARGV[i + 2]
+  layouts[#layouts + 1] = ARGV[i + 1]
+end
 
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then return false end
@@ -218,9 +228,17 @@ if last == nil then
 end
 
 local newLast = last + n
-local keep, total = trimForBatch(skey, zkey, last, first, bytes, n, #blob, layout, maxEvents, maxBytes)
-if n > 0 then
-  addEntry(skey, zkey, (last + 1) .. '-' .. n, layout, blob, ttl)
+local keep, total = trimForBatch(skey, zkey, last, first, bytes, n, size, table.concat(layouts), maxEvents, maxBytes)
+local at = last + 1
+for i = HEAD + 3, #ARGV, 3 do
+  local count = tonumber(ARGV[i])
+  if at + count - 1 >= keep then
+    addEntry(skey, zkey, at .. '-' .. count, ARGV[i + 1], ARGV[i + 2], ttl)
+  else
+    -- Every event of this entry is trimmed already: it is not written.
+    total = total - #ARGV[i + 2]
+  end
+  at = at + count
 end
 
 if ending then ended = true end
