@@ -16,10 +16,11 @@ import { discardBody } from '../upstream/client.js'
  * The bound is a share of READ_AHEAD_BUDGET_BYTES among the streams that have
  * events waiting, between READ_AHEAD_BYTES and READ_AHEAD_MAX_BYTES. One fast
  * stream on Redis gets the most: its appends are larger and fewer, and its
- * upstream is paused less often (in A/B runs of bench/run.mjs, 2 MiB against
- * the 256 KiB floor: 0.58x against 0.50x nginx's events/s, 16% less CPU per
- * event). Many fast streams get the floor each, so
- * what waits stays within the budget or the floor times their number.
+ * upstream is paused less often. In A/B runs of bench/run.mjs with one
+ * stream on Redis: 512 KiB against a fixed 256 KiB, 0.48x against 0.43x
+ * nginx's events/s; 2 MiB against 512 KiB, 0.58x against 0.50x (16% less
+ * gateway CPU per event). Many fast streams get the floor each, so what
+ * waits stays within the budget or the floor times their number.
  */
 export const READ_AHEAD_BYTES = 256 * 1024
 /**
