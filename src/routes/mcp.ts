@@ -265,26 +265,21 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
    * stays resumable. Throws the last error after that.
    */
   async function openRequestStream (sessionId: string, streamId: string, log: Logger): Promise<StreamState> {
-    const open = async (): Promise<StreamState> => await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
-    let last: unknown
-    try {
-      return await open()
-    } catch (err) {
-      if (err instanceof SessionGoneError) throw err
-      log.warn({ err }, 'event store unavailable: retrying to open the request stream before passing its answer through unrecorded')
-      last = err
-    }
-    for await (const retries of confirmWindow()) {
+    const window = confirmWindow()
+    let retries = 0
+    for (;;) {
       try {
-        const state = await open()
-        log.info({ retries }, 'event store back: request stream opened, its answer is recorded')
+        const state = await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
+        if (retries > 0) log.info({ retries }, 'event store back: request stream opened, its answer is recorded')
         return state
       } catch (err) {
         if (err instanceof SessionGoneError) throw err
-        last = err
+        if (retries === 0) log.warn({ err }, 'event store unavailable: retrying to open the request stream before passing its answer through unrecorded')
+        const next = await window.next()
+        if (next.done === true) throw err
+        retries = next.value
       }
     }
-    throw last
   }
 
   async function serveRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, res: UpstreamResponse): Promise<FastifyReply | undefined> {
