@@ -215,6 +215,34 @@ t.test('redis: a restart without persistence loses sessions; subscriptions come 
   t.equal((await a.read('sess', 's', 0, 1))?.events[0]?.seq, 1, 'the new life numbers from 1')
 })
 
+t.test('redis: after a reconnect each channel is subscribed again once, by the store (ioredis\'s own resubscription has no error handler)', async (t) => {
+  const server = await startRedisServer()
+  t.teardown(() => server.stop())
+  const redis = new Redis(server.url)
+  const subscriber = new Redis(server.url)
+  const store = new RedisEventStore({ redis, subscriber, keyPrefix: 'resub:', retention: RETENTION })
+  t.teardown(() => store.close())
+  await store.createSession('sess', 'p')
+  const heard: StreamNotice[] = []
+  store.subscribe('sess', 's', (n) => heard.push(n))
+  await eventually('subscribed', async () => (await redis.pubsub('NUMSUB', 'resub:{sess}:n') as [string, number])[1] === 1)
+
+  const subscribes: string[][] = []
+  const sendCommand = subscriber.sendCommand.bind(subscriber)
+  subscriber.sendCommand = (command, stream) => {
+    if (command.name === 'subscribe') subscribes.push(command.args.map(String))
+    return sendCommand(command, stream)
+  }
+  await server.stop()
+  await server.start()
+  await eventually('the subscriber to reconnect', () => subscriber.ping().then(() => true, () => false), 10_000)
+  await eventually('subscribed again', async () => (await redis.pubsub('NUMSUB', 'resub:{sess}:n') as [string, number])[1] === 1, 10_000)
+  await sleep(100)
+  // ioredis resubscribing too would leave a SUBSCRIBE whose promise nobody handles: closing before
+  // its reply made an unhandled rejection (seen in test/hardening/faults.test.ts).
+  t.same(subscribes, [['resub:{sess}:n']], 'one SUBSCRIBE, the store\'s')
+})
+
 t.test('redis: a killed subscriber connection catches up', async (t) => {
   const env = await useRedis(t, 'sub-kill')
   const replicaId = `kill${randomBytes(4).toString('hex')}`

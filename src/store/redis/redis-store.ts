@@ -175,6 +175,10 @@ export class RedisEventStore implements EventStore {
     redis.defineCommand('mcpgwReset', { lua: RESET })
     this.#redis = redis as Connection & ScriptCommands
     this.#subscriber = options.subscriber
+    // The store subscribes again itself when the connection is back (#resubscribe, which
+    // also catches up). ioredis would too, and its SUBSCRIBE has no error handler: the
+    // connection closing before the reply made an unhandled rejection.
+    if (options.subscriber instanceof Redis) options.subscriber.options.autoResubscribe = false
 
     redis.on('error', this.#onError)
     this.#subscriber.on('error', this.#onError)
