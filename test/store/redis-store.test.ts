@@ -226,6 +226,10 @@ t.test('redis: after a reconnect each channel is subscribed again once, by the s
   const heard: StreamNotice[] = []
   store.subscribe('sess', 's', (n) => heard.push(n))
   await eventually('subscribed', async () => (await redis.pubsub('NUMSUB', 'resub:{sess}:n') as [string, number])[1] === 1)
+  // Redis counting the subscription does not mean the reply has reached ioredis: a SUBSCRIBE
+  // still unanswered when Redis goes is resent by ioredis (its own promise, which the store
+  // handles). Replies come in order, so once PING is answered, SUBSCRIBE was too.
+  await subscriber.ping()
 
   const subscribes: string[][] = []
   const sendCommand = subscriber.sendCommand.bind(subscriber)
