@@ -1,9 +1,14 @@
 // Start the gateway (dist build) as a child process and read its metrics.
+import { readFileSync } from 'node:fs'
 import { freePort, start, waitHttp } from './procs.mjs'
+
+const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'))
+/** `node <flags> dist/src/main.js`: the flags of the start script. */
+export const START_FLAGS = pkg.scripts.start.split(/\s+/).filter(a => a.startsWith('--'))
 
 /**
  * store: 'memory' | 'redis'. Extra env (e.g. MAX_SESSIONS) and node flags
- * (e.g. --cpu-prof) are passed through.
+ * (e.g. --cpu-prof) are passed through; node runs with the start script's flags.
  */
 export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPrefix, env = {}, nodeArgs = [] }) {
   const port = await freePort()
@@ -25,7 +30,9 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
   } else {
     gatewayEnv.REDIS_URL = ''
   }
-  const proc = start(name, process.execPath, [...nodeArgs, main], { env: gatewayEnv })
+  // The node flags of `npm start` (what production runs), then BENCH_GATEWAY_NODE_ARGS (to try others).
+  const extra = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean)
+  const proc = start(name, process.execPath, [...START_FLAGS, ...extra, ...nodeArgs, main], { env: gatewayEnv })
   await waitHttp(`http://127.0.0.1:${adminPort}/readyz`, { proc, timeoutMs: 30_000 })
   return { proc, pid: proc.pid, port, adminPort }
 }

@@ -179,6 +179,12 @@ const runtime = stages.at(-1) as Stage
 const build = stages[0] as Stage
 const of = (stage: Stage, keyword: string): Instruction[] => stage.instructions.filter(i => i.keyword === keyword)
 const lastOf = (stage: Stage, keyword: string): Instruction | undefined => of(stage, keyword).at(-1)
+const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
+/** The node flags of `npm start` (`node <flags> dist/src/main.js`). */
+const startFlags = (): string[] => {
+  const words = pkg.scripts.start?.split(/\s+/) ?? []
+  return words.slice(1, words.indexOf('dist/src/main.js'))
+}
 
 t.test('the parser', async t => {
   const parsed = parseDockerfile('# c\nFROM a AS b\nRUN x \\\n  # note\n  && y\nCOPY --from=b --chown=1:1 /s ./d\nENV A=1 B="t w"\nENV C 3\n')
@@ -221,7 +227,9 @@ t.test('runtime image settings', async t => {
   const exposed = of(runtime, 'EXPOSE').flatMap(i => i.args.split(/\s+/)).map(p => Number(p.split('/')[0]))
   t.same(exposed.sort(), [ConfigSchema.properties.PORT.default, ConfigSchema.properties.ADMIN_PORT.default].sort(), 'EXPOSE PORT and ADMIN_PORT')
   t.equal(lastOf(runtime, 'STOPSIGNAL')?.args, 'SIGTERM')
-  t.same(execForm(lastOf(runtime, 'CMD')?.args ?? ''), ['node', 'dist/src/main.js'], 'CMD in exec form: node is PID 1 and gets SIGTERM')
+  const cmd = execForm(lastOf(runtime, 'CMD')?.args ?? '')
+  t.same(cmd, ['node', ...startFlags(), 'dist/src/main.js'], 'CMD in exec form (node is PID 1 and gets SIGTERM), with the node flags of npm start')
+  t.ok(startFlags().includes('--no-memory-reducer'), 'npm start keeps V8\'s heap growing under load after a quiet spell')
   const healthcheck = healthcheckOf(lastOf(runtime, 'HEALTHCHECK') as Instruction)
   t.ok(healthcheck.command !== undefined, 'HEALTHCHECK CMD in exec form')
   t.equal(healthcheck.command?.[0], 'node', 'HEALTHCHECK uses node')
