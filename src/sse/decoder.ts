@@ -133,7 +133,12 @@ export class SseDecoder {
     }
     if (bytes.length === 0) return
     const buf = this.#pending === undefined ? bytes : Buffer.concat([this.#pending, bytes])
-    this.#scan(buf, into)
+    try {
+      this.#scan(buf, into)
+    } finally {
+      // The events are copied out of the chunk before the caller has it back.
+      into.flush()
+    }
   }
 
   /** End of the upstream body: an unterminated last event is discarded, as the SSE spec says. */

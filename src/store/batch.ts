@@ -163,13 +163,49 @@ export class EventBatchBuilder {
   #lastUpstreamId = ''
   #nextCapacity = MIN_CAPACITY
   #nextEvents = MIN_EVENTS
+  /**
+   * Frames without an upstream id, from one source, not copied yet: `copy()`
+   * of part of a buffer makes a view object each time, so they are copied in
+   * one piece (from the first's start to the last's end, the lines between
+   * them included) and then moved together in place (copyWithin makes no object).
+   */
+  #source: Buffer | undefined
+  #sourceStart = 0
+  #sourceEnd = 0
+  /** Where the first pending frame goes in #bytes. */
+  #target = 0
+  /** Start and end in #source of each pending frame: the first #spanCount pairs (kept between batches). */
+  readonly #spans: number[] = []
+  #spanCount = 0
 
   get length (): number { return this.#count }
   /** Bytes packed so far. */
   get byteLength (): number { return this.#used }
 
-  /** An upstream frame: bytes [start, end) of `source`, copied. */
+  /**
+   * An upstream frame: bytes [start, end) of `source`, copied before the
+   * next call that is not addFrame() with the same source and no upstream id,
+   * and before take(). Until then the caller must not change `source`.
+   */
   addFrame (source: Buffer, start: number, end: number, upstreamId?: string): void {
+    if (upstreamId === undefined && end > start) {
+      if (source !== this.#source || start < this.#sourceEnd) {
+        this.flush()
+        this.#source = source
+        this.#sourceStart = start
+        this.#target = this.#used
+      }
+      // Room for the piece copied at once, lines between the frames included.
+      this.#reserve(this.#target + end - this.#sourceStart - this.#used)
+      this.#sourceEnd = end
+      this.#spans[2 * this.#spanCount] = start
+      this.#spans[2 * this.#spanCount + 1] = end
+      this.#spanCount++
+      this.#used += end - start
+      this.#push(FLAG_FRAME, end - start, 0, 0)
+      return
+    }
+    this.flush()
     const idBytes = upstreamId === undefined ? 0 : Buffer.byteLength(upstreamId)
     const bytes = this.#reserve(end - start + idBytes)
     this.#used += source.copy(bytes, this.#used, start, end)
@@ -177,11 +213,32 @@ export class EventBatchBuilder {
     if (upstreamId !== undefined) this.#writeUpstreamId(upstreamId)
   }
 
+  /** Copy the pending frames (see addFrame) into the batch: their source may change after this. */
+  flush (): void {
+    const source = this.#source
+    if (source === undefined) return
+    const bytes = this.#bytes as Buffer
+    const spans = this.#spans
+    source.copy(bytes, this.#target, this.#sourceStart, this.#sourceEnd)
+    // Each frame moves left over the lines that came between it and the previous one.
+    let at = this.#target
+    for (let i = 0; i < 2 * this.#spanCount; i += 2) {
+      const start = spans[i] as number
+      const length = (spans[i + 1] as number) - start
+      const from = this.#target + start - this.#sourceStart
+      if (from !== at) bytes.copyWithin(at, from, from + length)
+      at += length
+    }
+    this.#spanCount = 0
+    this.#source = undefined
+  }
+
   add (event: EventInput): void {
     if (event.frame !== undefined) {
       this.addFrame(event.frame, 0, event.frame.length, event.upstreamId)
       return
     }
+    this.flush()
     const { data, event: type, upstreamId } = event
     const dataBytes = Buffer.byteLength(data)
     const typeBytes = type === undefined ? 0 : Buffer.byteLength(type)
@@ -195,6 +252,7 @@ export class EventBatchBuilder {
 
   /** The events packed so far, as a batch; the builder starts over empty. */
   take (): EventBatch {
+    this.flush()
     if (this.#count === 0) return EventBatch.EMPTY
     const batch = new EventBatch((this.#bytes as Buffer).subarray(0, this.#used), (this.#layout as Uint32Array).subarray(0, 4 * this.#count), this.#lastUpstreamId)
     this.#nextCapacity = MIN_CAPACITY

@@ -4,6 +4,7 @@
 import t from 'tap'
 import { EventBatch, EventBatchBuilder } from '../../src/store/batch.js'
 import type { EventInput } from '../../src/store/contract.js'
+import { SseDecoder } from '../../src/sse/decoder.js'
 
 const frame = (text: string, upstreamId?: string): EventInput =>
   upstreamId === undefined ? { frame: Buffer.from(text) } : { frame: Buffer.from(text), upstreamId }
@@ -63,6 +64,51 @@ t.test('a builder grows past its first buffer and layout, and a batch taken is n
   t.same(first.bytes, snapshot, 'packing the next batch leaves the first as it was')
   t.same(second.toArray(), [frame('data: next\n'), { data: 'more', event: undefined, upstreamId: undefined }])
   t.equal(builder.take(), EventBatch.EMPTY, 'nothing added: the empty batch')
+})
+
+t.test('frames of one read are copied together: lines between them left out, upstream ids and other reads in order, the read free after flush', async t => {
+  const builder = new EventBatchBuilder()
+  // Frames as the decoder hands them: spans of the read, with blank lines and comments between.
+  const read = Buffer.from('data: a\n\n: note\n\ndata: b\r\n\r\nid: 7\ndata: c\n\ndata: d\n\n')
+  const span = (text: string): [number, number] => {
+    const start = read.indexOf(text)
+    return [start, start + text.length]
+  }
+  builder.addFrame(read, ...span('data: a\n'))
+  builder.addFrame(read, ...span('data: b\r\n'))
+  builder.addFrame(read, ...span('id: 7\ndata: c\n'), '7')
+  builder.addFrame(read, ...span('data: d\n'))
+  const other = Buffer.from('data: e\n')
+  builder.addFrame(other, 0, other.length)
+  // Back to the first read, before its pending frames: copied apart, not as one piece.
+  builder.addFrame(read, ...span('data: a\n'))
+  builder.flush()
+  read.fill(0x21)
+  other.fill(0x21)
+  const batch = builder.take()
+  t.same(batch.stored(1).map(e => [e.frame?.toString(), e.upstreamId]), [
+    ['data: a\n', undefined], ['data: b\r\n', undefined], ['id: 7\ndata: c\n', '7'], ['data: d\n', undefined], ['data: e\n', undefined], ['data: a\n', undefined]
+  ], 'every frame whole and in order, though the reads changed after flush()')
+  t.equal(batch.bytes.length, batch.stored(1).reduce((n, e) => n + (e.frame?.length ?? 0), 0) + 1, 'only the frames and the upstream id are kept')
+  // A frame added and the builder grown before it is flushed (the first buffer is 4 KiB).
+  const big = Buffer.from('data: x\n\n' + 'data: '.padEnd(9000, 'y') + '\n\n')
+  builder.addFrame(big, 0, 8)
+  builder.addFrame(big, 9, big.length - 1)
+  t.same(builder.take().stored(1).map(e => e.frame?.length), [8, big.length - 10], 'pending frames survive the buffer growing')
+  // Two small frames far apart in one read: the piece copied at once is larger than the first buffer.
+  const apart = Buffer.from('data: a\n\n: ' + 'z'.repeat(5000) + '\n\ndata: b\n\n')
+  const fresh = new EventBatchBuilder()
+  fresh.addFrame(apart, 0, 8)
+  fresh.addFrame(apart, apart.length - 9, apart.length - 1)
+  // The same read again, from an earlier place: a new piece.
+  fresh.addFrame(apart, 0, 8)
+  t.same(fresh.take().stored(1).map(e => e.frame?.toString()), ['data: a\n', 'data: b\n', 'data: a\n'], 'frames far apart, then an earlier one again')
+  // The decoder copies a read's frames out before handing the read back.
+  const decoder = new SseDecoder(1 << 20)
+  const chunk = Buffer.from('data: 1\n\ndata: 2\n\ndata: 3')
+  decoder.pushInto(chunk, builder)
+  chunk.fill(0x21)
+  t.same(builder.take().stored(1).map(e => e.frame?.toString()), ['data: 1\n', 'data: 2\n'], 'the decoder flushes at the end of each read')
 })
 
 t.test('a quick look for a needle in the bytes', async t => {
