@@ -31,9 +31,7 @@ export function encodeEventId (position: EventPosition): string {
  * event). Returns the offset after it.
  */
 export function writeBase36 (out: Uint8Array, at: number, value: number): number {
-  let digits = 1
-  // (v - d) / 36 is exact for any safe integer; Math.floor(v / 36) is not near 2^53.
-  for (let v = value; v >= 36; v = (v - (v % 36)) / 36) digits++
+  const digits = base36Digits(value)
   let v = value
   for (let i = at + digits - 1; i >= at; i--) {
     const d = v % 36
@@ -41,6 +39,14 @@ export function writeBase36 (out: Uint8Array, at: number, value: number): number
     v = (v - d) / 36
   }
   return at + digits
+}
+
+/** How many base-36 digits writeBase36 writes for `value`. */
+export function base36Digits (value: number): number {
+  let digits = 1
+  // (v - d) / 36 is exact for any safe integer; Math.floor(v / 36) is not near 2^53.
+  for (let v = value; v >= 36; v = (v - (v % 36)) / 36) digits++
+  return digits
 }
 
 /**

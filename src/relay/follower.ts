@@ -69,9 +69,11 @@ export class StreamFollower {
       }
       return
     }
-    const first = notice.events?.[0]
-    if (notice.events !== undefined && (first === undefined || first.seq <= client.lastSeq + 1)) {
-      client.writeEvents(notice.events)
+    // A local notice's batch is written as it is, without an object per event.
+    const batch = notice.batch
+    const first = batch !== undefined ? (batch.length > 0 ? batch.firstSeq : undefined) : notice.events?.[0]?.seq
+    if ((batch !== undefined || notice.events !== undefined) && (first === undefined || first <= client.lastSeq + 1)) {
+      client.writeEvents(batch ?? notice.events ?? [])
     } else if (notice.toSeq > client.lastSeq) {
       this.#catchUp(false).catch(() => {}) // #catchUp handles its own errors
       return

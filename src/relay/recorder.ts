@@ -2,8 +2,8 @@ import type { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.js'
-import type { AppendOptions, EventInput, EventStore, StoredEvent } from '../store/contract.js'
-import { EventBatch } from '../store/batch.js'
+import type { AppendOptions, EventInput, EventStore } from '../store/contract.js'
+import { EventBatch, type NumberedBatch } from '../store/batch.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
 import { parseFrame } from '../sse/frame.js'
@@ -142,12 +142,12 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
    * Resend a failed append, identical, until it goes through or
    * APPEND_CONFIRM_WINDOW_MS has passed: what the store took, else the last error.
    */
-  const resend = async (batch: EventBatch, options: AppendOptions, first: unknown): Promise<{ stored: StoredEvent[] } | { err: unknown }> => {
+  const resend = async (batch: EventBatch, options: AppendOptions, first: unknown): Promise<{ stored: NumberedBatch } | { err: unknown }> => {
     let err = first
     o.log.warn({ err, streamId: o.streamId, events: batch.length }, 'event store append failed: resending it (it may have been applied) before passing its events on unrecorded')
     for await (const attempts of confirmWindow()) {
       try {
-        const stored = await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
+        const stored = await o.metrics.timeStore('append', () => o.store.appendBatch(o.sessionId, o.streamId, batch, options))
         o.metrics.appendResends.inc({ outcome: 'recorded' })
         o.log.info({ streamId: o.streamId, events: batch.length, attempts }, 'event store append resent: recorded (applied now, or found applied already), nothing passed on unrecorded')
         return { stored }
@@ -183,8 +183,8 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   }
 
   /** Book-keeping once the store took an append: the upstream's events, and an error answer of the gateway's. */
-  const recorded = (stored: readonly StoredEvent[], read: EventBatch, answer: EventInput | undefined, answers: boolean, end: boolean): true => {
-    storedThrough = stored.at(-1)?.seq ?? storedThrough
+  const recorded = (stored: NumberedBatch, read: EventBatch, answer: EventInput | undefined, answers: boolean, end: boolean): true => {
+    if (stored.length > 0) storedThrough = stored.lastSeq
     if (answers) answered = true
     if (end) endPending = false
     if (unrecorded > 0) {
@@ -228,9 +228,9 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       ? read
       : EventBatch.from([...(unrecorded === 0 ? [] : [marker()]), ...read.toArray(), ...(answer === undefined ? [] : [answer])])
     const options = { end, ...(o.fence !== undefined && { fence: o.fence }) }
-    let stored: StoredEvent[]
+    let stored: NumberedBatch
     try {
-      stored = await o.metrics.timeStore('append', () => o.store.append(o.sessionId, o.streamId, batch, options))
+      stored = await o.metrics.timeStore('append', () => o.store.appendBatch(o.sessionId, o.streamId, batch, options))
     } catch (first) {
       if (first instanceof SessionGoneError || first instanceof LeaseLostError) throw first
       // Only a failure that would pass events on live can duplicate them; once

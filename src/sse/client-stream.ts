@@ -4,7 +4,8 @@ import type { ServerResponse } from 'node:http'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { EventInput, StoredEvent } from '../store/contract.js'
 import { randomBytes } from 'node:crypto'
-import { encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../protocol/event-id.js'
+import { base36Digits, encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../protocol/event-id.js'
+import { FLAG_FRAME, NumberedBatch } from '../store/batch.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
 import { formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId } from './frame.js'
 
@@ -90,8 +91,9 @@ export class ClientStream {
   }
 
   /** Write events (contiguous, in order); those at or before lastSeq are skipped. Returns false once closed. */
-  writeEvents (events: readonly StoredEvent[], replayed = false): boolean {
+  writeEvents (events: readonly StoredEvent[] | NumberedBatch, replayed = false): boolean {
     if (this.#closed) return false
+    if (events instanceof NumberedBatch) return this.#writeBatch(events, replayed)
     // One buffer per batch: each upstream frame as it came, then our id line
     // (the last id field of an event is the one the client keeps).
     const prefix = this.#idPrefix
@@ -112,9 +114,7 @@ export class ClientStream {
     for (const e of events) {
       if (e.seq <= this.#lastSeq) continue
       if (e.frame !== undefined) {
-        // A byte order mark starting a response body is dropped by clients: when a
-        // frame starts with one, an empty comment line keeps it where it was.
-        if (e.frame[0] === 0xef && e.frame[1] === 0xbb && e.frame[2] === 0xbf) {
+        if (startsWithBom(e.frame, 0)) {
           out[at++] = 0x3a
           out[at++] = 0x0a
         }
@@ -128,7 +128,61 @@ export class ClientStream {
         at += out.write(formatEvent(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq: e.seq }), e.data, e.event), at)
       }
     }
-    if (!this.#write(out.subarray(0, at))) return false
+    return this.#written(out.subarray(0, at), last, count, replayed)
+  }
+
+  /**
+   * A batch as the store took it, written without an object per event: its
+   * frames are copied in one piece, then moved apart in place, last first, to
+   * make room for each one's id line. A batch holding anything but plain
+   * upstream frames (text events, upstream ids) takes the general path.
+   */
+  #writeBatch (numbered: NumberedBatch, replayed: boolean): boolean {
+    const { batch, firstSeq } = numbered
+    const layout = batch.layout
+    const bytes = batch.bytes
+    const prefix = this.#idPrefix
+    const count = batch.length
+    const skip = Math.max(0, this.#lastSeq + 1 - firstSeq)
+    if (skip >= count) return true
+    let start = 0
+    for (let k = 0; k < 4 * skip; k += 4) start += (layout[k + 1] as number) + (layout[k + 2] as number) + (layout[k + 3] as number)
+    let frames = 0
+    let size = 0
+    for (let k = 4 * skip, seq = firstSeq + skip; k < 4 * count; k += 4, seq++) {
+      if (layout[k] !== FLAG_FRAME) return this.writeEvents(numbered.events, replayed)
+      const length = layout[k + 1] as number
+      // A byte order mark starting a response body is dropped by clients: when a
+      // frame starts with one, an empty comment line keeps it where it was.
+      if (startsWithBom(bytes, start + frames)) size += 2
+      frames += length
+      size += length + prefix.length + base36Digits(seq) + 2
+    }
+    const out = Buffer.allocUnsafe(size)
+    bytes.copy(out, 0, start, start + frames)
+    let end = size
+    let from = frames
+    for (let k = 4 * count - 4, seq = firstSeq + count - 1; k >= 4 * skip; k -= 4, seq--) {
+      const length = layout[k + 1] as number
+      from -= length
+      const idAt = end - prefix.length - base36Digits(seq) - 2
+      const at = idAt - length
+      if (at !== from) out.copyWithin(at, from, from + length)
+      prefix.copy(out, idAt)
+      const lf = writeBase36(out, idAt + prefix.length, seq)
+      out[lf] = 0x0a
+      out[lf + 1] = 0x0a
+      end = at
+      if (startsWithBom(out, at)) {
+        out[--end] = 0x0a
+        out[--end] = 0x3a
+      }
+    }
+    return this.#written(out, firstSeq + count - 1, count - skip, replayed)
+  }
+
+  #written (out: Buffer, last: number, count: number, replayed: boolean): boolean {
+    if (!this.#write(out)) return false
     this.#lastSeq = last
     this.#unrecordedAfter = undefined
     this.#metrics.eventsDelivered.inc(count)
@@ -223,4 +277,9 @@ export class ClientStream {
     this.#metrics.streamsClosed.inc({ kind: this.kind, outcome })
     for (const listener of this.#onClose.splice(0)) listener(outcome)
   }
+}
+
+/** Does `bytes` hold a UTF-8 byte order mark at `at`? */
+function startsWithBom (bytes: Uint8Array, at: number): boolean {
+  return bytes[at] === 0xef && bytes[at + 1] === 0xbb && bytes[at + 2] === 0xbf
 }

@@ -8,7 +8,7 @@
  * numbers alone. Every session carries an epoch that changes when the store
  * loses the session's history; event ids carry it (see protocol/event-id.ts).
  */
-import type { EventBatch } from './batch.js'
+import type { EventBatch, NumberedBatch } from './batch.js'
 
 /**
  * One server-to-client event, in one of two forms. Upstream events are kept as
@@ -73,6 +73,12 @@ export interface StreamNotice {
   readonly streamId: string
   readonly toSeq: number
   readonly events?: readonly StoredEvent[]
+  /**
+   * The same events packed, as the store took them (a local notice, see
+   * BatchNotice): a listener that writes them out reads them from here, and
+   * `events` is made from it only when asked for.
+   */
+  readonly batch?: NumberedBatch
   readonly ended: boolean
   /**
    * The session's epoch, when the store can change it under a live stream
@@ -139,6 +145,8 @@ export interface EventStore {
    * Fails with SessionGoneError when the session is unknown (expired or lost).
    */
   append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options?: AppendOptions): Promise<StoredEvent[]>
+  /** append(), answering with the batch as stored (no object per event: the recorder's form). */
+  appendBatch (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options?: AppendOptions): Promise<NumberedBatch>
   /** Mark a stream ended without appending. */
   end (sessionId: string, streamId: string): Promise<void>
 

@@ -5,7 +5,7 @@ import type {
   AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecord, StoredEvent, StreamNotice, StreamState
 } from '../contract.js'
-import { EventBatch } from '../batch.js'
+import { BatchNotice, EventBatch, NumberedBatch } from '../batch.js'
 
 /**
  * What a record weighs against the cap besides event data: about what a
@@ -107,8 +107,8 @@ const OFF_HEAP_SEGMENT_BYTES = 4096
  */
 const KEEP_BUFFER_MAX_SLACK = 0.25
 
-function segmentOf (first: number, batch: EventBatch, plain: boolean, stored: readonly StoredEvent[]): Segment {
-  const count = stored.length
+function segmentOf (first: number, batch: EventBatch, plain: boolean, numbered: NumberedBatch): Segment {
+  const count = batch.length
   if (plain) {
     // The usual batch, the upstream's frames and nothing else: its bytes are the blob.
     const bytes = batch.bytes
@@ -124,10 +124,11 @@ function segmentOf (first: number, batch: EventBatch, plain: boolean, stored: re
     bytes.copy(blob)
     return { first, count, blob, ends, upstreamIds: undefined }
   }
+  // Frames are views of the batch's buffer (which may be twice their size): keep copies.
+  const stored = numbered.events
   let total = 0
   let upstreamIds: Array<string | undefined> | undefined
   for (const [i, e] of stored.entries()) {
-    // Frames are views of the batch's buffer (which may be twice their size): keep copies.
     if (e.frame === undefined) return { first, count, events: stored.map(e => e.frame === undefined ? e : { ...e, frame: Buffer.from(e.frame) }) }
     total += e.frame.length
     if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
@@ -242,19 +243,23 @@ export class MemoryEventStore implements EventStore {
   }
 
   async append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options: AppendOptions = {}): Promise<StoredEvent[]> {
+    return (await this.appendBatch(sessionId, streamId, events, options)).events.slice()
+  }
+
+  async appendBatch (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options: AppendOptions = {}): Promise<NumberedBatch> {
     const session = this.#require(sessionId)
     const stream = this.#stream(session, streamId)
     const batch = events instanceof EventBatch ? events : EventBatch.from(events)
-    // Frames given to listeners are views of the batch: this store keeps copies.
-    const stored = batch.stored(stream.lastSeq + 1)
-    if (stored.length > 0) {
+    const stored = new NumberedBatch(batch, stream.lastSeq + 1)
+    const count = batch.length
+    if (count > 0) {
       let size = 0
       const plain = batch.plainFrames
       if (plain) size = batch.bytes.length
-      else for (const e of stored) size += eventBytes(e)
-      stream.lastSeq += stored.length
-      stream.segments.push(segmentOf(stream.lastSeq - stored.length + 1, batch, plain, stored))
-      stream.retained += stored.length
+      else for (const e of stored.events) size += eventBytes(e)
+      stream.lastSeq += count
+      stream.segments.push(segmentOf(stream.lastSeq - count + 1, batch, plain, stored))
+      stream.retained += count
       stream.bytes += size
       this.#totalBytes += size
     }
@@ -265,7 +270,7 @@ export class MemoryEventStore implements EventStore {
     this.#lru.delete(stream)
     this.#lru.set(stream, session)
     this.#evict(stream, session)
-    this.#notify(sessionId, { streamId, toSeq: stream.lastSeq, events: stored, ended: stream.ended })
+    this.#notify(sessionId, new BatchNotice(streamId, stream.lastSeq, stream.ended, stored))
     return stored
   }
 

@@ -5,7 +5,7 @@ import type { BaseLogger } from 'pino'
 import { LeaseLostError, SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import { STANDALONE_STREAM } from '../contract.js'
-import { EventBatch, FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID } from '../batch.js'
+import { BatchNotice, EventBatch, FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID, NumberedBatch } from '../batch.js'
 import type {
   AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecord, StoredEvent, StreamNotice, StreamState
@@ -271,6 +271,10 @@ export class RedisEventStore implements EventStore {
   }
 
   async append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options: AppendOptions = {}): Promise<StoredEvent[]> {
+    return (await this.appendBatch(sessionId, streamId, events, options)).events.slice()
+  }
+
+  async appendBatch (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options: AppendOptions = {}): Promise<NumberedBatch> {
     if (!(events instanceof EventBatch)) {
       for (const event of events) {
         if (event.frame === undefined ? typeof event.data !== 'string' : !Buffer.isBuffer(event.frame)) throw new TypeError('an event needs a string data or a Buffer frame')
@@ -288,7 +292,7 @@ export class RedisEventStore implements EventStore {
     return await this.#append(sessionId, streamId, events, options)
   }
 
-  async #append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options: AppendOptions): Promise<StoredEvent[]> {
+  async #append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options: AppendOptions): Promise<NumberedBatch> {
     const batch = events instanceof EventBatch ? events : EventBatch.from(events)
     const keys = this.#keys(sessionId, streamId)
     const { maxEvents, maxBytes, ttlMs } = this.#retention
@@ -321,12 +325,10 @@ export class RedisEventStore implements EventStore {
     // A batch Redis had already applied (resent after a reconnect) comes back as if applied now.
     const [epoch, previous, ended] = reply
     this.#mark(sessionId, streamId, ended === 1 ? undefined : { seq: previous + batch.length, fence, epoch })
-    const stored = batch.stored(previous + 1)
+    const stored = new NumberedBatch(batch, previous + 1)
     if (stored.length > 0 || ending) {
       // Local listeners get the events themselves: no read back from Redis.
-      this.#deliver(keys.channel, epoch, {
-        streamId, toSeq: previous + stored.length, events: stored.slice(), ended: ended === 1
-      })
+      this.#deliver(keys.channel, epoch, new BatchNotice(streamId, stored.lastSeq, ended === 1, stored, epoch))
     }
     return stored
   }
@@ -578,7 +580,8 @@ export class RedisEventStore implements EventStore {
     if (notice.toSeq <= topic.toSeq && (!notice.ended || topic.ended)) return
     topic.toSeq = Math.max(topic.toSeq, notice.toSeq)
     topic.ended ||= notice.ended
-    const told = { ...notice, epoch }
+    // An append's own notice (a BatchNotice, whose events a spread would lose) comes with its epoch.
+    const told = notice.epoch === epoch ? notice : { ...notice, epoch }
     for (const listener of [...topic.listeners]) {
       try {
         listener(told)

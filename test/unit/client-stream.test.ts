@@ -1,0 +1,76 @@
+// One client SSE connection (src/sse/client-stream.ts), over a real socket:
+// a batch as the store took it (NumberedBatch, written without an object per
+// event) reaches the client byte for byte as its events written one by one do.
+import t, { type Test } from 'tap'
+import Fastify from 'fastify'
+import { fastifySSE } from '@fastify/sse'
+import { ClientStream } from '../../src/sse/client-stream.js'
+import { GatewayMetrics } from '../../src/metrics/metrics.js'
+import { EventBatch, NumberedBatch } from '../../src/store/batch.js'
+import type { EventInput } from '../../src/store/contract.js'
+
+const BOM = '\uFEFF'
+const frame = (text: string): EventInput => ({ frame: Buffer.from(text) })
+
+interface Case {
+  readonly events: readonly EventInput[]
+  readonly firstSeq: number
+  /** The client's position when the stream opens (events at or before it are not written). */
+  readonly position: number
+}
+
+/** A gateway-shaped app whose GET /?case=N&as=batch|events writes case N's events, then ends. */
+async function serve (t: Test, cases: readonly Case[]): Promise<{ body: (n: number, as: 'batch' | 'events') => Promise<string>, delivered: () => Promise<number> }> {
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const app = Fastify()
+  await app.register(fastifySSE)
+  app.route({
+    method: 'GET',
+    url: '/',
+    sse: { kind: 'manual', heartbeat: false },
+    handler: async (request, reply) => {
+      const { case: n, as } = request.query as { case: string, as: string }
+      const c = cases[Number(n)] as Case
+      const stream = new ClientStream({ reply, kind: 'standalone', epoch: 'ep', streamId: 's', priming: false, retryMs: 1000, maxBufferBytes: 1 << 20, metrics, log: app.log })
+      stream.open({}, c.position)
+      const numbered = new NumberedBatch(EventBatch.from(c.events), c.firstSeq)
+      t.ok(stream.writeEvents(as === 'batch' ? numbered : numbered.events), 'written')
+      t.equal(stream.lastSeq, Math.max(c.position, numbered.lastSeq), 'lastSeq is the batch\'s last')
+      stream.close('completed', false)
+    }
+  })
+  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  t.teardown(() => app.close())
+  return {
+    body: async (n, as) => await (await fetch(`${url}/?case=${n}&as=${as}`)).text(),
+    delivered: async () => (await metrics.eventsDelivered.get()).values[0]?.value ?? 0
+  }
+}
+
+t.test('a batch of upstream frames is written as its events are, ids in base 36', async t => {
+  const frames = Array.from({ length: 10 }, (_, i) => frame(`data: {"i":${i}}\n`))
+  const cases: Case[] = [
+    // 30..39: the id crosses from one base-36 digit ("z" = 35) to two ("10" = 36).
+    { events: frames, firstSeq: 30, position: 29 },
+    // The client has 30..33 already: 34..39 only.
+    { events: frames, firstSeq: 30, position: 33 },
+    // It has them all: nothing.
+    { events: frames, firstSeq: 30, position: 39 },
+    // Frames starting with a byte order mark, first and in the middle; multi-line frames.
+    { events: [frame(`${BOM}data: a\n`), frame('event: x\ndata: b\ndata: c\n'), frame(`${BOM}data: d\n`)], firstSeq: 1, position: 0 },
+    // Not plain frames (an upstream id, a text event): the general path.
+    { events: [frame('data: a\n'), { frame: Buffer.from('data: b\n'), upstreamId: 'u-1' }, { data: 'made here', event: 'gap' }], firstSeq: 5, position: 4 },
+    { events: [frame('data: a\n'), { frame: Buffer.from('data: b\n'), upstreamId: 'u-1' }, frame('data: c\n')], firstSeq: 1, position: 0 }
+  ]
+  const { body, delivered } = await serve(t, cases)
+  for (let n = 0; n < cases.length; n++) {
+    t.equal(await body(n, 'batch'), await body(n, 'events'), `case ${n}: the same bytes`)
+  }
+  t.equal(await body(1, 'batch'), frames.slice(4).map((f, i) => `${String(f.frame)}id: ep.s.${(34 + i).toString(36)}\n\n`).join(''), 'frame, id line, blank line; events the client has are skipped')
+  t.equal(await body(2, 'batch'), '', 'nothing when the client has every event')
+  t.equal(await body(3, 'batch'), `:\n${BOM}data: a\nid: ep.s.1\n\nevent: x\ndata: b\ndata: c\nid: ep.s.2\n\n:\n${BOM}data: d\nid: ep.s.3\n\n`,
+    'a frame starting with a byte order mark gets an empty comment line before it')
+  t.equal(await body(5, 'batch'), 'data: a\nid: ep.s.1\n\ndata: b\nid: ep.s.2\n\ndata: c\nid: ep.s.3\n\n', 'upstream ids are the store\'s, never written')
+  // Each case once per path, plus the checks above: 10 + 6 + 0 + 3 + 3 + 3 per path.
+  t.equal(await delivered(), 2 * (10 + 6 + 0 + 3 + 3 + 3) + 6 + 0 + 3 + 3, 'delivered events counted once each')
+})
