@@ -12,6 +12,7 @@ import type {
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { parseControl, RedisLeaseBackend } from './lease-backend.js'
+import { ScriptCall } from './script-call.js'
 import { ADOPT, APPEND, FENCED, INTACT, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
 
 export type Connection = Redis | Cluster
@@ -26,6 +27,10 @@ export type Connection = Redis | Cluster
  * streams still append one entry each.
  */
 export const ENTRY_MAX_BYTES = 384 * 1024
+
+/** The APPEND script, its events' bytes written to the connection without a copy (see script-call.ts). */
+export const APPEND_CALL = new ScriptCall(APPEND, 4)
+
 type StoreLogger = Pick<BaseLogger, 'warn'> & Partial<Pick<BaseLogger, 'error'>>
 
 export interface RedisAddress { readonly host: string, readonly port: number }
@@ -105,7 +110,6 @@ interface WriteMark {
 type ReadReply = [string, number, number, number, Array<[Buffer, Buffer[]]>] | null
 
 interface ScriptCommands {
-  mcpgwAppend (...args: Array<string | number | Buffer>): Promise<[string, number, number, number] | null>
   mcpgwOpen (...args: Array<string | number>): Promise<[string, number, number, number] | null>
   /** Binary replies: frames are the upstream's bytes, whatever their encoding. */
   mcpgwReadBuffer (...args: Array<string | number>): Promise<[Buffer, number, number, number, Array<[Buffer, Buffer[]]>] | null>
@@ -164,7 +168,6 @@ export class RedisEventStore implements EventStore {
     this.replicaId = options.replicaId ?? randomToken(12, this.#random)
 
     const redis = options.redis
-    redis.defineCommand('mcpgwAppend', { numberOfKeys: 4, lua: APPEND })
     redis.defineCommand('mcpgwOpen', { numberOfKeys: 2, lua: OPEN })
     redis.defineCommand('mcpgwRead', { numberOfKeys: 2, lua: READ })
     redis.defineCommand('mcpgwTouch', { numberOfKeys: 3, lua: TOUCH })
@@ -312,7 +315,7 @@ export class RedisEventStore implements EventStore {
     for (const run of batch.runs(ENTRY_MAX_BYTES)) args.push(run.count, run.layout, run.bytes)
     let reply: [string, number, number, number] | null
     try {
-      reply = await this.#redis.mcpgwAppend(...args)
+      reply = await APPEND_CALL.call(this.#redis, args) as typeof reply
     } catch (err) {
       if (isReply(err, FENCED)) throw new LeaseLostError(sessionId)
       if (known && batch.length > 0) mark.uncertain = events
