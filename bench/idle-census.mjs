@@ -4,6 +4,7 @@
 // measures as RSS per stream).
 //
 //   node bench/idle-census.mjs [--store=memory|redis] [--streams=2000] [--gateway=dist/src/main.js]
+//                              [--by-owner] [--top=40]
 //
 // Starts the bench upstream and the gateway (with a preload that writes a heap
 // snapshot on SIGWINCH), opens 100 streams (warm-up), takes a snapshot, opens
@@ -23,7 +24,8 @@ import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = parseArgs(['store', 'streams', 'gateway'], import.meta.url)
+const args = parseArgs(['store', 'streams', 'gateway', 'by-owner', 'top'], import.meta.url)
+const byOwner = args['by-owner'] !== undefined
 const store = args.store ?? 'memory'
 const N = Number(args.streams ?? 2000)
 const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -87,16 +89,70 @@ async function census () {
   const iType = meta.node_fields.indexOf('type')
   const iName = meta.node_fields.indexOf('name')
   const iSize = meta.node_fields.indexOf('self_size')
+  const kindOf = (i) => {
+    const type = types[snap.nodes[i + iType]]
+    return type === 'object' || type === 'closure' ? `${type} ${snap.strings[snap.nodes[i + iName]] || '(anonymous)'}` : `(${type})`
+  }
+  // --by-owner: internal arrays, closures, contexts and plain objects are told
+  // apart by what holds them (the first strong reference found).
+  const owner = byOwner ? ownersOf(snap) : undefined
   const kinds = new Map()
   for (let i = 0; i < snap.nodes.length; i += width) {
-    const type = types[snap.nodes[i + iType]]
-    const kind = type === 'object' || type === 'closure' ? `${type} ${snap.strings[snap.nodes[i + iName]] || '(anonymous)'}` : `(${type})`
+    let kind = kindOf(i)
+    if (owner !== undefined && OWNED.test(kind)) {
+      let o = owner[i / width]
+      // A rope of concatenated strings: what holds the whole rope.
+      let via = i / width
+      while (o !== undefined && o >= 0 && kindOf(o * width) === '(concatenated string)') {
+        via = o
+        o = owner[o]
+      }
+      if (via !== i / width) kind += ' (rope)'
+      if (o !== undefined && o >= 0) {
+        kind += ` <- ${kindOf(o * width)}.${owner.edgeName[via]}`
+        // A plain array or object says little by itself: name what holds it too.
+        const oo = owner[o]
+        if (/^object (Array|Object|Map|Set)$|^\(array\)$/.test(kindOf(o * width)) && oo !== undefined && oo >= 0) kind += ` <- ${kindOf(oo * width)}.${owner.edgeName[o]}`
+      }
+    }
     const entry = kinds.get(kind) ?? { count: 0, size: 0 }
     entry.count++
     entry.size += snap.nodes[i + iSize]
     kinds.set(kind, entry)
   }
   return kinds
+}
+
+/** Kinds worth telling apart by owner. */
+const OWNED = /^\((array|hidden|concatenated string|string|object shape)\)$|^object (Object|Array|Map|Set|system \/ Context)$|^closure /
+
+/** For each node, the index of one node holding it by a strong edge (-1 if none), and that edge's name. */
+function ownersOf (snap) {
+  const meta = snap.snapshot.meta
+  const width = meta.node_fields.length
+  const edgeWidth = meta.edge_fields.length
+  const iEdges = meta.node_fields.indexOf('edge_count')
+  const eType = meta.edge_fields.indexOf('type')
+  const eName = meta.edge_fields.indexOf('name_or_index')
+  const eTo = meta.edge_fields.indexOf('to_node')
+  const edgeTypes = meta.edge_types[0]
+  const count = snap.nodes.length / width
+  const owner = new Int32Array(count).fill(-1)
+  owner.edgeName = new Array(count)
+  let e = 0
+  for (let n = 0; n < count; n++) {
+    const edges = snap.nodes[n * width + iEdges]
+    for (let k = 0; k < edges; k++, e += edgeWidth) {
+      const type = edgeTypes[snap.edges[e + eType]]
+      if (type === 'weak' || type === 'shortcut') continue
+      const to = snap.edges[e + eTo] / width
+      if (owner[to] !== -1) continue
+      owner[to] = n
+      const name = snap.edges[e + eName]
+      owner.edgeName[to] = type === 'element' || type === 'hidden' ? `[${type}]` : String(snap.strings[name])
+    }
+  }
+  return owner
 }
 
 try {
@@ -112,7 +168,7 @@ try {
   // (RSS is left out: writing a snapshot grows the process by far more than the streams do.)
   console.log(`gateway (${store} store), ${N} idle streams: live heap +${(heap / 1024).toFixed(1)} KB per stream`)
   console.log('\n  bytes  count  kind (per stream)')
-  for (const r of rows.slice(0, 40)) console.log(`${r.bytes.toFixed(0).padStart(7)} ${r.count.toFixed(2).padStart(6)}  ${r.kind.slice(0, 90)}`)
+  for (const r of rows.slice(0, Number(args.top ?? 40))) console.log(`${r.bytes.toFixed(0).padStart(7)} ${r.count.toFixed(2).padStart(6)}  ${r.kind.slice(0, 90)}`)
 } finally {
   for (const s of await Promise.allSettled(held)) if (s.status === 'fulfilled' && typeof s.value?.close === 'function') s.value.close()
   await stopAll()

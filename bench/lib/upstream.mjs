@@ -84,7 +84,11 @@ function flood (stream) {
     const room = res.write(batch)
     if (stream.remaining === 0) break
     if (!room) {
-      res.once('drain', () => flood(stream))
+      // Go on in a later turn of the event loop, not in the 'drain' callback: a
+      // reader fast enough that every write completes at once makes 'drain' come
+      // from process.nextTick, and flooding from there never lets the loop reach
+      // I/O (control requests like /bench/stop then time out).
+      res.once('drain', () => setImmediate(flood, stream))
       return
     }
     if (turn >= FLOOD_TURN_BYTES) {
