@@ -1,6 +1,6 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyError } from 'fastify'
 import { fastifySSE } from '@fastify/sse'
-import { randomUUID } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import type { Readable } from 'node:stream'
 import { pino, type Logger } from 'pino'
 import { LeaseCoordinator } from './cluster/coordinator.js'
@@ -72,7 +72,9 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     bodyLimit: config.maxBodyBytes,
     genReqId: req => {
       const given = req.headers['x-request-id']
-      return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID()
+      // 72 random bits in 12 characters: a string this short is one flat string
+      // (randomUUID()'s is a rope of ten, ~0.3 KB that an idle stream keeps).
+      return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomBytes(9).toString('base64url')
     },
     forceCloseConnections: true,
     // Oversized header blocks get 431 from Node's parser before any handler runs.

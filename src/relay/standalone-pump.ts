@@ -4,7 +4,7 @@ import { LeaseLostError, SessionGoneError } from '../errors.js'
 import type { EventInput, EventStore } from '../store/contract.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
-import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
+import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { mediaType } from '../upstream/headers.js'
 import { GAP_MARKER_EVENT, recordUpstreamStream, type RecordOutcome } from './recorder.js'
 
@@ -48,7 +48,7 @@ const CLEAN_END: ReadonlySet<PumpOutcome> = new Set(['completed', 'session_gone'
  */
 export class StandalonePump {
   readonly #o: PumpOptions
-  readonly #abort = new AbortController()
+  readonly #abort = new UpstreamAbort()
   #holdTimer: NodeJS.Timeout | undefined
   #stopped = false
   #released: Promise<void> = Promise.resolve()
@@ -87,7 +87,7 @@ export class StandalonePump {
     const { upstream, metrics } = this.#o
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
     try {
-      const res = await upstream.request({ method: 'GET', path: this.#o.path, headers, signal: this.#abort.signal })
+      const res = await upstream.request({ method: 'GET', path: this.#o.path, headers, signal: this.#abort })
       end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
       return res
     } catch (err) {

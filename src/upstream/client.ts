@@ -1,4 +1,5 @@
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici'
+import { EventEmitter } from 'node:events'
 import type { Readable } from 'node:stream'
 import { errors, GatewayError } from '../errors.js'
 
@@ -8,7 +9,23 @@ export interface UpstreamRequest {
   readonly path: string
   readonly headers: Record<string, string | string[]>
   readonly body?: Buffer | Readable | undefined
-  readonly signal?: AbortSignal | undefined
+  readonly signal?: AbortSignal | UpstreamAbort | undefined
+}
+
+/**
+ * Aborts an upstream request, like an AbortController, for requests that
+ * may stay open for a stream's whole life. undici takes an EventEmitter as a
+ * signal; an AbortSignal is an EventTarget with two Maps, about 0.6 KB more
+ * per idle stream (bench/idle-census.mjs --by-owner).
+ */
+export class UpstreamAbort extends EventEmitter {
+  aborted = false
+
+  abort (): void {
+    if (this.aborted) return
+    this.aborted = true
+    this.emit('abort')
+  }
 }
 
 export interface UpstreamResponse {
