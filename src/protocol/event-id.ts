@@ -28,10 +28,10 @@ export function encodeEventId (position: EventPosition): string {
 /**
  * Writes a sequence number in base 36 into `out` at `at`, byte for byte what
  * encodeEventId spells, without making a string (the hot path writes one per
- * event). Returns the offset after it.
+ * event). Returns the offset after it. `digits`: base36Digits(value), when
+ * the caller has it already.
  */
-export function writeBase36 (out: Uint8Array, at: number, value: number): number {
-  const digits = base36Digits(value)
+export function writeBase36 (out: Uint8Array, at: number, value: number, digits = base36Digits(value)): number {
   let v = value
   for (let i = at + digits - 1; i >= at; i--) {
     const d = v % 36

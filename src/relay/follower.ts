@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { EventStore, StoredEvent, StreamNotice } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
+import { NumberedBatch } from '../store/batch.js'
 import type { ClientStream } from '../sse/client-stream.js'
 
 export interface FollowOptions {
@@ -70,10 +71,10 @@ export class StreamFollower {
       return
     }
     // A local notice's batch is written as it is, without an object per event.
-    const batch = notice.batch
-    const first = batch !== undefined ? (batch.length > 0 ? batch.firstSeq : undefined) : notice.events?.[0]?.seq
-    if ((batch !== undefined || notice.events !== undefined) && (first === undefined || first <= client.lastSeq + 1)) {
-      client.writeEvents(batch ?? notice.events ?? [])
+    const events = notice.batch ?? notice.events
+    const first = events instanceof NumberedBatch ? (events.length > 0 ? events.firstSeq : undefined) : events?.[0]?.seq
+    if (events !== undefined && (first === undefined || first <= client.lastSeq + 1)) {
+      client.writeEvents(events)
     } else if (notice.toSeq > client.lastSeq) {
       this.#catchUp(false).catch(() => {}) // #catchUp handles its own errors
       return

@@ -165,11 +165,12 @@ export class ClientStream {
     for (let k = 4 * count - 4, seq = firstSeq + count - 1; k >= 4 * skip; k -= 4, seq--) {
       const length = layout[k + 1] as number
       from -= length
-      const idAt = end - prefix.length - base36Digits(seq) - 2
+      const digits = base36Digits(seq)
+      const idAt = end - prefix.length - digits - 2
       const at = idAt - length
       if (at !== from) out.copyWithin(at, from, from + length)
       prefix.copy(out, idAt)
-      const lf = writeBase36(out, idAt + prefix.length, seq)
+      const lf = writeBase36(out, idAt + prefix.length, seq, digits)
       out[lf] = 0x0a
       out[lf + 1] = 0x0a
       end = at
