@@ -338,7 +338,10 @@ export class EventBatchBuilder {
     if (current !== undefined && current.length >= need) return current
     let capacity = Math.max(current === undefined ? this.#nextCapacity : current.length * 2, MIN_CAPACITY)
     while (capacity < need) capacity *= 2
-    const grown = Buffer.allocUnsafe(capacity)
+    // Never from Node's shared pool (64 KB from Node 24 on, so a 4-8 KB batch
+    // would be a slice of it): a batch is kept in the store and across a Redis
+    // round trip, and must not hold other buffers' memory alive with it.
+    const grown = Buffer.allocUnsafeSlow(capacity)
     if (current !== undefined) current.copy(grown, 0, 0, this.#used)
     this.#bytes = grown
     return grown
