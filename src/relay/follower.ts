@@ -10,8 +10,17 @@ export interface FollowOptions {
   readonly log: Logger
   readonly client: ClientStream
   readonly sessionId: string
-  /** Events per store read while catching up (replay is paged, never one huge read). */
+  /** Most events per store read while catching up (replay is paged, never one huge read). */
   readonly pageSize: number
+  /**
+   * Bytes of the first page of a catch-up; each full page doubles it, up to
+   * pageMaxBytes: a short resume answers at once, a long one reads in large
+   * pages (a round trip per page, each waiting behind the appends of a busy
+   * stream, must bring more than the stream gains meanwhile, or a client that
+   * fell behind a flood never catches up).
+   */
+  readonly pageBytes: number
+  readonly pageMaxBytes: number
   /** Close the client once the stream has ended and everything was written (request streams). */
   readonly untilEnded: boolean
 }
@@ -115,11 +124,12 @@ export class StreamFollower {
   async #catchUp (replay: boolean): Promise<void> {
     const { store, client, sessionId, pageSize, metrics, log } = this.#o
     this.#reading = true
+    let pageBytes = this.#o.pageBytes
     try {
       for (;;) {
         this.#dirty = false
         if (this.#stopped || client.closed) return
-        const result = await metrics.timeStore('read', () => store.read(sessionId, client.streamId, client.lastSeq, pageSize))
+        const result = await metrics.timeStore('read', () => store.read(sessionId, client.streamId, client.lastSeq, pageSize, pageBytes))
         if (this.#stopped || client.closed) return
         if (result === null) {
           // The session was deleted or expired while the client was attached.
@@ -141,7 +151,11 @@ export class StreamFollower {
         client.writeEvents(events, replay)
         if (client.closed) return
         await client.drained()
-        if (events.length === pageSize) continue
+        if (events.length > 0 && client.lastSeq < state.lastSeq) {
+          // A page that did not reach the end: the next is larger.
+          pageBytes = Math.min(2 * pageBytes, this.#o.pageMaxBytes)
+          continue
+        }
         const ended = state.ended || (this.#heldEnd !== undefined)
         const endSeq = Math.max(state.lastSeq, this.#heldEnd ?? 0)
         this.#applyHeld()

@@ -37,7 +37,10 @@ export interface McpRouteDeps {
 
 /** Header carrying the gap reason when a resume cannot be served in full. */
 export const GAP_HEADER = 'x-mcp-gateway-gap'
-const REPLAY_PAGE = 500
+/** Replay pages: at most this many events, their bytes doubling from the first size up to the largest (see StreamFollower). */
+const REPLAY_PAGE_EVENTS = 10_000
+const REPLAY_FIRST_PAGE_BYTES = 128 * 1024
+const REPLAY_PAGE_MAX_BYTES = 4 * 1024 * 1024
 /** Gap reason (mcpgw_gaps_total) of a request stream ended for its dead recorder. */
 const RECORDER_LOST = 'recorder_lost'
 /** Transports spec: session ids are visible ASCII (0x21-0x7E). */
@@ -73,6 +76,9 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   /** Lost sessions a request recorded again, until the upstream's answer settles them. */
   const recovering = new WeakMap<FastifyRequest, { sessionId: string, epoch: string, intactSince: number }>()
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: Math.max(10_000, config.maxSessions * 4) })
+  // A page is written in one piece: never larger than a client's send buffer may hold.
+  const pageMaxBytes = Math.min(REPLAY_PAGE_MAX_BYTES, config.clientBufferMaxBytes)
+  const replayPages = { pageSize: REPLAY_PAGE_EVENTS, pageBytes: Math.min(REPLAY_FIRST_PAGE_BYTES, pageMaxBytes), pageMaxBytes }
 
   const streamOptions = (reply: FastifyReply, log: Logger, kind: 'standalone' | 'request' | 'resume', epoch: string, streamId: string, proto: ProtocolInfo): ClientStream =>
     new ClientStream({
@@ -308,7 +314,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     hub.attach(sessionId, client)
     client.open(clientResponseHeaders(res.headers, ['content-type', 'content-length', 'content-encoding', 'cache-control']), 0)
     // Subscribe before recording starts, so the first event already finds its reader.
-    await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: true }).start()
+    await new StreamFollower({ store, metrics, log, client, sessionId, ...replayPages, untilEnded: true }).start()
     metrics.upstreamStreamsOpen.inc({ kind: 'request' })
     deps.inflight.track(recordUpstreamStream({
       store,
@@ -406,7 +412,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       store.saveCursor(sessionId, STANDALONE_STREAM, client.lastSeq).catch((err: unknown) => log.warn({ err }, 'could not save the stream cursor'))
     })
     openWithGap(client, log, position, start)
-    await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: false }).start()
+    await new StreamFollower({ store, metrics, log, client, sessionId, ...replayPages, untilEnded: false }).start()
   }
 
   async function resumeRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition): Promise<unknown> {
@@ -443,7 +449,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     const client = streamOptions(reply, log, 'resume', state.epoch, position.streamId, proto)
     hub.attach(sessionId, client)
     openWithGap(client, log, position, resumePoint(state, position, record, 0))
-    await new StreamFollower({ store, metrics, log, client, sessionId, pageSize: REPLAY_PAGE, untilEnded: true }).start()
+    await new StreamFollower({ store, metrics, log, client, sessionId, ...replayPages, untilEnded: true }).start()
     if (client.closed) return
     // The client waits for the rest: should the replica recording it die, end the stream with an answer.
     const unwatch = deps.leases.watchRequestStream(sessionId, position.streamId, orphanAnswer(position.streamId), () => {

@@ -154,9 +154,11 @@ export interface EventStore {
    * Up to `limit` retained events with seq > afterSeq, oldest first, and the
    * stream's state; null when the session or stream is unknown. Events trimmed
    * by retention are simply absent: the caller compares afterSeq + 1 with
-   * state.firstSeq to see a gap.
+   * state.firstSeq to see a gap. With `maxBytes`, the page also stops before
+   * the event that would take its bytes (as retention counts them) past it,
+   * but always holds the first event when there is one.
    */
-  read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadResult | null>
+  read (sessionId: string, streamId: string, afterSeq: number, limit: number, maxBytes?: number): Promise<ReadResult | null>
   /** The stream's state, or null when the store has no record of it. */
   state (sessionId: string, streamId: string): Promise<StreamState | null>
 

@@ -281,7 +281,7 @@ export class MemoryEventStore implements EventStore {
     this.#notify(sessionId, { streamId, toSeq: stream.lastSeq, events: [], ended: true })
   }
 
-  async read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadResult | null> {
+  async read (sessionId: string, streamId: string, afterSeq: number, limit: number, maxBytes = Infinity): Promise<ReadResult | null> {
     const session = this.#live(sessionId)
     const stream = session?.streams.get(streamId)
     if (session === undefined || stream === undefined) return null
@@ -297,9 +297,14 @@ export class MemoryEventStore implements EventStore {
       if ((stream.segments[mid] as Segment).first <= from) lo = mid
       else hi = mid - 1
     }
+    let bytes = 0
     for (let k = lo; k < stream.segments.length && events.length < limit; k++) {
       const segment = stream.segments[k] as Segment
-      for (let i = Math.max(0, from - segment.first); i < segment.count && events.length < limit; i++) events.push(eventAt(segment, i))
+      for (let i = Math.max(0, from - segment.first); i < segment.count && events.length < limit; i++) {
+        bytes += sizeAt(segment, i)
+        if (bytes > maxBytes && events.length > 0) return { events, state }
+        events.push(eventAt(segment, i))
+      }
     }
     return { events, state }
   }

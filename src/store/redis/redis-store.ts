@@ -340,17 +340,18 @@ export class RedisEventStore implements EventStore {
     await this.append(sessionId, streamId, [], { end: true })
   }
 
-  async read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadResult | null> {
+  async read (sessionId: string, streamId: string, afterSeq: number, limit: number, maxBytes = Infinity): Promise<ReadResult | null> {
     if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) throw new RangeError('afterSeq must be a non-negative integer')
     if (!Number.isSafeInteger(limit) || limit < 0) throw new RangeError('limit must be a non-negative integer')
-    const reply = await this.#read(sessionId, streamId, afterSeq, limit)
+    if (!(maxBytes >= 0)) throw new RangeError('maxBytes must be a non-negative number')
+    const reply = await this.#read(sessionId, streamId, afterSeq, limit, maxBytes)
     if (reply === null) return null
     const [epoch, lastSeq, firstSeq, ended, rows] = reply
-    return { events: unpackEntries(rows, Math.max(afterSeq + 1, firstSeq), limit), state: { epoch, lastSeq, firstSeq, ended: ended === 1 } }
+    return { events: unpackEntries(rows, Math.max(afterSeq + 1, firstSeq), limit, maxBytes), state: { epoch, lastSeq, firstSeq, ended: ended === 1 } }
   }
 
   async state (sessionId: string, streamId: string): Promise<StreamState | null> {
-    const reply = await this.#read(sessionId, streamId, 0, 0)
+    const reply = await this.#read(sessionId, streamId, 0, 0, 0)
     if (reply === null) return null
     return { epoch: reply[0], lastSeq: reply[1], firstSeq: reply[2], ended: reply[3] === 1 }
   }
@@ -454,9 +455,10 @@ export class RedisEventStore implements EventStore {
     return { meta: `${tag}:m`, channel: `${tag}:n`, lease: `${tag}:lease`, attached: `${tag}:att`, stream: (id) => `${tag}:b:${id}`, ledger: (id) => `${tag}:z:${id}` }
   }
 
-  async #read (sessionId: string, streamId: string, afterSeq: number, limit: number): Promise<ReadReply> {
+  async #read (sessionId: string, streamId: string, afterSeq: number, limit: number, maxBytes: number): Promise<ReadReply> {
     const keys = this.#keys(sessionId, streamId)
-    const reply = await this.#redis.mcpgwReadBuffer(keys.meta, keys.stream(streamId), streamId, afterSeq, limit)
+    // Lua numbers are doubles: no limit is the largest safe integer.
+    const reply = await this.#redis.mcpgwReadBuffer(keys.meta, keys.stream(streamId), streamId, afterSeq, limit, Math.min(maxBytes, Number.MAX_SAFE_INTEGER))
     return reply === null ? null : [reply[0].toString(), reply[1], reply[2], reply[3], reply[4]]
   }
 
@@ -528,7 +530,7 @@ export class RedisEventStore implements EventStore {
    */
   #catchUp (name: string, channel: Channel): void {
     for (const streamId of channel.topics.keys()) {
-      this.#read(channel.sessionId, streamId, 0, 0).then((reply) => {
+      this.#read(channel.sessionId, streamId, 0, 0, 0).then((reply) => {
         if (reply === null || this.#channels.get(name) !== channel) return
         this.#deliver(name, reply[0], { streamId, toSeq: reply[1], ended: reply[3] === 1 })
       }, (err: unknown) => {
@@ -611,9 +613,13 @@ function escapeTag (sessionId: string): string {
   return sessionId.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
 }
 
-/** The events of stream entries (batches, see scripts.ts) numbered from `from`, at most `limit`. */
-function unpackEntries (rows: Array<[Buffer, Buffer[]]>, from: number, limit: number): StoredEvent[] {
+/**
+ * The events of stream entries (batches, see scripts.ts) numbered from `from`,
+ * at most `limit`, and as many as fit in `maxBytes` (the first always).
+ */
+function unpackEntries (rows: Array<[Buffer, Buffer[]]>, from: number, limit: number, maxBytes: number): StoredEvent[] {
   const events: StoredEvent[] = []
+  let bytes = 0
   for (const [id, fields] of rows) {
     let seq = Number.parseInt(id.toString(), 10)
     let layout = ''
@@ -633,7 +639,8 @@ function unpackEntries (rows: Array<[Buffer, Buffer[]]>, from: number, limit: nu
       const start = at
       at += a + b + c
       if (seq < from) continue
-      if (events.length === limit) return events
+      bytes += a + b + c
+      if (events.length === limit || (bytes > maxBytes && events.length > 0)) return events
       const upstreamId = (flags & FLAG_UPSTREAM_ID) !== 0 ? blob.toString('utf8', start + a + b, start + a + b + c) : undefined
       if ((flags & FLAG_FRAME) !== 0) {
         events.push({ seq, frame: blob.subarray(start, start + a), upstreamId })

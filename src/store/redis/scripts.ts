@@ -272,14 +272,16 @@ return { epoch, last, first, ended and 1 or 0 }
 `
 
 /**
- * KEYS: session hash, stream. ARGV: streamId, afterSeq, limit.
+ * KEYS: session hash, stream. ARGV: streamId, afterSeq, limit, maxBytes.
  * Returns nil when the session or stream is unknown, else
- * { epoch, lastSeq, firstSeq, ended, entries }. State and entries come from
- * the same instant, so they always agree.
+ * { epoch, lastSeq, firstSeq, ended, entries }: the entry holding the first
+ * event after afterSeq, then more until they hold `limit` events or, after
+ * the first, `maxBytes` bytes (the caller cuts the page exactly). State and
+ * entries come from the same instant, so they always agree.
  */
 export const READ = STREAM_STATE + `
 local meta, skey, sid = KEYS[1], KEYS[2], ARGV[1]
-local after, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+local after, limit, maxBytes = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then return false end
 local last, first, bytes, ended = streamState(meta, skey, sid)
@@ -294,20 +296,24 @@ end
 local rows = {}
 local from = math.max(after + 1, first)
 if limit > 0 and from <= last then
-  local got, cursor = 0, '-'
+  local got, size, cursor = 0, 0, '-'
   local head = redis.call('XREVRANGE', skey, tostring(from), '-', 'COUNT', 1)
   if #head > 0 then
     rows[1] = head[1]
     got = math.max(0, lastOf(head[1][1]) - from + 1)
+    -- Its bytes are not counted (those before \`from\` are not wanted): the
+    -- entries after it are read until they alone hold maxBytes, which may be
+    -- more than the page needs, never less.
     cursor = '(' .. head[1][1]
   end
-  while got < limit do
+  while got < limit and size < maxBytes do
     local more = redis.call('XRANGE', skey, cursor, '+', 'COUNT', 4)
     for _, row in ipairs(more) do
       rows[#rows + 1] = row
       got = got + countOf(row[1])
+      size = size + tonumber(row[2][2])
       cursor = '(' .. row[1]
-      if got >= limit then break end
+      if got >= limit or size >= maxBytes then break end
     end
     if #more < 4 then break end
   end

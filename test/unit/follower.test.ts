@@ -1,0 +1,79 @@
+// Catching a client up from the store (src/relay/follower.ts), over a real
+// socket and the embedded store: pages start small and double up to their
+// largest size, and a page cut by its bytes is not mistaken for the end.
+import t, { type Test } from 'tap'
+import Fastify from 'fastify'
+import { fastifySSE } from '@fastify/sse'
+import { ClientStream } from '../../src/sse/client-stream.js'
+import { StreamFollower } from '../../src/relay/follower.js'
+import { GatewayMetrics } from '../../src/metrics/metrics.js'
+import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
+import type { EventInput } from '../../src/store/contract.js'
+
+const EVENT_BYTES = 1000
+
+/** A stream of `count` 1,000-byte frames, in batches of 100, ended. Returns the session's epoch. */
+async function fill (store: MemoryEventStore, count: number): Promise<string> {
+  const { epoch } = await store.createSession('S', 'p')
+  for (let first = 1; first <= count; first += 100) {
+    const batch: EventInput[] = Array.from({ length: 100 }, (_, i) => ({ frame: Buffer.from(`data: ${String(first + i).padStart(EVENT_BYTES - 7, '0')}\n`) }))
+    await store.append('S', 's', batch)
+  }
+  await store.end('S', 's')
+  return epoch
+}
+
+/** A gateway-shaped GET that follows stream s of session S from position 0 until it ended. */
+async function serve (t: Test, store: MemoryEventStore, epoch: string, pages: { pageSize: number, pageBytes: number, pageMaxBytes: number }): Promise<string> {
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const app = Fastify()
+  await app.register(fastifySSE)
+  app.route({
+    method: 'GET',
+    url: '/',
+    sse: { kind: 'manual', heartbeat: false },
+    handler: async (_request, reply) => {
+      const client = new ClientStream({ reply, kind: 'resume', epoch, streamId: 's', priming: false, retryMs: 1000, maxBufferBytes: 8 << 20, metrics, log: app.log })
+      client.open({}, 0)
+      await new StreamFollower({ store, metrics, log: app.log, client, sessionId: 'S', untilEnded: true, ...pages }).start()
+    }
+  })
+  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  t.teardown(() => app.close())
+  return await (await fetch(url)).text()
+}
+
+/** The store, with the page bounds of every read it was asked for. */
+function recordingStore (): { store: MemoryEventStore, reads: Array<{ limit: number, maxBytes: number | undefined }> } {
+  const store = new MemoryEventStore({ retention: { maxEvents: 100_000, maxBytes: 1 << 30, ttlMs: 60_000 }, maxBytes: 1 << 30 })
+  const reads: Array<{ limit: number, maxBytes: number | undefined }> = []
+  const read = store.read.bind(store)
+  store.read = async (sessionId, streamId, afterSeq, limit, maxBytes) => {
+    reads.push({ limit, maxBytes })
+    return await read(sessionId, streamId, afterSeq, limit, maxBytes)
+  }
+  return { store, reads }
+}
+
+function seqsOf (body: string): number[] {
+  return [...body.matchAll(/^id: [^.\n]+\.s\.([0-9a-z]+)$/gm)].map(m => Number.parseInt(m[1] as string, 36))
+}
+
+t.test('a long catch-up reads pages that double in bytes, up to the largest, and delivers every event once', async t => {
+  const { store, reads } = recordingStore()
+  t.teardown(() => store.close())
+  const body = await serve(t, store, await fill(store, 3000), { pageSize: 10_000, pageBytes: 64 * 1024, pageMaxBytes: 512 * 1024 })
+  t.same(seqsOf(body), Array.from({ length: 3000 }, (_, i) => i + 1), 'all 3,000 events, in order, once each')
+  const KiB = 1024
+  t.same(reads.map(r => r.maxBytes), [64 * KiB, 128 * KiB, 256 * KiB, 512 * KiB, 512 * KiB, 512 * KiB, 512 * KiB, 512 * KiB], 'pages of 64, 128, 256 KiB, then 512 KiB until the end')
+  t.ok(reads.every(r => r.limit === 10_000), 'the event limit is passed on')
+})
+
+t.test('a page cut by its bytes, not its event count, is followed by the next', async t => {
+  const { store, reads } = recordingStore()
+  t.teardown(() => store.close())
+  // 16 KiB pages hold 16 events: far below the 10,000-event limit, never at it.
+  const body = await serve(t, store, await fill(store, 500), { pageSize: 10_000, pageBytes: 16 * 1024, pageMaxBytes: 16 * 1024 })
+  t.same(seqsOf(body), Array.from({ length: 500 }, (_, i) => i + 1), 'every event, though no page was full by count')
+  t.equal(reads.length, Math.ceil(500 / 16), 'one read per 16 events')
+})
