@@ -230,6 +230,7 @@ t.test('runtime image settings', async t => {
   const cmd = execForm(lastOf(runtime, 'CMD')?.args ?? '')
   t.same(cmd, ['node', ...startFlags(), 'dist/src/main.js'], 'CMD in exec form (node is PID 1 and gets SIGTERM), with the node flags of npm start')
   t.ok(startFlags().includes('--no-memory-reducer'), 'npm start keeps V8\'s heap growing under load after a quiet spell')
+  t.ok(startFlags().includes('--heap-growing-percent=200'), 'npm start leaves the heap room for the ArrayBuffer bytes a flood allocates between full collections')
   const healthcheck = healthcheckOf(lastOf(runtime, 'HEALTHCHECK') as Instruction)
   t.ok(healthcheck.command !== undefined, 'HEALTHCHECK CMD in exec form')
   t.equal(healthcheck.command?.[0], 'node', 'HEALTHCHECK uses node')
