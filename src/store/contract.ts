@@ -156,7 +156,9 @@ export interface EventStore {
    * by retention are simply absent: the caller compares afterSeq + 1 with
    * state.firstSeq to see a gap. With `maxBytes`, the page also stops before
    * the event that would take its bytes (as retention counts them) past it,
-   * but always holds the first event when there is one.
+   * but always holds the first event when there is one. A store that keeps
+   * events in batches may end a page sooner, at the end of a batch, when its
+   * events are of uneven sizes: a page short of the end is not the end.
    */
   read (sessionId: string, streamId: string, afterSeq: number, limit: number, maxBytes?: number): Promise<ReadResult | null>
   /** The stream's state, or null when the store has no record of it. */

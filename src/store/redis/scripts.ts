@@ -275,9 +275,9 @@ return { epoch, last, first, ended and 1 or 0 }
  * KEYS: session hash, stream. ARGV: streamId, afterSeq, limit, maxBytes.
  * Returns nil when the session or stream is unknown, else
  * { epoch, lastSeq, firstSeq, ended, entries }: the entry holding the first
- * event after afterSeq, then more until they hold `limit` events or, after
- * the first, `maxBytes` bytes (the caller cuts the page exactly). State and
- * entries come from the same instant, so they always agree.
+ * event after afterSeq, then more until they hold `limit` events or about
+ * `maxBytes` bytes (the caller cuts the page exactly). State and entries come
+ * from the same instant, so they always agree.
  */
 export const READ = STREAM_STATE + `
 local meta, skey, sid = KEYS[1], KEYS[2], ARGV[1]
@@ -301,9 +301,10 @@ if limit > 0 and from <= last then
   if #head > 0 then
     rows[1] = head[1]
     got = math.max(0, lastOf(head[1][1]) - from + 1)
-    -- Its bytes are not counted (those before \`from\` are not wanted): the
-    -- entries after it are read until they alone hold maxBytes, which may be
-    -- more than the page needs, never less.
+    -- Its bytes from \`from\` on, estimated by its share of the entry's events
+    -- (reading its layout would cost more than the page): with events of
+    -- uneven sizes a page may end here, at the entry's end, short of maxBytes.
+    size = tonumber(head[1][2][2]) * got / countOf(head[1][1])
     cursor = '(' .. head[1][1]
   end
   while got < limit and size < maxBytes do
