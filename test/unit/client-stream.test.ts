@@ -2,10 +2,7 @@
 // a batch as the store took it (NumberedBatch, written without an object per
 // event) reaches the client byte for byte as its events written one by one do.
 import t, { type Test } from 'tap'
-import Fastify from 'fastify'
-import { fastifySSE } from '@fastify/sse'
-import { ClientStream } from '../../src/sse/client-stream.js'
-import { GatewayMetrics } from '../../src/metrics/metrics.js'
+import { serveClientStream } from '../fixtures/client-stream-app.js'
 import { EventBatch, NumberedBatch } from '../../src/store/batch.js'
 import type { EventInput } from '../../src/store/contract.js'
 
@@ -21,26 +18,15 @@ interface Case {
 
 /** A gateway-shaped app whose GET /?case=N&as=batch|events writes case N's events, then ends. */
 async function serve (t: Test, cases: readonly Case[]): Promise<{ body: (n: number, as: 'batch' | 'events') => Promise<string>, delivered: () => Promise<number> }> {
-  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
-  const app = Fastify()
-  await app.register(fastifySSE)
-  app.route({
-    method: 'GET',
-    url: '/',
-    sse: { kind: 'manual', heartbeat: false },
-    handler: async (request, reply) => {
-      const { case: n, as } = request.query as { case: string, as: string }
-      const c = cases[Number(n)] as Case
-      const stream = new ClientStream({ reply, kind: 'standalone', epoch: 'ep', streamId: 's', priming: false, retryMs: 1000, maxBufferBytes: 1 << 20, metrics, log: app.log })
-      stream.open({}, c.position)
-      const numbered = new NumberedBatch(EventBatch.from(c.events), c.firstSeq)
-      t.ok(stream.writeEvents(as === 'batch' ? numbered : numbered.events), 'written')
-      t.equal(stream.lastSeq, Math.max(c.position, numbered.lastSeq), 'lastSeq is the batch\'s last')
-      stream.close('completed', false)
-    }
+  const { url, metrics } = await serveClientStream(t, { kind: 'standalone', epoch: 'ep', maxBufferBytes: 1 << 20 }, (stream, request) => {
+    const { case: n, as } = request.query as { case: string, as: string }
+    const c = cases[Number(n)] as Case
+    stream.open({}, c.position)
+    const numbered = new NumberedBatch(EventBatch.from(c.events), c.firstSeq)
+    t.ok(stream.writeEvents(as === 'batch' ? numbered : numbered.events), 'written')
+    t.equal(stream.lastSeq, Math.max(c.position, numbered.lastSeq), 'lastSeq is the batch\'s last')
+    stream.close('completed', false)
   })
-  const url = await app.listen({ port: 0, host: '127.0.0.1' })
-  t.teardown(() => app.close())
   return {
     body: async (n, as) => await (await fetch(`${url}/?case=${n}&as=${as}`)).text(),
     delivered: async () => (await metrics.eventsDelivered.get()).values[0]?.value ?? 0

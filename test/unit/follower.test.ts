@@ -2,11 +2,8 @@
 // socket and the embedded store: pages start small and double up to their
 // largest size, and a page cut by its bytes is not mistaken for the end.
 import t, { type Test } from 'tap'
-import Fastify from 'fastify'
-import { fastifySSE } from '@fastify/sse'
-import { ClientStream } from '../../src/sse/client-stream.js'
 import { StreamFollower } from '../../src/relay/follower.js'
-import { GatewayMetrics } from '../../src/metrics/metrics.js'
+import { serveClientStream } from '../fixtures/client-stream-app.js'
 import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
 import type { EventInput } from '../../src/store/contract.js'
 
@@ -25,21 +22,10 @@ async function fill (store: MemoryEventStore, count: number): Promise<string> {
 
 /** A gateway-shaped GET that follows stream s of session S from position 0 until it ended. */
 async function serve (t: Test, store: MemoryEventStore, epoch: string, pages: { pageSize: number, pageBytes: number, pageMaxBytes: number }): Promise<string> {
-  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
-  const app = Fastify()
-  await app.register(fastifySSE)
-  app.route({
-    method: 'GET',
-    url: '/',
-    sse: { kind: 'manual', heartbeat: false },
-    handler: async (_request, reply) => {
-      const client = new ClientStream({ reply, kind: 'resume', epoch, streamId: 's', priming: false, retryMs: 1000, maxBufferBytes: 8 << 20, metrics, log: app.log })
-      client.open({}, 0)
-      await new StreamFollower({ store, metrics, log: app.log, client, sessionId: 'S', untilEnded: true, ...pages }).start()
-    }
+  const { url } = await serveClientStream(t, { kind: 'resume', epoch, maxBufferBytes: 8 << 20 }, async (client, _request, { metrics, log }) => {
+    client.open({}, 0)
+    await new StreamFollower({ store, metrics, log, client, sessionId: 'S', untilEnded: true, ...pages }).start()
   })
-  const url = await app.listen({ port: 0, host: '127.0.0.1' })
-  t.teardown(() => app.close())
   return await (await fetch(url)).text()
 }
 
