@@ -7,19 +7,35 @@ import { Command, Redis } from 'ioredis'
 import { ScriptCall, writeCommand } from '../../src/store/redis/script-call.js'
 import { startRedisServer } from '../fixtures/redis.js'
 
+/** Counts the socket's trips to the kernel from now (Node's stream writes go through _writev or _write), until read. */
+function countWritevs (socket: object): () => number {
+  const s = socket as { _writev: (...a: unknown[]) => void, _write: (...a: unknown[]) => void }
+  const writev = s._writev
+  const write1 = s._write
+  let n = 0
+  s._writev = function (...a: unknown[]) { n++; writev.apply(this, a) }
+  s._write = function (...a: unknown[]) { n++; write1.apply(this, a) }
+  return () => {
+    s._writev = writev
+    s._write = write1
+    return n
+  }
+}
+
 t.test('the command on the wire is what ioredis would write', async t => {
   const args = ['key', 42, Buffer.from('a\r\nb\0é'), Buffer.alloc(0), 'ü', Buffer.from('x'.repeat(70_000))]
   const parts: Array<string | Buffer> = []
-  let corked = 0
-  writeCommand({
-    cork: () => { corked++ },
-    uncork: () => { corked-- },
+  const tail = writeCommand({
+    cork: () => t.fail('the caller corks'),
+    uncork: () => t.fail('the caller uncorks'),
     write: (chunk) => { parts.push(chunk); return true }
   }, 'evalsha', args)
-  t.equal(corked, 0, 'corked while writing, uncorked after')
   const expected = new Command('evalsha', args).toWritable({}) as Buffer
-  t.same(Buffer.concat(parts.map(p => typeof p === 'string' ? Buffer.from(p) : p)), expected, 'byte for byte')
+  t.same(Buffer.concat([...parts, tail].map(p => typeof p === 'string' ? Buffer.from(p) : p)), expected, 'byte for byte, with the piece returned last')
   t.ok(parts.includes(args[5] as Buffer), 'a Buffer argument is written itself, not copied')
+  t.ok(tail.length > 0 && parts.every(p => p.length > 0), 'no piece is empty')
+  t.equal(writeCommand({ cork () {}, uncork () {}, write: () => t.fail('nothing to write') }, 'evalsha', ['sha', 0]),
+    '*3\r\n$7\r\nevalsha\r\n$3\r\nsha\r\n$1\r\n0\r\n', 'a command of text only is all returned')
 })
 
 t.test('EVAL on a new connection, EVALSHA after, and EVAL again after NOSCRIPT', async t => {
@@ -39,9 +55,12 @@ t.test('EVAL on a new connection, EVALSHA after, and EVAL again after NOSCRIPT',
   const socket = redis.stream
   const write = socket.write.bind(socket) as (chunk: unknown) => boolean
   socket.write = ((chunk: unknown) => { written.push(chunk); return write(chunk) }) as typeof socket.write
+  const writevs = countWritevs(socket)
   t.same(await script.call(redis, ['k', 'text', payload]), ['k', 'text', payload.length], 'the first call')
   socket.write = write as typeof socket.write
   t.ok(written.includes(payload), 'the argument went to the socket itself, not a copy of it')
+  t.notOk(written.some(chunk => (chunk as string | Buffer).length === 0), 'no empty write (each is a system call)')
+  t.equal(writevs(), 1, 'the command left in one write')
   t.same(await redis.getBuffer('k'), payload, 'binary bytes arrive as they were')
   t.same(await calls(), { eval: 1, evalsha: 0 }, 'EVAL the first time on this connection')
   await script.call(redis, ['k', 'again', 'short'])
@@ -50,4 +69,8 @@ t.test('EVAL on a new connection, EVALSHA after, and EVAL again after NOSCRIPT',
   t.same(await script.call(redis, ['k', 'flushed', 'v']), ['k', 'flushed', 1], 'answered after the script was flushed')
   t.same(await calls(), { eval: 2, evalsha: 2 }, 'EVALSHA refused (NOSCRIPT), then EVAL')
   await t.rejects(script.call(redis, []), /Lua|script|ERR/i, 'a script error is the caller\'s')
+  // Calls issued in the same turn share the socket's writes.
+  const counted = countWritevs(socket)
+  t.same(await Promise.all([script.call(redis, ['k1', 'a', 'x']), script.call(redis, ['k2', 'b', 'yy'])]), [['k1', 'a', 1], ['k2', 'b', 2]], 'two calls in one turn')
+  t.equal(counted(), 1, 'two calls in one turn leave in one write')
 })

@@ -22,7 +22,9 @@ const isSocket = (value: unknown): value is Socket =>
  * The gateway's ArrayBuffer allocations are what starts most of V8's full
  * garbage collections ("external memory pressure"), so here the command's
  * header and each argument go to the corked socket in turn, and leave in one
- * writev.
+ * writev: ioredis writes the command's last piece itself (what toWritable
+ * returns), and the socket is uncorked once the current turn's code is done
+ * (process.nextTick), so appends issued in the same turn share that writev.
  *
  * Like ioredis's own script commands: EVAL the first time on a connection
  * (which loads the script), EVALSHA after, and the call once more after
@@ -72,9 +74,11 @@ export class ScriptCall {
         if (isNoScript(err)) loaded.delete(socket)
         reject.call(command, err)
       }
-      writeCommand(socket, command.name, command.args as ScriptArg[])
-      // ioredis writes what this returns: the command is on the socket already.
-      return ''
+      socket.cork()
+      process.nextTick(uncork, socket)
+      // ioredis writes what this returns, to the corked socket: returning '' (with the
+      // whole command written here) would cost an empty write, a system call of its own.
+      return writeCommand(socket, command.name, command.args as ScriptArg[])
     }
     return command
   }
@@ -84,23 +88,27 @@ function isNoScript (err: unknown): boolean {
   return err instanceof Error && err.message.includes('NOSCRIPT')
 }
 
-/** The command in RESP, its Buffer arguments written as they are (no copy). */
-export function writeCommand (socket: Socket, name: string, args: readonly ScriptArg[]): void {
+function uncork (socket: Socket): void {
+  socket.uncork()
+}
+
+/**
+ * The command in RESP, its Buffer arguments written as they are (no copy),
+ * all but its last piece of text, which is returned for the caller to write.
+ * The caller corks the socket first and uncorks it after that last write, so
+ * the pieces leave in one writev.
+ */
+export function writeCommand (socket: Socket, name: string, args: readonly ScriptArg[]): string {
   let text = `*${args.length + 1}\r\n$${Buffer.byteLength(name)}\r\n${name}\r\n`
-  socket.cork()
-  try {
-    for (const arg of args) {
-      if (Buffer.isBuffer(arg)) {
-        socket.write(`${text}$${arg.length}\r\n`)
-        if (arg.length > 0) socket.write(arg)
-        text = '\r\n'
-      } else {
-        const value = String(arg)
-        text += `$${Buffer.byteLength(value)}\r\n${value}\r\n`
-      }
+  for (const arg of args) {
+    if (Buffer.isBuffer(arg)) {
+      socket.write(`${text}$${arg.length}\r\n`)
+      if (arg.length > 0) socket.write(arg)
+      text = '\r\n'
+    } else {
+      const value = String(arg)
+      text += `$${Buffer.byteLength(value)}\r\n${value}\r\n`
     }
-    socket.write(text)
-  } finally {
-    socket.uncork()
   }
+  return text
 }
