@@ -146,6 +146,30 @@ async function until (what: string, deadlineMs: number, probe: () => Promise<boo
   throw new Error(`timed out waiting for ${what}`)
 }
 
+/**
+ * Starts a process on `count` ports picked free now and waits until `ready`
+ * answers true. A port can be taken between the pick and the bind (by any
+ * outgoing connection): a process that exits with EADDRINUSE is started
+ * again, on other ports, up to three times. Any other exit ends the wait.
+ */
+async function startOnFreePorts (what: string, count: number, launch: (ports: number[]) => Promise<Started>, ready: () => Promise<boolean>): Promise<Started> {
+  for (let attempt = 1; ; attempt++) {
+    const ports: number[] = []
+    for (let i = 0; i < count; i++) ports.push(await freePort())
+    const started = await launch(ports)
+    try {
+      await until(what, 20_000, async () => {
+        if (started.child.exitCode !== null) throw new Error(`exited (${started.child.exitCode})`)
+        return await ready()
+      })
+      return started
+    } catch (err) {
+      if (attempt < 3 && started.output().includes('EADDRINUSE')) continue
+      throw new Error(`${what}: ${(err as Error).message}\n${started.output()}`)
+    }
+  }
+}
+
 /** Runs the HEALTHCHECK command as Docker would (in WORKDIR, with the container env); its exit code. */
 async function runHealthcheck (command: string[], cwd: string, env: Record<string, string>): Promise<number> {
   const [program, ...args] = command
@@ -318,32 +342,38 @@ t.test('the runtime stage, replayed without Docker, starts, passes its HEALTHCHE
 
   const healthcheck = healthcheckOf(lastOf(runtime, 'HEALTHCHECK') as Instruction).command as string[]
   const CMD = execForm(lastOf(runtime, 'CMD')?.args ?? '') as string[]
-  const upstreamPort = await freePort()
-  const port = await freePort()
-  const adminPort = await freePort()
-  const containerEnv = { ...env, PORT: String(port), ADMIN_PORT: String(adminPort) }
-
-  t.not(await runHealthcheck(healthcheck, app, containerEnv), 0, 'the HEALTHCHECK fails while nothing listens')
+  // Ports are picked free before the processes bind them (the HEALTHCHECK reads
+  // ADMIN_PORT from the environment); one taken meanwhile by another test's
+  // connection makes the process exit with EADDRINUSE, and it starts again on others.
+  const nothingListens = { PORT: String(await freePort()), ADMIN_PORT: String(await freePort()) }
+  t.not(await runHealthcheck(healthcheck, app, { ...env, ...nothingListens }), 0, 'the HEALTHCHECK fails while nothing listens')
 
   // The example upstream, started from the same tree as docker-compose does.
-  const upstream = start(app, ['dist/examples/mcp-server.js'], { ...env, PORT: String(upstreamPort) })
-  t.teardown(() => { upstream.child.kill('SIGKILL') })
-  await until('the example upstream', 15_000, async () => {
-    if (upstream.child.exitCode !== null) throw new Error(`the example upstream exited (${upstream.child.exitCode})`)
-    return await fetch(`http://127.0.0.1:${upstreamPort}/healthz`).then(r => r.ok, () => false)
-  })
-    .catch(err => { throw new Error(`${(err as Error).message}\n${upstream.output()}`) })
+  let upstreamPort = 0
+  const upstream = await startOnFreePorts('the example upstream', 1, async ([p]) => {
+    upstreamPort = p as number
+    const started = start(app, ['dist/examples/mcp-server.js'], { ...env, PORT: String(upstreamPort) })
+    t.teardown(() => { started.child.kill('SIGKILL') })
+    return started
+  }, async () => await fetch(`http://127.0.0.1:${upstreamPort}/healthz`).then(r => r.ok, () => false))
 
   t.equal(CMD[0], 'node', 'CMD runs node')
-  const gateway = start(app, CMD.slice(1), { ...containerEnv, UPSTREAM_URL: `http://127.0.0.1:${upstreamPort}/mcp` })
-  t.teardown(() => { gateway.child.kill('SIGKILL') })
+  let port = 0
+  let adminPort = 0
+  let containerEnv: Record<string, string> = env
   let healthy = 1
-  await until('the HEALTHCHECK to pass', 20_000, async () => {
-    if (gateway.child.exitCode !== null) throw new Error(`the gateway exited (${gateway.child.exitCode}):\n${gateway.output()}`)
+  const gateway = await startOnFreePorts('the HEALTHCHECK to pass', 2, async ([p, a]) => {
+    [port, adminPort] = [p as number, a as number]
+    containerEnv = { ...env, PORT: String(port), ADMIN_PORT: String(adminPort) }
+    const started = start(app, CMD.slice(1), { ...containerEnv, UPSTREAM_URL: `http://127.0.0.1:${upstreamPort}/mcp` })
+    t.teardown(() => { started.child.kill('SIGKILL') })
+    return started
+  }, async () => {
     healthy = await runHealthcheck(healthcheck, app, containerEnv)
     return healthy === 0
-  }).catch(err => t.fail((err as Error).message, { output: gateway.output() }))
-  t.equal(healthy, 0, 'the HEALTHCHECK command exits 0', { output: gateway.output() })
+  }).catch(err => { t.fail((err as Error).message); return undefined })
+  t.equal(healthy, 0, 'the HEALTHCHECK command exits 0')
+  if (gateway === undefined) return
 
   const ready = await fetch(`http://127.0.0.1:${adminPort}/readyz`)
   t.equal(ready.status, 200, '/readyz')
