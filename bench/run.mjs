@@ -9,7 +9,7 @@
 //   gw-memory  the gateway on its embedded store
 //   gw-redis   the gateway on Redis (BENCH_REDIS_URL, default redis://127.0.0.1:6379)
 //
-// Usage: node bench/run.mjs [--quick] [--only=thr1,thr100,lat1k,lat10k,replay,idle]
+// Usage: node bench/run.mjs [--quick] [--only=thr1,thr100,lat1k,lat1k-lockstep,lat10k,replay,idle]
 //                           [--paths=direct,nginx,node,gw-memory,gw-redis]
 //                           [--gateway=dist/src/main.js] [--label=<what that build is>]
 //                           [--gateway-b=<another build's main.js> --label-b=<what it is>]
@@ -42,7 +42,7 @@ const root = resolve(here, '..')
 const args = parseArgs(['quick', 'only', 'paths', 'gateway', 'label', 'gateway-b', 'label-b', 'out', 'name', 'nice', 'rounds'], import.meta.url)
 const QUICK = args.quick === true
 const ALL_PATHS = ['direct', 'nginx', 'node', 'gw-memory', 'gw-redis']
-const ALL_SCENARIOS = ['thr1', 'thr100', 'lat1k', 'lat10k', 'replay', 'idle']
+const ALL_SCENARIOS = ['thr1', 'thr100', 'lat1k', 'lat1k-lockstep', 'lat10k', 'replay', 'idle']
 const pathIds = args.paths === undefined ? ALL_PATHS : String(args.paths).split(',')
 const scenarios = args.only === undefined ? ALL_SCENARIOS : String(args.only).split(',')
 for (const [option, given, all] of [['--paths', pathIds, ALL_PATHS], ['--only', scenarios, ALL_SCENARIOS]]) {
@@ -104,7 +104,7 @@ const keyPrefix = `mcpgw-bench-${runId}:`
 const tmp = mkdtempSync(join(os.tmpdir(), 'mcpgw-bench-'))
 
 const ctx = { controlAgent: new http.Agent({ keepAlive: true, maxSockets: 4 }) }
-const results = { thr1: {}, thr100: {}, lat1k: {}, lat10k: {}, replay: {}, idle: {} }
+const results = { thr1: {}, thr100: {}, lat1k: {}, lat1kLockstep: {}, lat10k: {}, replay: {}, idle: {} }
 const errors = []
 let nginxBin
 
@@ -265,6 +265,10 @@ async function main () {
     log(`latency at 1,000 events/s (${CFG.latSessions} sessions)`)
     results.lat1k = await interleaved('lat1k', paths, CFG.latRounds, p => latencyRound(ctx, p, CFG.latSessions, 1000 / CFG.latSessions, CFG.lat))
   }
+  if (scenarios.includes('lat1k-lockstep')) {
+    log(`latency at 1,000 events/s, streams in lockstep (${CFG.latSessions} sessions: bursts of ${CFG.latSessions} events)`)
+    results.lat1kLockstep = await interleaved('lat1k-lockstep', paths, CFG.latRounds, p => latencyRound(ctx, p, CFG.latSessions, 1000 / CFG.latSessions, CFG.lat, { lockstep: true }))
+  }
   if (scenarios.includes('lat10k')) {
     log(`latency at 10,000 events/s (${CFG.latSessions} sessions)`)
     results.lat10k = await interleaved('lat10k', paths, CFG.latRounds, p => latencyRound(ctx, p, CFG.latSessions, 10_000 / CFG.latSessions, CFG.lat))
@@ -331,7 +335,7 @@ async function freshPath (id, limits) {
 
 function meanBusy () {
   const all = []
-  for (const scen of ['thr1', 'thr100', 'lat1k', 'lat10k']) {
+  for (const scen of ['thr1', 'thr100', 'lat1k', 'lat1kLockstep', 'lat10k']) {
     for (const rounds of Object.values(results[scen])) for (const r of rounds) if (Number.isFinite(r.machineBusyPct)) all.push(r.machineBusyPct)
   }
   return all.length === 0 ? undefined : all.reduce((a, b) => a + b, 0) / all.length
@@ -370,6 +374,7 @@ try {
     thr1: Object.fromEntries(Object.entries(results.thr1).map(([k, v]) => [k, medians(v)])),
     thr100: Object.fromEntries(Object.entries(results.thr100).map(([k, v]) => [k, medians(v)])),
     lat1k: Object.fromEntries(Object.entries(results.lat1k).map(([k, v]) => [k, medians(v)])),
+    lat1kLockstep: Object.fromEntries(Object.entries(results.lat1kLockstep).map(([k, v]) => [k, medians(v)])),
     lat10k: Object.fromEntries(Object.entries(results.lat10k).map(([k, v]) => [k, medians(v)])),
     replay: Object.fromEntries(Object.entries(results.replay).map(([k, v]) => [k, medians(v)])),
     idle: Object.fromEntries(Object.entries(results.idle).map(([k, v]) => [k, v[0]])),

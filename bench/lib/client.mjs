@@ -237,7 +237,7 @@ export class SseStream {
  * socket takes them, N = N events/s, undefined = idle). Resolves once the
  * response head arrived.
  */
-export function openStream (port, sessionId, { rate, count, wait = false, mode = 'count', lastEventId, timeoutMs = 30_000 } = {}) {
+export function openStream (port, sessionId, { rate, count, wait = false, lockstep = false, mode = 'count', lastEventId, timeoutMs = 30_000 } = {}) {
   const headers = {
     accept: 'text/event-stream',
     'mcp-session-id': sessionId,
@@ -246,6 +246,7 @@ export function openStream (port, sessionId, { rate, count, wait = false, mode =
   if (rate !== undefined) headers['x-bench-rate'] = String(rate)
   if (count !== undefined) headers['x-bench-count'] = String(count)
   if (wait) headers['x-bench-wait'] = '1'
+  if (lockstep) headers['x-bench-lockstep'] = '1'
   if (lastEventId !== undefined) headers['last-event-id'] = lastEventId
   return sseRequest(port, { method: 'GET', headers, mode, timeoutMs })
 }

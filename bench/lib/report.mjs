@@ -85,6 +85,8 @@ function rows (s) {
     { label: 'p50 at 1,000 ev/s', value: get('lat1k', 'p50'), digits: 3, ratio: 'lower' },
     { label: 'p99 at 1,000 ev/s', value: get('lat1k', 'p99'), digits: 3, ratio: 'lower', delta: true },
     { label: 'max at 1,000 ev/s', value: get('lat1k', 'max'), digits: 2, ratio: 'lower' },
+    { label: 'p50 at 1,000 ev/s, streams in lockstep', value: get('lat1kLockstep', 'p50'), digits: 3, ratio: 'lower' },
+    { label: 'p99 at 1,000 ev/s, streams in lockstep', value: get('lat1kLockstep', 'p99'), digits: 3, ratio: 'lower', delta: true },
     { label: 'p50 at 10,000 ev/s', value: get('lat10k', 'p50'), digits: 3, ratio: 'lower' },
     { label: 'p99 at 10,000 ev/s', value: get('lat10k', 'p99'), digits: 3, ratio: 'lower', delta: true },
     { label: 'max at 10,000 ev/s', value: get('lat10k', 'max'), digits: 2, ratio: 'lower' },
@@ -193,7 +195,7 @@ function markdown (report, tbl) {
   ]
   if (report.summary.idleNote !== undefined) lines.push(`Note: ${report.summary.idleNote}.`, '')
   lines.push('## How to reproduce', '', '```', 'npm run build && node bench/run.mjs          # full run, under ~10 minutes', 'node bench/run.mjs --quick                    # smoke check, about a minute', '```', '')
-  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions); latency = 10 sessions at 100 and 1,000 events/s each; idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind.', '')
+  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions); latency = 10 sessions at 100 and 1,000 events/s each, at spread phases (a steady rate; "in lockstep": all in phase, bursts of 10 events at once); idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind.', '')
   if (report.errors.length > 0) {
     lines.push('## Errors', '')
     for (const e of report.errors) lines.push(`- ${e.scenario} ${e.path ?? ''} ${e.round === undefined ? '' : `round ${e.round + 1}`}: ${String(e.error).split('\n')[0]}`)

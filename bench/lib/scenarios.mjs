@@ -179,13 +179,17 @@ export async function throughputRound (ctx, path, sessions, { warmupMs, windowMs
   }
 }
 
-/** One-way latency at a set aggregate rate: `sessions` streams at `ratePerSession` events/s each. */
-export async function latencyRound (ctx, path, sessions, ratePerSession, { warmupMs, windowMs }) {
+/**
+ * One-way latency at a set aggregate rate: `sessions` streams at
+ * `ratePerSession` events/s each, at spread phases (a steady rate), or with
+ * `lockstep` all in phase (bursts of one event per stream).
+ */
+export async function latencyRound (ctx, path, sessions, ratePerSession, { warmupMs, windowMs }, { lockstep = false } = {}) {
   const agent = jsonAgent()
   const ids = await openSessions(path, sessions, agent)
   let streams = []
   try {
-    streams = await openAndGo(ctx, path, ids, { rate: ratePerSession, mode: 'latency' })
+    streams = await openAndGo(ctx, path, ids, { rate: ratePerSession, mode: 'latency', lockstep })
     await sleep(warmupMs)
     const a = await snapshot(ctx, { ...path, store: undefined }, [])
     for (const s of streams) s.recording = true

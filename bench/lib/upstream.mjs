@@ -10,7 +10,12 @@
 //                               as fast as the socket takes them, N = N events/s,
 //                               absent = idle; x-bench-count caps the number sent
 //                               x-bench-wait: 1 holds it silent until POST /bench/go,
-//                               so every stream of a round starts at once
+//                               so every stream of a round starts at once.
+//                               Paced streams (N > 0) start at spread phases of
+//                               their period, so that N events/s over several
+//                               streams is a steady rate; x-bench-lockstep: 1
+//                               starts them all in phase (their events then come
+//                               in bursts, one per stream at the same moment)
 // DELETE /mcp (session)      -> ends the session's streams
 // GET /bench/stats, POST /bench/go|stop|reset: control, never through a proxy
 //
@@ -212,12 +217,20 @@ function handleGet (req, res) {
   const rate = Number(rateHeader)
   // After `count` events the stream stays open and idle (a held standalone stream).
   const stream = openStream(sessionId, res, { count, rate })
+  stream.lockstep = req.headers['x-bench-lockstep'] === '1'
   if (req.headers['x-bench-wait'] === '1') waiting.add(stream)
   else go(stream)
 }
 
+/** Where in its period the next paced stream starts: golden-ratio steps spread any number of streams evenly. */
+let phase = 0
+
 function go (stream) {
   stream.start = nowMs()
+  if (stream.rate > 0 && !stream.lockstep) {
+    phase = (phase + 0.6180339887) % 1
+    stream.start -= phase * 1000 / stream.rate
+  }
   if (stream.rate > 0) startRated(stream)
   else flood(stream)
 }
