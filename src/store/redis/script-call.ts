@@ -23,8 +23,9 @@ const isSocket = (value: unknown): value is Socket =>
  * garbage collections ("external memory pressure"), so here the command's
  * header and each argument go to the corked socket in turn, and leave in one
  * writev: ioredis writes the command's last piece itself (what toWritable
- * returns), and the socket is uncorked once the current turn's code is done
- * (process.nextTick), so appends issued in the same turn share that writev.
+ * returns), and the socket is uncorked as soon as the code running now is
+ * done (process.nextTick, before any other I/O callback), so calls issued
+ * together share that writev.
  *
  * Like ioredis's own script commands: EVAL the first time on a connection
  * (which loads the script), EVALSHA after, and the call once more after
