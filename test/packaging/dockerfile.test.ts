@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join, relative, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import { ConfigSchema } from '../../src/config/schema.js'
-import { freePort } from '../fixtures/net.js'
+import { freePort, onFreePorts } from '../fixtures/net.js'
 
 const run = promisify(execFile)
 const ROOT = join(import.meta.dirname, '..', '..')
@@ -147,16 +147,13 @@ async function until (what: string, deadlineMs: number, probe: () => Promise<boo
 }
 
 /**
- * Starts a process on `count` ports picked free now and waits until `ready`
- * answers true. A port can be taken between the pick and the bind (by any
- * outgoing connection): a process that exits with EADDRINUSE is started
- * again, on other ports, up to three times. Any other exit ends the wait.
+ * Starts a process (on ports picked free by onFreePorts, which starts it again
+ * on others if it exits with EADDRINUSE) and waits until `ready` answers true;
+ * any other exit ends the wait.
  */
-async function startOnFreePorts (what: string, count: number, launch: (ports: number[]) => Promise<Started>, ready: () => Promise<boolean>): Promise<Started> {
-  for (let attempt = 1; ; attempt++) {
-    const ports: number[] = []
-    for (let i = 0; i < count; i++) ports.push(await freePort())
-    const started = await launch(ports)
+async function startUntil (what: string, count: number, launch: (ports: number[]) => Started, ready: () => Promise<boolean>): Promise<Started> {
+  return await onFreePorts(count, async (ports) => {
+    const started = launch(ports)
     try {
       await until(what, 20_000, async () => {
         if (started.child.exitCode !== null) throw new Error(`exited (${started.child.exitCode})`)
@@ -164,10 +161,9 @@ async function startOnFreePorts (what: string, count: number, launch: (ports: nu
       })
       return started
     } catch (err) {
-      if (attempt < 3 && started.output().includes('EADDRINUSE')) continue
       throw new Error(`${what}: ${(err as Error).message}\n${started.output()}`)
     }
-  }
+  })
 }
 
 /** Runs the HEALTHCHECK command as Docker would (in WORKDIR, with the container env); its exit code. */
@@ -350,19 +346,19 @@ t.test('the runtime stage, replayed without Docker, starts, passes its HEALTHCHE
 
   // The example upstream, started from the same tree as docker-compose does.
   let upstreamPort = 0
-  const upstream = await startOnFreePorts('the example upstream', 1, async ([p]) => {
+  const upstream = await startUntil('the example upstream', 1, ([p]) => {
     upstreamPort = p as number
     const started = start(app, ['dist/examples/mcp-server.js'], { ...env, PORT: String(upstreamPort) })
     t.teardown(() => { started.child.kill('SIGKILL') })
     return started
-  }, async () => await fetch(`http://127.0.0.1:${upstreamPort}/healthz`).then(r => r.ok, () => false))
+  }, async () => await fetch(`http://127.0.0.1:${upstreamPort}/healthz`, { signal: AbortSignal.timeout(2000) }).then(r => r.ok, () => false))
 
   t.equal(CMD[0], 'node', 'CMD runs node')
   let port = 0
   let adminPort = 0
   let containerEnv: Record<string, string> = env
   let healthy = 1
-  const gateway = await startOnFreePorts('the HEALTHCHECK to pass', 2, async ([p, a]) => {
+  const gateway = await startUntil('the HEALTHCHECK to pass', 2, ([p, a]) => {
     [port, adminPort] = [p as number, a as number]
     containerEnv = { ...env, PORT: String(port), ADMIN_PORT: String(adminPort) }
     const started = start(app, CMD.slice(1), { ...containerEnv, UPSTREAM_URL: `http://127.0.0.1:${upstreamPort}/mcp` })
