@@ -121,20 +121,86 @@ export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'a
  * disconnect is not cancellation).
  */
 export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOutcome> {
-  const decoder = new SseDecoder(o.maxEventBytes)
-  let outcome: RecordOutcome = 'completed'
+  return await new Recording(o).run()
+}
+
+/**
+ * One recorded upstream answer. A class rather than closures over the
+ * function's variables: an idle stream holds one of these for its whole life,
+ * and methods cost it nothing per stream.
+ */
+class Recording {
+  readonly #o: RecordOptions
+  readonly #decoder: SseDecoder
   /** Events passed on unrecorded since the last append the store took. */
-  let unrecorded = 0
+  #unrecorded = 0
   /** Sequence number of the last event known to be in the store (from the last append it took). */
-  let storedThrough = typeof o.storedThrough === 'number' ? o.storedThrough : undefined
+  #storedThrough: number | undefined
   /** The request's response (or the gateway's error answer) is safely in the store. */
-  let answered = o.requestId === undefined
+  #answered: boolean
   /** The stream's end could not be recorded yet. */
-  let endPending = false
-  let tooLargeMarker: EventInput | undefined
-  const marker = (): EventInput => ({ event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded }) })
-  const errorAnswer = (reason: RecordOutcome): EventInput | undefined => {
-    const data = answered ? undefined : o.failureResponse?.(reason)
+  #endPending = false
+
+  constructor (o: RecordOptions) {
+    this.#o = o
+    this.#decoder = new SseDecoder(o.maxEventBytes)
+    this.#storedThrough = typeof o.storedThrough === 'number' ? o.storedThrough : undefined
+    this.#answered = o.requestId === undefined
+  }
+
+  async run (): Promise<RecordOutcome> {
+    const o = this.#o
+    let outcome: RecordOutcome = 'completed'
+    let tooLargeMarker: EventInput | undefined
+    try {
+      // One append per batch: the reads that arrived while the previous append was at the store.
+      for await (const events of readAhead(o.body, this.#decoder)) await this.#append(events, false)
+      await this.#append(this.#decoder.end(), o.endStreamOnFinish, 'upstream_error')
+    } catch (err) {
+      if (err instanceof SessionGoneError) {
+        outcome = 'session_gone'
+        o.log.info({ streamId: o.streamId }, 'session records gone: stopped recording its stream')
+      } else if (err instanceof LeaseLostError) {
+        // Fencing: another replica holds this stream now; stop at once.
+        outcome = 'lease_lost'
+        o.log.warn({ streamId: o.streamId }, 'stream lease lost to another replica: stopped recording')
+      } else if (err instanceof EventTooLargeError) {
+        outcome = 'event_too_large'
+        // What came complete before the oversized event is recorded all the same, then a
+        // gap marker says that the rest of this answer was cut off.
+        await this.#append(err.completed, false).catch(() => {})
+        tooLargeMarker = { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'event_too_large', limit: o.maxEventBytes }) }
+        o.metrics.eventsUnrecorded.inc({ reason: 'too_large' })
+        o.metrics.gaps.inc({ reason: 'event_too_large' })
+        o.log.error({ streamId: o.streamId, err }, 'upstream event too large: stream closed')
+      } else if ((err as Error).name === 'AbortError' || (err as NodeJS.ErrnoException).code === 'UND_ERR_ABORTED') {
+        outcome = 'aborted'
+      } else {
+        outcome = 'upstream_error'
+        o.metrics.upstreamErrors.inc({ kind: 'stream_broken' })
+        o.log.warn({ err, streamId: o.streamId }, 'upstream SSE answer broke off')
+      }
+      discardBody(o.body)
+      const closing: EventInput[] = tooLargeMarker === undefined ? [] : [tooLargeMarker]
+      if (o.endStreamOnFinish && outcome !== 'session_gone' && outcome !== 'lease_lost') {
+        // Nothing more can arrive: mark the end so resuming clients are not left waiting,
+        // with an error answer for the request unless its response is already stored.
+        if (outcome === 'aborted') this.#answered = true
+        this.#endPending = !(await this.#append(closing, true, outcome).catch(() => false))
+      } else if (closing.length > 0) {
+        await this.#append(closing, false).catch(() => false)
+      }
+    }
+    if (this.#endPending) await this.#settleEnd(outcome === 'completed' ? 'upstream_error' : outcome)
+    return outcome
+  }
+
+  #marker (): EventInput {
+    return { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded: this.#unrecorded }) }
+  }
+
+  #errorAnswer (reason: RecordOutcome): EventInput | undefined {
+    const data = this.#answered ? undefined : this.#o.failureResponse?.(reason)
     return data === undefined ? undefined : { data }
   }
 
@@ -142,7 +208,8 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
    * Resend a failed append, identical, until it goes through or
    * APPEND_CONFIRM_WINDOW_MS has passed: what the store took, else the last error.
    */
-  const resend = async (batch: EventBatch, options: AppendOptions, first: unknown): Promise<{ stored: NumberedBatch } | { err: unknown }> => {
+  async #resend (batch: EventBatch, options: AppendOptions, first: unknown): Promise<{ stored: NumberedBatch } | { err: unknown }> {
+    const o = this.#o
     let err = first
     o.log.warn({ err, streamId: o.streamId, events: batch.length }, 'event store append failed: resending it (it may have been applied) before passing its events on unrecorded')
     for await (const attempts of confirmWindow()) {
@@ -168,29 +235,32 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
    * so the gap marker does not count them, and the clients here that got
    * them without ids are told, so they do not get them twice.
    */
-  const reconcile = async (): Promise<void> => {
+  async #reconcile (): Promise<void> {
+    const o = this.#o
     // No append went through yet: where the stream stood when recording started, if known.
-    storedThrough ??= await o.storedThrough
+    this.#storedThrough ??= await o.storedThrough
+    const storedThrough = this.#storedThrough
     if (storedThrough === undefined) return
     const state = await o.metrics.timeStore('state', () => o.store.state(o.sessionId, o.streamId))
     const applied = state === null ? 0 : state.lastSeq - storedThrough
     // More than was passed on cannot be ours: another epoch (Redis came back empty and the session was recorded anew).
-    if (state === null || applied <= 0 || applied > unrecorded) return
-    o.log.info({ streamId: o.streamId, applied, unrecorded }, 'event store back: some events passed on unrecorded were stored after all (an append applied whose reply was lost)')
+    if (state === null || applied <= 0 || applied > this.#unrecorded) return
+    o.log.info({ streamId: o.streamId, applied, unrecorded: this.#unrecorded }, 'event store back: some events passed on unrecorded were stored after all (an append applied whose reply was lost)')
     o.onStoredAfterAll?.(storedThrough, state.lastSeq)
-    unrecorded -= applied
-    storedThrough = state.lastSeq
+    this.#unrecorded -= applied
+    this.#storedThrough = state.lastSeq
   }
 
   /** Book-keeping once the store took an append: the upstream's events, and an error answer of the gateway's. */
-  const recorded = (stored: NumberedBatch, read: EventBatch, answer: EventInput | undefined, answers: boolean, end: boolean): true => {
-    if (stored.length > 0) storedThrough = stored.lastSeq
-    if (answers) answered = true
-    if (end) endPending = false
-    if (unrecorded > 0) {
+  #recorded (stored: NumberedBatch, read: EventBatch, answer: EventInput | undefined, answers: boolean, end: boolean): true {
+    const o = this.#o
+    if (stored.length > 0) this.#storedThrough = stored.lastSeq
+    if (answers) this.#answered = true
+    if (end) this.#endPending = false
+    if (this.#unrecorded > 0) {
       o.metrics.gaps.inc({ reason: 'store_unavailable' })
-      o.log.warn({ streamId: o.streamId, unrecorded }, 'event store back: gap marker recorded for the events it missed')
-      unrecorded = 0
+      o.log.warn({ streamId: o.streamId, unrecorded: this.#unrecorded }, 'event store back: gap marker recorded for the events it missed')
+      this.#unrecorded = 0
     }
     const count = read.length + (answer === undefined ? 0 : 1)
     if (count > 0) {
@@ -202,31 +272,32 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
   }
 
   /** Append what the upstream sent (one or more reads); false when the store refused it (degraded mode). */
-  const append = async (events: EventBatch | readonly EventInput[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> => {
+  async #append (events: EventBatch | readonly EventInput[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> {
+    const o = this.#o
     const read = events instanceof EventBatch ? events : EventBatch.from(events)
-    if (read.length === 0 && !end && unrecorded === 0) return true
-    if (unrecorded > 0) {
+    if (read.length === 0 && !end && this.#unrecorded === 0) return true
+    if (this.#unrecorded > 0) {
       try {
-        await reconcile()
+        await this.#reconcile()
       } catch (err) {
-        return passOn(read, end, err)
+        return this.#passOn(read, end, err)
       }
-      if (read.length === 0 && !end && unrecorded === 0) return true
+      if (read.length === 0 && !end && this.#unrecorded === 0) return true
     }
-    let answers = !answered && respondsTo(read, o.requestId as string | number)
+    let answers = !this.#answered && respondsTo(read, o.requestId as string | number)
     let answer: EventInput | undefined
-    if (end && !answered && !answers) {
+    if (end && !this.#answered && !answers) {
       // The answer is over without its response: record an error answer in its place.
-      answer = errorAnswer(reason)
+      answer = this.#errorAnswer(reason)
       if (answer !== undefined) {
         answers = true
         o.log.warn({ streamId: o.streamId, reason }, 'upstream answer ended without its response: recorded an error answer')
       }
     }
     // A gap marker before the events or an error answer after them (both rare) means packing anew.
-    const batch = unrecorded === 0 && answer === undefined
+    const batch = this.#unrecorded === 0 && answer === undefined
       ? read
-      : EventBatch.from([...(unrecorded === 0 ? [] : [marker()]), ...read.toArray(), ...(answer === undefined ? [] : [answer])])
+      : EventBatch.from([...(this.#unrecorded === 0 ? [] : [this.#marker()]), ...read.toArray(), ...(answer === undefined ? [] : [answer])])
     const options = { end, ...(o.fence !== undefined && { fence: o.fence }) }
     let stored: NumberedBatch
     try {
@@ -235,22 +306,23 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
       if (first instanceof SessionGoneError || first instanceof LeaseLostError) throw first
       // Only a failure that would pass events on live can duplicate them; once
       // degraded, events are passed on at once (the window was spent already).
-      if (read.length === 0 || unrecorded > 0) return passOn(read, end, first)
-      const resent = await resend(batch, options, first)
-      if (!('stored' in resent)) return passOn(read, end, resent.err)
+      if (read.length === 0 || this.#unrecorded > 0) return this.#passOn(read, end, first)
+      const resent = await this.#resend(batch, options, first)
+      if (!('stored' in resent)) return this.#passOn(read, end, resent.err)
       stored = resent.stored
     }
-    return recorded(stored, read, answer, answers, end)
+    return this.#recorded(stored, read, answer, answers, end)
   }
 
   /**
    * The store failed: these events cannot be replayed. Reading goes on so
    * the upstream is never stalled; live clients here still get them.
    */
-  const passOn = (read: EventBatch, end: boolean, err: unknown): false => {
+  #passOn (read: EventBatch, end: boolean, err: unknown): false {
+    const o = this.#o
     const passed = read.length
-    unrecorded += passed
-    if (end) endPending = true
+    this.#unrecorded += passed
+    if (end) this.#endPending = true
     o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, passed)
     o.log.error({ err, streamId: o.streamId, events: passed }, 'event store append failed: events passed on unrecorded')
     if (passed > 0) o.onUnrecorded?.(read.toArray())
@@ -262,54 +334,12 @@ export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOut
    * for ever: after a refused final append, retry a few times (with the gap
    * marker and, if the response never made it, an error answer).
    */
-  const settleEnd = async (reason: RecordOutcome): Promise<void> => {
+  async #settleEnd (reason: RecordOutcome): Promise<void> {
     for (const delayMs of END_RETRY_DELAYS_MS) {
-      if (!endPending) return
+      if (!this.#endPending) return
       await sleep(delayMs)
-      await append([], true, reason).catch(() => {})
+      await this.#append([], true, reason).catch(() => {})
     }
-    if (endPending) o.log.error({ streamId: o.streamId }, 'could not record the end of the stream: resuming clients will not see it end')
+    if (this.#endPending) this.#o.log.error({ streamId: this.#o.streamId }, 'could not record the end of the stream: resuming clients will not see it end')
   }
-
-  try {
-    // One append per batch: the reads that arrived while the previous append was at the store.
-    for await (const events of readAhead(o.body, decoder)) await append(events, false)
-    await append(decoder.end(), o.endStreamOnFinish, 'upstream_error')
-  } catch (err) {
-    if (err instanceof SessionGoneError) {
-      outcome = 'session_gone'
-      o.log.info({ streamId: o.streamId }, 'session records gone: stopped recording its stream')
-    } else if (err instanceof LeaseLostError) {
-      // Fencing: another replica holds this stream now; stop at once.
-      outcome = 'lease_lost'
-      o.log.warn({ streamId: o.streamId }, 'stream lease lost to another replica: stopped recording')
-    } else if (err instanceof EventTooLargeError) {
-      outcome = 'event_too_large'
-      // What came complete before the oversized event is recorded all the same, then a
-      // gap marker says that the rest of this answer was cut off.
-      await append(err.completed, false).catch(() => {})
-      tooLargeMarker = { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'event_too_large', limit: o.maxEventBytes }) }
-      o.metrics.eventsUnrecorded.inc({ reason: 'too_large' })
-      o.metrics.gaps.inc({ reason: 'event_too_large' })
-      o.log.error({ streamId: o.streamId, err }, 'upstream event too large: stream closed')
-    } else if ((err as Error).name === 'AbortError' || (err as NodeJS.ErrnoException).code === 'UND_ERR_ABORTED') {
-      outcome = 'aborted'
-    } else {
-      outcome = 'upstream_error'
-      o.metrics.upstreamErrors.inc({ kind: 'stream_broken' })
-      o.log.warn({ err, streamId: o.streamId }, 'upstream SSE answer broke off')
-    }
-    discardBody(o.body)
-    const closing: EventInput[] = tooLargeMarker === undefined ? [] : [tooLargeMarker]
-    if (o.endStreamOnFinish && outcome !== 'session_gone' && outcome !== 'lease_lost') {
-      // Nothing more can arrive: mark the end so resuming clients are not left waiting,
-      // with an error answer for the request unless its response is already stored.
-      if (outcome === 'aborted') answered = true
-      endPending = !(await append(closing, true, outcome).catch(() => false))
-    } else if (closing.length > 0) {
-      await append(closing, false).catch(() => false)
-    }
-  }
-  if (endPending) await settleEnd(outcome === 'completed' ? 'upstream_error' : outcome)
-  return outcome
 }

@@ -11,7 +11,7 @@ import type {
   SessionRecord, StoredEvent, StreamNotice, StreamState
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
-import { parseControl, RedisLeaseBackend } from './lease-backend.js'
+import { parseControl, RedisLeaseBackend, type LeaseKeys } from './lease-backend.js'
 import { ScriptCall } from './script-call.js'
 import { ADOPT, APPEND, FENCED, INTACT, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
 
@@ -370,8 +370,8 @@ export class RedisEventStore implements EventStore {
   }
 
   subscribe (sessionId: string, streamId: string, listener: NoticeListener): () => void {
-    const keys = this.#keys(sessionId, streamId)
-    const channel = this.#channel(sessionId, keys.channel)
+    const name = this.#keys(sessionId, streamId).channel
+    const channel = this.#channel(sessionId, name)
     let topic = channel.topics.get(streamId)
     if (topic === undefined) {
       topic = { listeners: new Set(), epoch: undefined, toSeq: 0, ended: false }
@@ -386,7 +386,7 @@ export class RedisEventStore implements EventStore {
       topic.listeners.delete(listener)
       if (topic.listeners.size > 0) return
       channel.topics.delete(streamId)
-      this.#release(keys.channel, channel)
+      this.#release(name, channel)
     }
   }
 
@@ -446,13 +446,12 @@ export class RedisEventStore implements EventStore {
     this.#subscriber.off('error', this.#onError)
   }
 
-  #keys (sessionId: string, streamId?: string): { meta: string, channel: string, lease: string, attached: string, stream: (id: string) => string, ledger: (id: string) => string } {
+  #keys (sessionId: string, streamId?: string): SessionKeys {
     if (typeof sessionId !== 'string' || sessionId.length === 0) throw new TypeError('session id must be a non-empty string')
     if (streamId !== undefined && (typeof streamId !== 'string' || streamId.length === 0)) {
       throw new TypeError('stream id must be a non-empty string')
     }
-    const tag = `${this.#prefix}{${escapeTag(sessionId)}}`
-    return { meta: `${tag}:m`, channel: `${tag}:n`, lease: `${tag}:lease`, attached: `${tag}:att`, stream: (id) => `${tag}:b:${id}`, ledger: (id) => `${tag}:z:${id}` }
+    return new SessionKeys(`${this.#prefix}{${escapeTag(sessionId)}}`)
   }
 
   async #read (sessionId: string, streamId: string, afterSeq: number, limit: number, maxBytes: number): Promise<ReadReply> {
@@ -506,7 +505,7 @@ export class RedisEventStore implements EventStore {
       const fields = await this.#redis.hkeys(keys.meta)
       const streamIds = fields.filter((field) => field.startsWith('q:')).map((field) => field.slice(2))
       const done = await this.#redis.mcpgwReset(
-        3 + 2 * streamIds.length, keys.meta, keys.lease, keys.attached, ...streamIds.map(keys.stream), ...streamIds.map(keys.ledger),
+        3 + 2 * streamIds.length, keys.meta, keys.lease, keys.attached, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
         epoch, principal, this.#retention.ttlMs, ...streamIds
       )
       if (done === 1) return
@@ -595,6 +594,22 @@ export class RedisEventStore implements EventStore {
       }
     }
   }
+}
+
+/**
+ * The keys of one session, all under its hash tag (the layout is in
+ * scripts.ts). Names are made when asked for: a call uses a few of them, and
+ * a listener keeps only its channel's name, not these.
+ */
+class SessionKeys implements LeaseKeys {
+  readonly #tag: string
+  constructor (tag: string) { this.#tag = tag }
+  get meta (): string { return `${this.#tag}:m` }
+  get channel (): string { return `${this.#tag}:n` }
+  get lease (): string { return `${this.#tag}:lease` }
+  get attached (): string { return `${this.#tag}:att` }
+  stream (streamId: string): string { return `${this.#tag}:b:${streamId}` }
+  ledger (streamId: string): string { return `${this.#tag}:z:${streamId}` }
 }
 
 function validRetention (retention: RetentionLimits): RetentionLimits {
