@@ -45,7 +45,8 @@ export class ClientStream {
   readonly #maxBufferBytes: number
   readonly #metrics: GatewayMetrics
   readonly #log: Logger
-  readonly #onClose: Array<(outcome: CloseOutcome) => void> = []
+  /** Exactly as long as it needs to be: push() would give each idle stream room for 17. */
+  #onClose: ReadonlyArray<(outcome: CloseOutcome) => void> = []
   #closed = false
   #lastSeq = 0
   /** lastSeq when events were first written here without ids (degraded mode) since the last recorded one. */
@@ -239,7 +240,7 @@ export class ClientStream {
 
   onClose (listener: (outcome: CloseOutcome) => void): void {
     if (this.#closed) return
-    this.#onClose.push(listener)
+    this.#onClose = [...this.#onClose, listener]
   }
 
   /** Close from the gateway's side; with `retry`, the client is told when to come back. */
@@ -276,7 +277,9 @@ export class ClientStream {
     this.#closed = true
     this.#metrics.clientStreamsOpen.dec({ kind: this.kind })
     this.#metrics.streamsClosed.inc({ kind: this.kind, outcome })
-    for (const listener of this.#onClose.splice(0)) listener(outcome)
+    const listeners = this.#onClose
+    this.#onClose = []
+    for (const listener of listeners) listener(outcome)
   }
 }
 
