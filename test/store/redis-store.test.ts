@@ -267,6 +267,94 @@ t.test('redis: a killed subscriber connection catches up', async (t) => {
   t.pass('the listener learnt of seq 2')
 })
 
+/** What is PUBLISHed on a channel, as seen by a plain subscriber (not a replica: in no audience). */
+async function spyOn (t: Test, env: TestRedis, channel: string): Promise<{ notices: () => Array<{ o: string, t: number }>, settled: () => Promise<void> }> {
+  const spy = new Redis(env.url)
+  t.teardown(() => spy.disconnect())
+  const messages: string[] = []
+  spy.on('message', (_channel: string, message: string) => messages.push(message))
+  await spy.subscribe(channel)
+  let marks = 0
+  return {
+    notices: () => messages.filter((m) => !m.startsWith('mark:')).map((m) => JSON.parse(m) as { o: string, t: number }),
+    // Redis delivers a channel's messages in order: once our own mark arrives, every earlier PUBLISH has.
+    settled: async () => {
+      const mark = `mark:${++marks}`
+      await env.redis.publish(channel, mark)
+      await eventually('the spy to hear its mark', () => messages.includes(mark))
+    }
+  }
+}
+
+t.test('redis: an append is PUBLISHed only while another replica listens to the session', async (t) => {
+  const env = await useRedis(t, 'audience')
+  const a = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention: RETENTION, replicaId: 'replica-a' })
+  t.teardown(() => a.close())
+  const audience = `${env.prefix}{sess}:aud`
+  const spy = await spyOn(t, env, `${env.prefix}{sess}:n`)
+  await a.createSession('sess', 'p')
+
+  // The writer's own listener: its events come to it directly, nothing goes over Redis.
+  const heardA: StreamNotice[] = []
+  const offA = a.subscribe('sess', 's', (n) => heardA.push(n))
+  await eventually('A in the audience', async () => (await env.redis.smembers(audience)).includes('replica-a'))
+  for (const data of ['1', '2', '3']) await a.append('sess', 's', [{ data }])
+  await spy.settled()
+  t.same(heardA.map((n) => n.toSeq), [1, 2, 3], 'the writer\'s listener heard every append')
+  t.same(spy.notices(), [], 'and nothing was published')
+
+  // Another replica listens: now appends are announced, and it hears them.
+  const b = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention: RETENTION, replicaId: 'replica-b' })
+  t.teardown(() => b.close())
+  const heardB: StreamNotice[] = []
+  const offB = b.subscribe('sess', 's', (n) => heardB.push(n))
+  await eventually('B in the audience', async () => (await env.redis.smembers(audience)).includes('replica-b'))
+  const ttl = await env.redis.pttl(audience)
+  t.ok(ttl > 0 && ttl <= 4 * 30_000, `the audience expires unless refreshed (pttl ${ttl})`)
+  await a.append('sess', 's', [{ data: '4' }])
+  await eventually('B to hear seq 4', () => heardB.some((n) => n.toSeq === 4))
+  await spy.settled()
+  t.same(spy.notices().map((n) => [n.o, n.t]), [['replica-a', 4]], 'the append was published, once')
+  // Every stream has one writer: B writes another stream of the session, which A follows too.
+  const heardAu: StreamNotice[] = []
+  const offAu = a.subscribe('sess', 'u', (n) => heardAu.push(n))
+  await b.append('sess', 'u', [{ data: 'u1' }])
+  await eventually('A to hear B\'s append', () => heardAu.some((n) => n.toSeq === 1))
+
+  // B leaves: the audience is A alone again, and appends go quiet.
+  offB()
+  await eventually('B out of the audience', async () => !(await env.redis.smembers(audience)).includes('replica-b'))
+  await a.append('sess', 's', [{ data: '5' }])
+  await spy.settled()
+  t.same(spy.notices().map((n) => [n.o, n.t]), [['replica-a', 4], ['replica-b', 1]], 'nothing published after B left')
+  t.same(heardA.map((n) => n.toSeq), [1, 2, 3, 4, 5], 'A heard each of its appends')
+  offA()
+  offAu()
+  await eventually('A out of the audience', async () => (await env.redis.exists(audience)) === 0)
+})
+
+t.test('redis: a replica missing from the audience (lost in Redis) is found on the refresh, and catches up', async (t) => {
+  const env = await useRedis(t, 'audience-lost')
+  const a = await storeFor(t, env)
+  const b = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention: RETENTION, replicaId: 'replica-b', audienceRefreshMs: 200 })
+  t.teardown(() => b.close())
+  const audience = `${env.prefix}{sess}:aud`
+  await a.createSession('sess', 'p')
+  const heard: StreamNotice[] = []
+  b.subscribe('sess', 's', (n) => heard.push(n))
+  await eventually('B in the audience', async () => (await env.redis.smembers(audience)).includes('replica-b'))
+  const ttl = await env.redis.pttl(audience)
+  t.ok(ttl > 0 && ttl <= 800, `the audience lives four refreshes (pttl ${ttl})`)
+
+  await env.redis.del(audience) // evicted, or lost in a failover
+  await a.append('sess', 's', [{ data: '1' }, { data: '2' }]) // announced to nobody
+  await eventually('the refresh to catch B up', () => heard.some((n) => n.toSeq === 2), 3000)
+  t.same(await env.redis.smembers(audience), ['replica-b'], 'B is in the audience again')
+  await a.append('sess', 's', [{ data: '3' }])
+  await eventually('B to hear seq 3', () => heard.some((n) => n.toSeq === 3))
+  t.pass('appends reach B again')
+})
+
 t.test('redis: batches are stored as whole entries, trimmed exactly by sequence and physically by entry', async (t) => {
   const env = await useRedis(t, 'batches')
   const store = await storeFor(t, env, { ...RETENTION, maxEvents: 5 })

@@ -13,7 +13,7 @@ import type {
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { parseControl, RedisLeaseBackend, type LeaseKeys } from './lease-backend.js'
 import { ScriptCall } from './script-call.js'
-import { ADOPT, APPEND, FENCED, INTACT, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
+import { ADOPT, APPEND, FENCED, INTACT, JOIN, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
 
 export type Connection = Redis | Cluster
 
@@ -29,7 +29,16 @@ export type Connection = Redis | Cluster
 export const ENTRY_MAX_BYTES = 384 * 1024
 
 /** The APPEND script, its events' bytes written to the connection without a copy (see script-call.ts). */
-export const APPEND_CALL = new ScriptCall(APPEND, 4)
+export const APPEND_CALL = new ScriptCall(APPEND, 5)
+
+/**
+ * How often a replica tells Redis again which sessions it listens to (their
+ * audiences, see scripts.ts). An audience lost meanwhile (evicted, or a
+ * failover to a replica that had not got it) is found and caught up on then.
+ */
+export const AUDIENCE_REFRESH_MS = 30_000
+/** Audiences refreshed in one script call (standalone and Sentinel; Cluster: one each). */
+const JOIN_PER_CALL = 200
 
 type StoreLogger = Pick<BaseLogger, 'warn'> & Partial<Pick<BaseLogger, 'error'>>
 
@@ -53,6 +62,8 @@ export interface RedisStoreOptions {
   readonly replicaId?: string
   readonly random?: (size: number) => Uint8Array
   readonly logger?: StoreLogger
+  /** See AUDIENCE_REFRESH_MS (tests shorten it); audiences expire after four of these. */
+  readonly audienceRefreshMs?: number
 }
 
 export type RedisStoreConnectOptions = RedisTarget & {
@@ -61,6 +72,7 @@ export type RedisStoreConnectOptions = RedisTarget & {
   readonly replicaId?: string
   readonly random?: (size: number) => Uint8Array
   readonly logger?: StoreLogger
+  readonly audienceRefreshMs?: number
   /** Extra ioredis options for both connections. */
   readonly redisOptions?: RedisOptions
 }
@@ -89,7 +101,7 @@ interface Channel {
   readonly topics: Map<string, Topic>
   /** Lease coordination messages (released, want, draining), see cluster/. */
   readonly control: Set<ControlListener>
-  /** Settles once SUBSCRIBE took effect. */
+  /** Settles once SUBSCRIBE took effect and this replica is in the session's audience. */
   ready: Promise<void>
 }
 
@@ -118,6 +130,7 @@ interface ScriptCommands {
   mcpgwReset (...args: Array<string | number>): Promise<number>
   mcpgwAdopt (...args: Array<string | number>): Promise<[string, string]>
   mcpgwIntact (...args: Array<string | number>): Promise<string>
+  mcpgwJoin (...args: Array<string | number>): Promise<number[]>
 }
 
 /** The session's stream set changing under a reset this often in a row means something is wrong. */
@@ -155,6 +168,8 @@ export class RedisEventStore implements EventStore {
   /** Per session, per stream this replica writes: where it left it. */
   readonly #marks = new Map<string, Map<string, WriteMark>>()
   #leases: RedisLeaseBackend | undefined
+  readonly #audienceTtlMs: number
+  readonly #audienceTimer: NodeJS.Timeout
   #closed = false
 
   constructor (options: RedisStoreOptions) {
@@ -176,6 +191,7 @@ export class RedisEventStore implements EventStore {
     redis.defineCommand('mcpgwIntact', { numberOfKeys: 1, lua: INTACT })
     // Variable number of keys: the first argument is the key count.
     redis.defineCommand('mcpgwReset', { lua: RESET })
+    redis.defineCommand('mcpgwJoin', { lua: JOIN })
     this.#redis = redis as Connection & ScriptCommands
     this.#subscriber = options.subscriber
     // The store subscribes again itself when the connection is back (#resubscribe, which
@@ -187,6 +203,9 @@ export class RedisEventStore implements EventStore {
     this.#subscriber.on('error', this.#onError)
     this.#subscriber.on('message', this.#onMessage)
     this.#subscriber.on('ready', this.#onReady)
+    const refreshMs = options.audienceRefreshMs ?? AUDIENCE_REFRESH_MS
+    this.#audienceTtlMs = 4 * refreshMs
+    this.#audienceTimer = setInterval(() => { this.#refreshAudiences() }, refreshMs).unref()
   }
 
   /**
@@ -206,7 +225,8 @@ export class RedisEventStore implements EventStore {
       retention: options.retention,
       replicaId,
       random,
-      ...(options.logger === undefined ? {} : { logger: options.logger })
+      ...(options.logger === undefined ? {} : { logger: options.logger }),
+      ...(options.audienceRefreshMs === undefined ? {} : { audienceRefreshMs: options.audienceRefreshMs })
     })
     try {
       await store.ping()
@@ -305,7 +325,7 @@ export class RedisEventStore implements EventStore {
     // A mark left under another lease says nothing: someone else wrote since.
     const known = mark !== undefined && mark.fence === fence && (mark.uncertain === undefined || mark.uncertain === events)
     const args: Array<string | number | Buffer> = [
-      keys.meta, keys.stream(streamId), keys.lease, keys.ledger(streamId),
+      keys.meta, keys.stream(streamId), keys.lease, keys.ledger(streamId), keys.audience,
       streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId,
       fence, known ? mark.seq : -1, known ? mark.epoch : ''
     ]
@@ -428,6 +448,10 @@ export class RedisEventStore implements EventStore {
     this.#subscriber.unsubscribe(name).catch((err: unknown) => {
       this.#logger?.warn({ err, channel: name }, 'event store: UNSUBSCRIBE failed')
     })
+    // After any JOIN of this channel's (same connection, sent before): appends stop notifying us.
+    this.#redis.srem(this.#keys(channel.sessionId).audience, this.replicaId).catch((err: unknown) => {
+      this.#logger?.warn({ err, channel: name }, 'event store: leaving the audience failed (it expires)')
+    })
   }
 
   async ping (): Promise<void> {
@@ -438,6 +462,7 @@ export class RedisEventStore implements EventStore {
   async close (): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    clearInterval(this.#audienceTimer)
     this.#channels.clear()
     this.#subscriber.off('message', this.#onMessage)
     this.#subscriber.off('ready', this.#onReady)
@@ -513,12 +538,49 @@ export class RedisEventStore implements EventStore {
     throw new Error(`event store: the streams of session ${sessionId.slice(0, 8)}... kept changing during a reset`)
   }
 
-  /** SUBSCRIBE for a session's first local listener, then catch up on what the subscription may have missed. */
+  /**
+   * SUBSCRIBE for a session's first local listener, then join its audience
+   * (from then on appends elsewhere PUBLISH), then catch up on what was
+   * appended before. In that order, no append goes unnoticed: one before the
+   * JOIN is in the catch-up read (sent after it, on the same connection), one
+   * after it publishes to a subscription already in effect.
+   */
   #listen (name: string, channel: Channel): void {
     channel.ready = this.#subscriber.subscribe(name).then(
-      () => this.#catchUp(name, channel),
+      async () => {
+        try {
+          await this.#redis.mcpgwJoin(1, this.#keys(channel.sessionId).audience, this.replicaId, this.#audienceTtlMs)
+        } catch (err) {
+          // The next refresh joins (and catches up); until then appends elsewhere may not notify.
+          if (!this.#closed) this.#logger?.warn({ err, channel: name }, 'event store: joining the audience failed')
+        }
+        this.#catchUp(name, channel)
+      },
       (err: unknown) => this.#logger?.warn({ err, channel: name }, 'event store: SUBSCRIBE failed')
     )
+  }
+
+  /**
+   * Join every audience again (keeping them from expiring). One this replica
+   * was missing from (lost in Redis) may have let appends go unannounced:
+   * catch up on those channels.
+   */
+  #refreshAudiences (): void {
+    if (this.#closed || this.#channels.size === 0) return
+    const channels = [...this.#channels]
+    // Keys of many sessions in one call only where every key lives on the one node.
+    const perCall = this.#redis instanceof Cluster ? 1 : JOIN_PER_CALL
+    for (let i = 0; i < channels.length; i += perCall) {
+      const group = channels.slice(i, i + perCall)
+      const keys = group.map(([, channel]) => this.#keys(channel.sessionId).audience)
+      this.#redis.mcpgwJoin(keys.length, ...keys, this.replicaId, this.#audienceTtlMs).then((added) => {
+        group.forEach(([name, channel], j) => {
+          if (added[j] === 1 && this.#channels.get(name) === channel) this.#catchUp(name, channel)
+        })
+      }, (err: unknown) => {
+        if (!this.#closed) this.#logger?.warn({ err, sessions: keys.length }, 'event store: refreshing audiences failed')
+      })
+    }
   }
 
   /**
@@ -608,6 +670,7 @@ class SessionKeys implements LeaseKeys {
   get channel (): string { return `${this.#tag}:n` }
   get lease (): string { return `${this.#tag}:lease` }
   get attached (): string { return `${this.#tag}:att` }
+  get audience (): string { return `${this.#tag}:aud` }
   stream (streamId: string): string { return `${this.#tag}:b:${streamId}` }
   ledger (streamId: string): string { return `${this.#tag}:z:${streamId}` }
 }

@@ -18,6 +18,11 @@
  * Attached marker `<prefix>{<session>}:att`: refreshed by replicas with a
  * client on the standalone stream that do not hold the lease; while it
  * lives the holder keeps the upstream GET open.
+ * Audience `<prefix>{<session>}:aud`: a set of the replicas subscribed to the
+ * session's channel (added once SUBSCRIBE took effect, refreshed, removed on
+ * UNSUBSCRIBE; it expires if nobody refreshes it). An append PUBLISHes its
+ * notice only when a replica other than the writer is in it: the writer's own
+ * listeners get the events directly.
  * Stream `<prefix>{<session>}:b:<stream>` (":b:" since batches; the per-event
  * layout of earlier versions lived under ":s:"): one entry per appended batch,
  * id `<first seq>-<event count>`, fields s (bytes), l (layout: four decimal
@@ -155,7 +160,8 @@ export const FENCED = 'MCPGW_FENCED'
 export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
 
 /**
- * KEYS: session hash, stream, the session's lease, the stream's ledger.
+ * KEYS: session hash, stream, the session's lease, the stream's ledger, the
+ *       session's audience.
  * ARGV: streamId, maxEvents, maxBytes, ttlMs, end ('1'|'0'), channel, origin
  *       replica, fence token ('' for none), expected lastSeq (-1 for none),
  *       the epoch that expectation belongs to, the batch's last upstream id
@@ -188,7 +194,7 @@ export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
  * started a new epoch since (another writer detected a loss first).
  */
 export const APPEND = STREAM_STATE + TRIM_FOR_BATCH + ADD_ENTRY + `
-local meta, skey, lease, zkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local meta, skey, lease, zkey, audience = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
 local fence, expected = ARGV[8], tonumber(ARGV[9])
@@ -247,9 +253,28 @@ if upstreamId ~= '' then redis.call('HSET', meta, 'u:' .. sid, upstreamId) end
 redis.call('PEXPIRE', meta, ttl)
 redis.call('PEXPIRE', skey, ttl)
 if n > 0 or ending then
-  redis.call('PUBLISH', channel, cjson.encode({ o = origin, p = epoch, s = sid, t = newLast, e = ended }))
+  -- Only another replica needs the notice (the writer delivers its own).
+  local listening = redis.call('SCARD', audience)
+  if listening > 1 or (listening == 1 and redis.call('SISMEMBER', audience, origin) == 0) then
+    redis.call('PUBLISH', channel, cjson.encode({ o = origin, p = epoch, s = sid, t = newLast, e = ended }))
+  end
 end
 return { epoch, last, ended and 1 or 0, 0 }
+`
+
+/**
+ * KEYS: audiences (one per session; keys of many sessions only where they
+ * share a node, see RedisEventStore). ARGV: replica, ttlMs.
+ * Adds the replica to each audience and refreshes its TTL. Returns, per key,
+ * 1 when the replica was not in it (appends since may not have told it).
+ */
+export const JOIN = `
+local added = {}
+for i, key in ipairs(KEYS) do
+  added[i] = redis.call('SADD', key, ARGV[1])
+  redis.call('PEXPIRE', key, ARGV[2])
+end
+return added
 `
 
 /**
