@@ -333,6 +333,18 @@ t.test('redis: an append is PUBLISHed only while another replica listens to the 
   await eventually('A out of the audience', async () => (await env.redis.exists(audience)) === 0)
 })
 
+t.test('redis: a listener gone before its SUBSCRIBE took effect leaves the replica out of the audience', async (t) => {
+  const env = await useRedis(t, 'audience-early')
+  const a = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention: RETENTION, replicaId: 'replica-a' })
+  t.teardown(() => a.close())
+  const off = a.subscribe('sess', 's', () => {})
+  off()
+  // Another session's listener after it: its JOIN goes after any JOIN the first would make.
+  a.subscribe('other', 's', () => {})
+  await eventually('A in the other audience', async () => (await env.redis.smembers(`${env.prefix}{other}:aud`)).includes('replica-a'))
+  t.equal(await env.redis.exists(`${env.prefix}{sess}:aud`), 0, 'no audience left for the session nobody here listens to')
+})
+
 t.test('redis: a replica missing from the audience (lost in Redis) is found on the refresh, and catches up', async (t) => {
   const env = await useRedis(t, 'audience-lost')
   const a = await storeFor(t, env)

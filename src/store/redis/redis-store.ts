@@ -548,6 +548,8 @@ export class RedisEventStore implements EventStore {
   #listen (name: string, channel: Channel): void {
     channel.ready = this.#subscriber.subscribe(name).then(
       async () => {
+        // Released meanwhile (its SREM already sent): joining now would leave us in the audience.
+        if (this.#channels.get(name) !== channel) return
         try {
           await this.#redis.mcpgwJoin(1, this.#keys(channel.sessionId).audience, this.replicaId, this.#audienceTtlMs)
         } catch (err) {
