@@ -270,7 +270,7 @@ export class LeaseCoordinator {
       const result = await this.backend.tick({
         ttlMs: this.#o.ttlMs,
         attachedMs: this.#attachedMs(),
-        renew: held.map(lease => ({ sessionId: lease.sessionId, token: lease.token })),
+        renew: held,
         watch: watched.map((w, i) => ({ sessionId: w.sessionId, token: watchTokens[i] as string })),
         recorders,
         ...(alive && { aliveMs: this.#o.ttlMs })

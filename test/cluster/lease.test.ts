@@ -17,6 +17,7 @@ import { RENEW_PER_CALL } from '../../src/store/redis/lease-backend.js'
 import { APPEND_CALL, RedisEventStore } from '../../src/store/redis/redis-store.js'
 import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
 import { testConfig } from '../fixtures/gateway.js'
+import { countWritevs } from '../fixtures/net.js'
 import { waitUntil } from '../fixtures/mcp-client.js'
 import { useRedis, type TestRedis } from '../fixtures/redis.js'
 
@@ -103,27 +104,38 @@ t.test('redis tick: one round trip and a few script calls for a thousand leases'
   }
   // Expired unclaimed: taken back, which counts as renewed.
   await env.redis.del(`${env.prefix}{t${2 * RENEW_PER_CALL + 1}}:lease`)
-  let writes = 0
   let commands = 0
-  const connection = redis as unknown as { stream: { write: (...args: unknown[]) => boolean }, sendCommand: (...args: unknown[]) => unknown }
-  const write = connection.stream.write.bind(connection.stream)
+  const connection = redis as unknown as { sendCommand: (...args: unknown[]) => unknown }
   const sendCommand = connection.sendCommand.bind(connection)
-  connection.stream.write = (...args: unknown[]) => {
-    writes++
-    return write(...args)
-  }
   connection.sendCommand = (...args: unknown[]) => {
     commands++
     return sendCommand(...args)
   }
-  const result = await leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: ids.map((id) => ({ sessionId: id, token: `tok-${id}` })), watch: [] })
-  connection.stream.write = write
+  const writes = countWritevs(redis.stream)
+  const result = await leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: ids.map((id) => ({ sessionId: id, token: `tok-${id}` })), watch: [], aliveMs: 5000 })
   connection.sendCommand = sendCommand
   t.same(result.renew, expected, 'each lease its own outcome, in order')
   t.equal(await env.redis.get(`${env.prefix}{t${2 * RENEW_PER_CALL + 1}}:lease`), `tok-t${2 * RENEW_PER_CALL + 1}`, 'the expired lease is held again')
   t.ok(await env.redis.pttl(`${env.prefix}{t5}:lease`) > 4000, 'a renewed lease lives its full time again')
-  t.equal(writes, 1, 'in a single write')
-  t.equal(commands, Math.ceil(1000 / RENEW_PER_CALL), `in ${Math.ceil(1000 / RENEW_PER_CALL)} script calls, not one per lease`)
+  t.equal(writes(), 1, 'in a single write, with the pipeline of the rest')
+  // A session id with the characters its key escapes (a brace would move the hash tag).
+  const odd = 'a{b}%c'
+  await store.createSession(odd, 'p')
+  const grant = await leases.acquire(odd, 'tok-odd', 5000)
+  t.ok(isGrant(grant), 'a session id with braces: its lease taken')
+  t.same((await leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: [{ sessionId: odd, token: 'tok-odd' }], watch: [] })).renew, ['renewed'], 'and renewed by the tick (the same keys)')
+  // Ticks keep their argument buffers for the next; one that overlaps another must not write into them.
+  const renewals = (from: number, to: number, token: (id: string) => string): Array<{ sessionId: string, token: string }> =>
+    ids.slice(from, to).map(id => ({ sessionId: id, token: token(id) }))
+  const [mine, others] = await Promise.all([
+    leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: renewals(300, 600, id => `tok-${id}`), watch: [] }),
+    leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: renewals(600, 700, () => 'not-the-holder'), watch: [] })
+  ])
+  t.same(mine.renew, expected.slice(300, 600), 'two ticks at once: the first its own outcomes')
+  t.same(others.renew, ids.slice(600, 700).map((_, i) => expected[600 + i] === 'gone' ? 'gone' : 'lost'), 'and the second its own')
+  t.same((await leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: renewals(1, 3, id => `tok-${id}`), watch: [] })).renew, ['renewed', 'renewed'], 'fewer leases the next tick')
+  t.ok(await env.redis.pttl(`${env.prefix}r:${leases.replicaId}:alive`) > 4000, 'the rest: the liveness mark is up')
+  t.equal(commands, Math.ceil(1000 / RENEW_PER_CALL) + 1, `in ${Math.ceil(1000 / RENEW_PER_CALL)} script calls (and the liveness mark's SET), not one per lease`)
 })
 
 t.test('lost acknowledged writes are detected: a new epoch, never wrong events', async (t) => {

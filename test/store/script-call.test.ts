@@ -4,23 +4,9 @@
 // redis-server: SCRIPT FLUSH would disturb other tests' connections.
 import t from 'tap'
 import { Command, Redis } from 'ioredis'
-import { ScriptCall, writeCommand } from '../../src/store/redis/script-call.js'
+import { RespArgs, ScriptCall, writeCommand } from '../../src/store/redis/script-call.js'
+import { countWritevs } from '../fixtures/net.js'
 import { startRedisServer } from '../fixtures/redis.js'
-
-/** Counts the socket's trips to the kernel from now (Node's stream writes go through _writev or _write), until read. */
-function countWritevs (socket: object): () => number {
-  const s = socket as { _writev: (...a: unknown[]) => void, _write: (...a: unknown[]) => void }
-  const writev = s._writev
-  const write1 = s._write
-  let n = 0
-  s._writev = function (...a: unknown[]) { n++; writev.apply(this, a) }
-  s._write = function (...a: unknown[]) { n++; write1.apply(this, a) }
-  return () => {
-    s._writev = writev
-    s._write = write1
-    return n
-  }
-}
 
 t.test('the command on the wire is what ioredis would write', async t => {
   const args = ['key', 42, Buffer.from('a\r\nb\0é'), Buffer.alloc(0), 'ü', Buffer.from('x'.repeat(70_000))]
@@ -73,4 +59,42 @@ t.test('EVAL on a new connection, EVALSHA after, and EVAL again after NOSCRIPT',
   const counted = countWritevs(socket)
   t.same(await Promise.all([script.call(redis, ['k1', 'a', 'x']), script.call(redis, ['k2', 'b', 'yy'])]), [['k1', 'a', 1], ['k2', 'b', 2]], 'two calls in one turn')
   t.equal(counted(), 1, 'two calls in one turn leave in one write')
+})
+
+t.test('packed arguments: the same bytes as ioredis would write, and the same EVAL/EVALSHA/NOSCRIPT course', async t => {
+  const values = ['lease-key', 'ü{x}', '', 5000, '0', 'y'.repeat(300)]
+  const small = Buffer.alloc(8)
+  const packed = new RespArgs(small)
+  for (const v of values) packed.push(v)
+  t.equal(packed.count, values.length, 'counted')
+  t.not(packed.buffer, small, 'a buffer too small is replaced by a larger one')
+  t.equal(packed.bytes.buffer, packed.buffer.buffer, 'which holds the arguments')
+  const roomy = Buffer.alloc(4096)
+  t.equal(new RespArgs(roomy).push('k').buffer, roomy, 'a buffer with room is used as it is')
+  const expected = (new Command('x', values).toWritable({}) as string).replace('*7\r\n$1\r\nx\r\n', '')
+  t.equal(packed.bytes.toString(), expected, 'each argument a bulk string, byte lengths for multibyte text')
+  const parts = new RespArgs().pushParts('p:', '{', 'ü', '}:lease').pushParts('a').pushParts('a', '', 'c')
+  t.equal(parts.bytes.toString(), '$12\r\np:{ü}:lease\r\n$1\r\na\r\n$2\r\nac\r\n', 'an argument in pieces is the pieces joined')
+
+  const server = await startRedisServer()
+  t.teardown(() => server.stop())
+  const redis = new Redis(server.url)
+  t.teardown(() => redis.disconnect())
+  const script = new ScriptCall('return {#KEYS, KEYS[1], ARGV[1], #ARGV}', 0)
+  const calls = async (): Promise<Record<string, number>> => {
+    const info = await redis.info('commandstats')
+    const count = (name: string): number => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0)
+    return { eval: count('eval'), evalsha: count('evalsha') }
+  }
+  await redis.ping()
+  const args = (): RespArgs => new RespArgs().push('k1').push('k2').push('a1').push(7)
+  t.same(await script.callPacked(redis, 2, args()), [2, 'k1', 'a1', 2], 'keys and arguments where the script expects them')
+  t.same(await calls(), { eval: 1, evalsha: 0 }, 'EVAL the first time on this connection')
+  const writes = countWritevs(redis.stream)
+  t.same(await Promise.all([script.callPacked(redis, 1, args()), script.callPacked(redis, 3, args())]), [[1, 'k1', 'k2', 3], [3, 'k1', 7, 1]], 'numberOfKeys per call')
+  t.equal(writes(), 1, 'two calls in one turn leave in one write')
+  t.same(await calls(), { eval: 1, evalsha: 2 }, 'EVALSHA after')
+  await redis.script('FLUSH')
+  t.same(await script.callPacked(redis, 1, args()), [1, 'k1', 'k2', 3], 'answered after the script was flushed')
+  t.same(await calls(), { eval: 2, evalsha: 3 }, 'EVALSHA refused (NOSCRIPT), then EVAL')
 })

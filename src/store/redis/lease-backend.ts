@@ -6,11 +6,14 @@ import type {
 import type { RetentionLimits, StreamNotice } from '../contract.js'
 import { STANDALONE_STREAM } from '../contract.js'
 import { CLAIM_RECORDER, END_ORPHANED, LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RELEASE_IF_IDLE, LEASE_RENEW } from './scripts.js'
+import { RespArgs, ScriptCall } from './script-call.js'
 
 type Connection = Redis | Cluster
 
 /** Leases renewed per script call (the call's run time in Redis stays around a millisecond). */
 export const RENEW_PER_CALL = 256
+const RENEW_CALL = new ScriptCall(LEASE_RENEW, 0)
+type LeaseRef = TickRequest['renew'][number]
 type AcquireReply = [number, (string | number)?, string?]
 
 interface LeaseCommands {
@@ -39,6 +42,8 @@ export interface RedisLeaseBackendOptions {
   readonly redis: Connection
   readonly replicaId: string
   readonly keys: (sessionId: string) => LeaseKeys
+  /** Add one of a session's keys to packed script arguments, its name never made as a string. */
+  readonly pushKey: (args: RespArgs, sessionId: string, key: 'lease' | 'meta') => void
   /** The store's per-session channel subscription, shared with its notices. */
   readonly subscribeControl: (sessionId: string, listener: ControlListener) => ControlSubscription
   /** A replica's liveness key (not a session's: no hash tag). */
@@ -87,6 +92,9 @@ export class RedisLeaseBackend implements LeaseBackend {
   readonly #keys: (sessionId: string) => LeaseKeys
   readonly #subscribe: (sessionId: string, listener: ControlListener) => ControlSubscription
   readonly #o: RedisLeaseBackendOptions
+  /** The renewals' packed arguments, one buffer per script call (see tick). */
+  readonly #renewBuffers: Buffer[] = []
+  #renewing = false
 
   constructor (options: RedisLeaseBackendOptions) {
     this.replicaId = options.replicaId
@@ -130,22 +138,42 @@ export class RedisLeaseBackend implements LeaseBackend {
         recordersAlive: recorderReplies.map(n => n === 1)
       }
     }
-    const pipeline = redis.pipeline() as unknown as ReturnType<Redis['pipeline']> & {
-      mcpgwLeaseRenew: (...args: Array<string | number>) => unknown
-      mcpgwLeaseAcquire: (...args: Array<string | number>) => unknown
+    // Renewals go RENEW_PER_CALL to a script call, their arguments put in RESP
+    // as they come (RespArgs), into buffers kept from tick to tick: at rest,
+    // with thousands of streams held, each lease would otherwise cost a
+    // command and its reply every tick, or garbage enough to keep the heap
+    // (or, with fresh buffers, RSS) growing. A buffer is used again only once
+    // every call of the tick before has settled (its bytes sent, or never
+    // to be); a tick that overlaps another takes fresh ones. Issued in the
+    // same turn as the pipeline, all leave in one write.
+    const keep = !this.#renewing
+    if (keep) this.#renewing = true
+    try {
+      return await this.#tickOnOneNode(redis, request, keep ? this.#renewBuffers : [])
+    } finally {
+      if (keep) this.#renewing = false
     }
-    // Renewals go RENEW_PER_CALL to a script call: at rest, with thousands of
-    // streams held, each lease would otherwise cost a command and its reply
-    // every tick (CPU here and in Redis, and garbage that keeps the heap large).
-    const renewCalls = Math.ceil(request.renew.length / RENEW_PER_CALL)
-    for (let call = 0; call < renewCalls; call++) {
-      const leases = request.renew.slice(call * RENEW_PER_CALL, (call + 1) * RENEW_PER_CALL)
-      const keys: string[] = []
-      for (const { sessionId } of leases) {
-        const k = this.#keys(sessionId)
-        keys.push(k.lease, k.meta)
+  }
+
+  async #tickOnOneNode (redis: Redis & LeaseCommands, request: TickRequest, buffers: Buffer[]): Promise<TickResult> {
+    const renewals: Array<Promise<unknown>> = []
+    for (let at = 0, call = 0; at < request.renew.length; at += RENEW_PER_CALL, call++) {
+      const end = Math.min(at + RENEW_PER_CALL, request.renew.length)
+      const args = new RespArgs(buffers[call] ?? Buffer.allocUnsafeSlow(RENEW_PER_CALL * 256))
+      for (let i = at; i < end; i++) {
+        const { sessionId } = request.renew[i] as LeaseRef
+        this.#o.pushKey(args, sessionId, 'lease')
+        this.#o.pushKey(args, sessionId, 'meta')
       }
-      pipeline.mcpgwLeaseRenew(keys.length, ...keys, request.ttlMs, STANDALONE_STREAM, ...leases.map(l => l.token))
+      args.push(request.ttlMs).push(STANDALONE_STREAM)
+      for (let i = at; i < end; i++) args.push((request.renew[i] as LeaseRef).token)
+      buffers[call] = args.buffer
+      renewals.push(RENEW_CALL.callPacked(redis, 2 * (end - at), args))
+    }
+    // Fewer leases than before: the buffers of the calls no longer made go.
+    buffers.length = renewals.length
+    const pipeline = redis.pipeline() as unknown as ReturnType<Redis['pipeline']> & {
+      mcpgwLeaseAcquire: (...args: Array<string | number>) => unknown
     }
     for (const { sessionId, token } of request.watch) {
       const k = this.#keys(sessionId)
@@ -155,19 +183,25 @@ export class RedisLeaseBackend implements LeaseBackend {
     const recorders = request.recorders ?? []
     for (const replicaId of recorders) pipeline.exists(this.#o.aliveKey(replicaId))
     if (request.aliveMs !== undefined) pipeline.set(this.#o.aliveKey(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
-    const replies = await pipeline.exec() ?? []
+    const [replies, settled] = await Promise.all([
+      pipeline.length > 0 ? pipeline.exec() : [],
+      Promise.allSettled(renewals)
+    ])
     const value = (i: number): unknown => {
-      const [err, result] = replies[i] ?? [new Error('no reply')]
+      const [err, result] = replies?.[i] ?? [new Error('no reply')]
       if (err !== null && err !== undefined) throw err
       return result
     }
-    const recordersAt = renewCalls + 2 * request.watch.length
+    const recordersAt = 2 * request.watch.length
     if (request.aliveMs !== undefined) value(recordersAt + recorders.length)
-    const renewed: number[] = []
-    for (let call = 0; call < renewCalls; call++) for (const reply of value(call) as number[]) renewed.push(reply)
+    const renew: RenewResult[] = []
+    for (const outcome of settled) {
+      if (outcome.status === 'rejected') throw outcome.reason
+      for (const reply of outcome.value as number[]) renew.push(toRenewResult(reply))
+    }
     return {
-      renew: request.renew.map((_, i) => toRenewResult(renewed[i] as number)),
-      watch: request.watch.map(({ token }, i) => toAcquireResult(value(renewCalls + 2 * i + 1) as AcquireReply, token)),
+      renew,
+      watch: request.watch.map(({ token }, i) => toAcquireResult(value(2 * i + 1) as AcquireReply, token)),
       recordersAlive: recorders.map((_, i) => value(recordersAt + i) === 1)
     }
   }

@@ -12,7 +12,7 @@ import type {
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { parseControl, RedisLeaseBackend, type LeaseKeys } from './lease-backend.js'
-import { ScriptCall } from './script-call.js'
+import { RespArgs, ScriptCall } from './script-call.js'
 import { ADOPT, APPEND, FENCED, INTACT, JOIN, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
 
 export type Connection = Redis | Cluster
@@ -30,6 +30,7 @@ export const ENTRY_MAX_BYTES = 384 * 1024
 
 /** The APPEND script, its events' bytes written to the connection without a copy (see script-call.ts). */
 export const APPEND_CALL = new ScriptCall(APPEND, 5)
+const JOIN_CALL = new ScriptCall(JOIN, 0)
 
 /**
  * How often a replica tells Redis again which sessions it listens to (their
@@ -278,6 +279,7 @@ export class RedisEventStore implements EventStore {
       redis: this.#redis,
       replicaId: this.replicaId,
       keys: (sessionId) => this.#keys(sessionId),
+      pushKey: (args, sessionId, key) => { this.#pushKey(args, sessionId, key === 'lease' ? '}:lease' : '}:m') },
       subscribeControl: (sessionId, listener) => this.subscribeControl(sessionId, listener),
       aliveKey: (replicaId) => `${this.#prefix}r:${replicaId}:alive`,
       retention: this.#retention,
@@ -471,6 +473,11 @@ export class RedisEventStore implements EventStore {
     this.#subscriber.off('error', this.#onError)
   }
 
+  /** One of a session's keys (its name's end: `}:m`, `}:lease`, `}:aud`) onto packed script arguments. */
+  #pushKey (args: RespArgs, sessionId: string, end: string): void {
+    args.pushParts(this.#prefix, '{', NEEDS_ESCAPE.test(sessionId) ? escapeTag(sessionId) : sessionId, end)
+  }
+
   #keys (sessionId: string, streamId?: string): SessionKeys {
     if (typeof sessionId !== 'string' || sessionId.length === 0) throw new TypeError('session id must be a non-empty string')
     if (streamId !== undefined && (typeof streamId !== 'string' || streamId.length === 0)) {
@@ -574,13 +581,21 @@ export class RedisEventStore implements EventStore {
     const perCall = this.#redis instanceof Cluster ? 1 : JOIN_PER_CALL
     for (let i = 0; i < channels.length; i += perCall) {
       const group = channels.slice(i, i + perCall)
-      const keys = group.map(([, channel]) => this.#keys(channel.sessionId).audience)
-      this.#redis.mcpgwJoin(keys.length, ...keys, this.replicaId, this.#audienceTtlMs).then((added) => {
+      let joined: Promise<number[]>
+      if (this.#redis instanceof Cluster) {
+        joined = this.#redis.mcpgwJoin(1, this.#keys((group[0] as [string, Channel])[1].sessionId).audience, this.replicaId, this.#audienceTtlMs)
+      } else {
+        // Key names written as they come, not made as strings (see RespArgs).
+        const args = new RespArgs(Buffer.allocUnsafeSlow(perCall * 96))
+        for (const [, channel] of group) this.#pushKey(args, channel.sessionId, '}:aud')
+        joined = JOIN_CALL.callPacked(this.#redis, group.length, args.push(this.replicaId).push(this.#audienceTtlMs)) as Promise<number[]>
+      }
+      joined.then((added) => {
         group.forEach(([name, channel], j) => {
           if (added[j] === 1 && this.#channels.get(name) === channel) this.#catchUp(name, channel)
         })
       }, (err: unknown) => {
-        if (!this.#closed) this.#logger?.warn({ err, sessions: keys.length }, 'event store: refreshing audiences failed')
+        if (!this.#closed) this.#logger?.warn({ err, sessions: group.length }, 'event store: refreshing audiences failed')
       })
     }
   }
@@ -684,6 +699,8 @@ function validRetention (retention: RetentionLimits): RetentionLimits {
   if (!Number.isSafeInteger(ttlMs) || ttlMs < 1) throw new RangeError('retention.ttlMs must be an integer >= 1')
   return { maxEvents, maxBytes, ttlMs }
 }
+
+const NEEDS_ESCAPE = /[%{}]/
 
 /**
  * Session ids come from the upstream (visible ASCII). Braces would move the
