@@ -45,7 +45,11 @@ export class ClientStream {
   readonly #maxBufferBytes: number
   readonly #metrics: GatewayMetrics
   readonly #log: Logger
-  /** Exactly as long as it needs to be: push() would give each idle stream room for 17. */
+  /**
+   * Exactly as long as it needs to be: push() would give each idle stream room
+   * for 17, and an array literal with a spread room for 20; concat() makes one
+   * of the exact length.
+   */
   #onClose: ReadonlyArray<(outcome: CloseOutcome) => void> = []
   #closed = false
   #lastSeq = 0
@@ -240,7 +244,7 @@ export class ClientStream {
 
   onClose (listener: (outcome: CloseOutcome) => void): void {
     if (this.#closed) return
-    this.#onClose = [...this.#onClose, listener]
+    this.#onClose = this.#onClose.concat(listener)
   }
 
   /** Close from the gateway's side; with `retry`, the client is told when to come back. */
