@@ -2,7 +2,9 @@
 // supports besides a plain URL: Redis Cluster (three masters: a session's keys
 // share one hash tag, so every script runs in one slot) and Sentinel.
 import t from 'tap'
-import { Redis } from 'ioredis'
+import { Cluster, Redis } from 'ioredis'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { resumeAcrossReplicas } from '../fixtures/cluster-scenario.js'
 import { startRedisCluster, startRedisSentinel } from '../fixtures/redis-topologies.js'
 
@@ -22,6 +24,50 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', async (t) => {
     }
   }))
   t.comment(`cluster: gateway connections per node (3 replicas): ${perNode.join(', ')}`)
+
+  // The store's scripts with a variable number of keys, on Cluster: the lease
+  // tick (a call per lease), the audience (joined on subscribe, refreshed one
+  // key a call) and the epoch reset after lost writes. ioredis's auto-pipelining
+  // routed such a command by its first argument (the number of keys).
+  const cluster = nodes.map(n => ({ host: '127.0.0.1', port: n.port }))
+  const store = await RedisEventStore.connect({ cluster, keyPrefix: 'deploy:', retention: { maxEvents: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, replicaId: 'r1', audienceRefreshMs: 200 })
+  t.teardown(() => store.close())
+  const admin = new Cluster(cluster)
+  t.teardown(() => admin.disconnect())
+  const leases = store.leaseBackend()
+  const ids = Array.from({ length: 20 }, (_, i) => `c${i}`)
+  for (const id of ids) {
+    await store.createSession(id, 'p')
+    await leases.acquire(id, `tok-${id}`, 5000)
+  }
+  await admin.set('deploy:{c3}:lease', 'someone-else')
+  await admin.del('deploy:{c7}:m')
+  const result = await leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: ids.map(id => ({ sessionId: id, token: `tok-${id}` })), watch: [], aliveMs: 5000 })
+  t.same(result.renew, ids.map(id => id === 'c3' ? 'lost' : id === 'c7' ? 'gone' : 'renewed'), 'cluster: each lease its own outcome, in order, across the nodes')
+
+  // Sessions on every node, subscribed in one turn: their JOINs go out together, as the refresh's do.
+  const listened = ids.slice(0, 9)
+  for (const id of listened) t.teardown(store.subscribe(id, 's', () => {}))
+  const audiences = listened.map(id => `deploy:{${id}}:aud`)
+  const until = async (what: string, check: () => Promise<boolean>): Promise<void> => {
+    for (let i = 0; i < 100 && !(await check()); i++) await sleep(50)
+    t.ok(await check(), what)
+  }
+  const allJoined = async (): Promise<boolean> => (await Promise.all(audiences.map(async key => await admin.sismember(key, 'r1')))).every(n => n === 1)
+  await until('cluster: the replica joins each session\'s audience', allJoined)
+  for (const key of audiences) await admin.del(key)
+  await until('cluster: and joins them again on the refresh when they were lost', allJoined)
+
+  for (const id of ['r0', 'r1', 'r2', 'r3', 'r4', 'r5']) {
+    const before = await store.createSession(id, 'alice')
+    await store.append(id, 's', [{ data: 'a' }, { data: 'b' }])
+    await store.append(id, 's', [{ data: 'c' }])
+    // Redis came back from an older snapshot: the stream is one batch behind.
+    await admin.hset(`deploy:{${id}}:m`, 'q:s', 2)
+    await admin.xdel(`deploy:{${id}}:b:s`, '3-1')
+    const [next] = await store.append(id, 's', [{ data: 'd' }])
+    t.ok(next?.seq === 1 && (await store.getSession(id))?.epoch !== before.epoch, `cluster: session ${id} starts a new epoch after lost writes`)
+  }
 })
 
 t.test('Redis Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME)', async (t) => {

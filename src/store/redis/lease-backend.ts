@@ -18,8 +18,6 @@ type AcquireReply = [number, (string | number)?, string?]
 
 interface LeaseCommands {
   mcpgwLeaseAcquire (lease: string, meta: string, token: string, ttlMs: number, streamId: string): Promise<AcquireReply>
-  /** numKeys, then the keys (lease and session hash per lease), ttlMs, streamId, a token per lease. */
-  mcpgwLeaseRenew (...args: Array<string | number>): Promise<number[]>
   mcpgwLeaseRelease (lease: string, meta: string, token: string, live: string, streamId: string, channel: string, message: string): Promise<number>
   mcpgwLeaseReleaseIfIdle (lease: string, meta: string, attached: string, token: string, streamId: string, channel: string, message: string): Promise<number>
   mcpgwClaimRecorder (meta: string, streamId: string, replicaId: string): Promise<number>
@@ -103,7 +101,6 @@ export class RedisLeaseBackend implements LeaseBackend {
     this.#o = options
     const redis = options.redis
     redis.defineCommand('mcpgwLeaseAcquire', { numberOfKeys: 2, lua: LEASE_ACQUIRE })
-    redis.defineCommand('mcpgwLeaseRenew', { lua: LEASE_RENEW })
     redis.defineCommand('mcpgwLeaseRelease', { numberOfKeys: 2, lua: LEASE_RELEASE })
     redis.defineCommand('mcpgwLeaseReleaseIfIdle', { numberOfKeys: 3, lua: LEASE_RELEASE_IF_IDLE })
     redis.defineCommand('mcpgwClaimRecorder', { numberOfKeys: 1, lua: CLAIM_RECORDER })
@@ -122,7 +119,7 @@ export class RedisLeaseBackend implements LeaseBackend {
       // Auto-pipelining sends what is issued in this turn as one pipeline per node.
       const renew = request.renew.map(({ sessionId, token }) => {
         const k = this.#keys(sessionId)
-        return redis.mcpgwLeaseRenew(2, k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token).then(replies => replies[0] as number)
+        return RENEW_CALL.call(redis, [k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token], 2).then(replies => (replies as number[])[0] as number)
       })
       const watch = request.watch.map(({ sessionId, token }) => {
         const k = this.#keys(sessionId)

@@ -30,7 +30,11 @@ export const ENTRY_MAX_BYTES = 384 * 1024
 
 /** The APPEND script, its events' bytes written to the connection without a copy (see script-call.ts). */
 export const APPEND_CALL = new ScriptCall(APPEND, 5)
+// Scripts with a variable number of keys go through ScriptCall: on Cluster,
+// ioredis's auto-pipelining would route them by their first argument (the
+// number of keys), to a node that may not hold them.
 const JOIN_CALL = new ScriptCall(JOIN, 0)
+const RESET_CALL = new ScriptCall(RESET, 0)
 
 /**
  * How often a replica tells Redis again which sessions it listens to (their
@@ -128,10 +132,8 @@ interface ScriptCommands {
   mcpgwReadBuffer (...args: Array<string | number>): Promise<[Buffer, number, number, number, Array<[Buffer, Buffer[]]>] | null>
   mcpgwTouch (...args: Array<string | number>): Promise<[string, string] | null>
   mcpgwSaveCursor (...args: Array<string | number>): Promise<number>
-  mcpgwReset (...args: Array<string | number>): Promise<number>
   mcpgwAdopt (...args: Array<string | number>): Promise<[string, string]>
   mcpgwIntact (...args: Array<string | number>): Promise<string>
-  mcpgwJoin (...args: Array<string | number>): Promise<number[]>
 }
 
 /** The session's stream set changing under a reset this often in a row means something is wrong. */
@@ -191,8 +193,6 @@ export class RedisEventStore implements EventStore {
     redis.defineCommand('mcpgwAdopt', { numberOfKeys: 5, lua: ADOPT })
     redis.defineCommand('mcpgwIntact', { numberOfKeys: 1, lua: INTACT })
     // Variable number of keys: the first argument is the key count.
-    redis.defineCommand('mcpgwReset', { lua: RESET })
-    redis.defineCommand('mcpgwJoin', { lua: JOIN })
     this.#redis = redis as Connection & ScriptCommands
     this.#subscriber = options.subscriber
     // The store subscribes again itself when the connection is back (#resubscribe, which
@@ -536,10 +536,10 @@ export class RedisEventStore implements EventStore {
     for (let attempt = 0; attempt < RESET_ATTEMPTS; attempt++) {
       const fields = await this.#redis.hkeys(keys.meta)
       const streamIds = fields.filter((field) => field.startsWith('q:')).map((field) => field.slice(2))
-      const done = await this.#redis.mcpgwReset(
-        3 + 2 * streamIds.length, keys.meta, keys.lease, keys.attached, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
+      const done = await RESET_CALL.call(this.#redis, [
+        keys.meta, keys.lease, keys.attached, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
         epoch, principal, this.#retention.ttlMs, ...streamIds
-      )
+      ], 3 + 2 * streamIds.length)
       if (done === 1) return
     }
     throw new Error(`event store: the streams of session ${sessionId.slice(0, 8)}... kept changing during a reset`)
@@ -558,7 +558,7 @@ export class RedisEventStore implements EventStore {
         // Released meanwhile (its SREM already sent): joining now would leave us in the audience.
         if (this.#channels.get(name) !== channel) return
         try {
-          await this.#redis.mcpgwJoin(1, this.#keys(channel.sessionId).audience, this.replicaId, this.#audienceTtlMs)
+          await JOIN_CALL.call(this.#redis, [this.#keys(channel.sessionId).audience, this.replicaId, this.#audienceTtlMs], 1)
         } catch (err) {
           // The next refresh joins (and catches up); until then appends elsewhere may not notify.
           if (!this.#closed) this.#logger?.warn({ err, channel: name }, 'event store: joining the audience failed')
@@ -583,7 +583,7 @@ export class RedisEventStore implements EventStore {
       const group = channels.slice(i, i + perCall)
       let joined: Promise<number[]>
       if (this.#redis instanceof Cluster) {
-        joined = this.#redis.mcpgwJoin(1, this.#keys((group[0] as [string, Channel])[1].sessionId).audience, this.replicaId, this.#audienceTtlMs)
+        joined = JOIN_CALL.call(this.#redis, [this.#keys((group[0] as [string, Channel])[1].sessionId).audience, this.replicaId, this.#audienceTtlMs], 1) as Promise<number[]>
       } else {
         // Key names written as they come, not made as strings (see RespArgs).
         const args = new RespArgs(Buffer.allocUnsafeSlow(perCall * 96))

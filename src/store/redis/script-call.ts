@@ -102,13 +102,18 @@ export class ScriptCall {
     this.#numberOfKeys = numberOfKeys
   }
 
-  /** Call the script on `connection` (keys first, then the other arguments); replies as text. */
-  async call (connection: Redis | Cluster, args: readonly ScriptArg[]): Promise<unknown> {
+  /**
+   * Call the script on `connection` (keys first, then the other arguments);
+   * replies as text. On Cluster the command goes to the node of its keys
+   * (ioredis's auto-pipelining, by contrast, routes a script command by its
+   * first argument, which for a variable number of keys is that number).
+   */
+  async call (connection: Redis | Cluster, args: readonly ScriptArg[], numberOfKeys = this.#numberOfKeys): Promise<unknown> {
     try {
-      return await connection.sendCommand(this.#command(args))
+      return await connection.sendCommand(this.#command(args, numberOfKeys))
     } catch (err) {
       if (!isNoScript(err)) throw err
-      return await connection.sendCommand(this.#command(args))
+      return await connection.sendCommand(this.#command(args, numberOfKeys))
     }
   }
 
