@@ -44,6 +44,12 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', async (t) => {
   await admin.del('deploy:{c7}:m')
   const result = await leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: ids.map(id => ({ sessionId: id, token: `tok-${id}` })), watch: [], aliveMs: 5000 })
   t.same(result.renew, ids.map(id => id === 'c3' ? 'lost' : id === 'c7' ? 'gone' : 'renewed'), 'cluster: each lease its own outcome, in order, across the nodes')
+  // Watches in the same tick (sessions whose stream another replica holds): a free lease is taken, a held one is not.
+  await admin.del('deploy:{c9}:lease')
+  const watched = await leases.tick({ ttlMs: 5000, attachedMs: 5000, renew: [], watch: [{ sessionId: 'c9', token: 'w-c9' }, { sessionId: 'c4', token: 'w-c4' }] })
+  t.match(watched.watch[0], { token: 'w-c9' }, 'cluster: a watched session whose lease ran out is taken')
+  t.match(watched.watch[1], { heldForMs: Number }, 'cluster: one still held is not')
+  t.equal(await admin.get('deploy:{c9}:att'), 'r1', 'cluster: and the attached marker is up')
 
   // Sessions on every node, subscribed in one turn: their JOINs go out together, as the refresh's do.
   const listened = ids.slice(0, 9)
