@@ -3,10 +3,25 @@
 // the script loaded again when Redis has lost it. Runs on a private
 // redis-server: SCRIPT FLUSH would disturb other tests' connections.
 import t from 'tap'
+import type { Test } from 'tap'
 import { Command, Redis } from 'ioredis'
 import { RespArgs, ScriptCall, writeCommand } from '../../src/store/redis/script-call.js'
 import { countWritevs } from '../fixtures/net.js'
 import { startRedisServer } from '../fixtures/redis.js'
+
+/** A connection to a private redis-server, and its EVAL / EVALSHA counts so far. */
+async function privateRedis (t: Test): Promise<{ redis: Redis, calls: () => Promise<Record<string, number>> }> {
+  const server = await startRedisServer()
+  t.teardown(() => server.stop())
+  const redis = new Redis(server.url)
+  t.teardown(() => redis.disconnect())
+  const calls = async (): Promise<Record<string, number>> => {
+    const info = await redis.info('commandstats')
+    const count = (name: string): number => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0)
+    return { eval: count('eval'), evalsha: count('evalsha') }
+  }
+  return { redis, calls }
+}
 
 t.test('the command on the wire is what ioredis would write', async t => {
   const args = ['key', 42, Buffer.from('a\r\nb\0é'), Buffer.alloc(0), 'ü', Buffer.from('x'.repeat(70_000))]
@@ -25,16 +40,8 @@ t.test('the command on the wire is what ioredis would write', async t => {
 })
 
 t.test('EVAL on a new connection, EVALSHA after, and EVAL again after NOSCRIPT', async t => {
-  const server = await startRedisServer()
-  t.teardown(() => server.stop())
-  const redis = new Redis(server.url)
-  t.teardown(() => redis.disconnect())
+  const { redis, calls } = await privateRedis(t)
   const script = new ScriptCall('redis.call("SET", KEYS[1], ARGV[2]) return {KEYS[1], ARGV[1], redis.call("STRLEN", KEYS[1])}', 1)
-  const calls = async (): Promise<Record<string, number>> => {
-    const info = await redis.info('commandstats')
-    const count = (name: string): number => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0)
-    return { eval: count('eval'), evalsha: count('evalsha') }
-  }
   const payload = Buffer.concat([Buffer.from('\r\n$3\r\n'), Buffer.alloc(100_000, 0xff)])
   await redis.ping()
   const written: unknown[] = []
@@ -76,16 +83,8 @@ t.test('packed arguments: the same bytes as ioredis would write, and the same EV
   const parts = new RespArgs().pushParts('p:', '{', 'ü', '}:lease').pushParts('a').pushParts('a', '', 'c')
   t.equal(parts.bytes.toString(), '$12\r\np:{ü}:lease\r\n$1\r\na\r\n$2\r\nac\r\n', 'an argument in pieces is the pieces joined')
 
-  const server = await startRedisServer()
-  t.teardown(() => server.stop())
-  const redis = new Redis(server.url)
-  t.teardown(() => redis.disconnect())
+  const { redis, calls } = await privateRedis(t)
   const script = new ScriptCall('return {#KEYS, KEYS[1], ARGV[1], #ARGV}', 0)
-  const calls = async (): Promise<Record<string, number>> => {
-    const info = await redis.info('commandstats')
-    const count = (name: string): number => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0)
-    return { eval: count('eval'), evalsha: count('evalsha') }
-  }
   await redis.ping()
   const args = (): RespArgs => new RespArgs().push('k1').push('k2').push('a1').push(7)
   t.same(await script.callPacked(redis, 2, args()), [2, 'k1', 'a1', 2], 'keys and arguments where the script expects them')
