@@ -39,74 +39,156 @@ export function readAheadLimit (): number {
   return Math.min(READ_AHEAD_MAX_BYTES, Math.max(READ_AHEAD_BYTES, Math.floor(READ_AHEAD_BUDGET_BYTES / Math.max(1, waiting))))
 }
 
+/** Where readAhead hands what it read. */
+export interface ReadAheadSink {
+  /**
+   * The events that arrived since the previous batch was handed over (at
+   * least one). Reading goes on while the returned promise is pending; the
+   * next batch comes once it settles. A rejection stops reading: fail() gets
+   * the reason.
+   */
+  batch: (events: EventBatch) => Promise<unknown>
+  /** The body ended and every batch has settled. */
+  end: () => void
+  /**
+   * Reading stopped for good: the body's error, the decoder's (an
+   * EventTooLargeError, after a batch with the events that came before it),
+   * or a batch's rejection. Every batch has settled.
+   */
+  fail: (err: unknown) => void
+}
+
 /**
- * The upstream's events, in order, as batches: each batch is everything that
- * arrived since the previous batch was taken (at least one event). Reading
- * goes on while the consumer works on a batch, up to `limitBytes` (by
- * default the stream's share, readAheadLimit()). Ends when the body ends;
- * throws the body's error, or the decoder's (an EventTooLargeError, after a
- * batch with the events that came before it).
+ * Reads the upstream's events, in order, and hands them to `sink` as
+ * batches: each batch is everything that arrived since the previous one was
+ * handed over. Reading goes on while the sink works on a batch, up to
+ * `limitBytes` (by default the stream's share, readAheadLimit()). Exactly one
+ * of end() and fail() is called, last.
+ *
+ * Driven by the body's events rather than an async loop: an idle stream
+ * (most of them, most of the time) holds one small object and its
+ * listeners, not suspended async functions with their promises and frames.
  */
-export async function * readAhead (body: Readable, decoder: SseDecoder, limitBytes?: number): AsyncGenerator<EventBatch, void, undefined> {
-  const queued = new EventBatchBuilder()
-  let queuedBytes = 0
-  let done = false
-  let failure: unknown
-  let wake: (() => void) | undefined
+export function readAhead (body: Readable, decoder: SseDecoder, sink: ReadAheadSink, limitBytes?: number): void {
+  // eslint-disable-next-line no-new -- the body's listeners hold it
+  new ReadAhead(body, decoder, sink, limitBytes)
+}
+
+class ReadAhead {
+  readonly #body: Readable
+  readonly #decoder: SseDecoder
+  readonly #sink: ReadAheadSink
+  readonly #limitBytes: number | undefined
+  /** Made on the first read: a stream that never sends holds none. */
+  #queued: EventBatchBuilder | undefined
+  #queuedBytes = 0
   /** This stream is counted in `waiting`. */
-  let counted = false
-  const uncount = (): void => {
-    if (counted) waiting--
-    counted = false
+  #counted = false
+  /** A batch is at the sink. */
+  #busy = false
+  /** A turn of #next() is due (scheduled from a listener, not run inside the body's emit). */
+  #due = false
+  /** The body finished (ended or failed). */
+  #done = false
+  #failed = false
+  #failure: unknown
+  /** end() or fail() was called. */
+  #over = false
+  readonly #cleanup: () => void
+  readonly #onData = (chunk: Buffer): void => { this.#read(chunk) }
+  readonly #turn = (): void => {
+    this.#due = false
+    this.#next()
   }
-  const onData = (chunk: Buffer): void => {
-    if (failure !== undefined) return
+
+  constructor (body: Readable, decoder: SseDecoder, sink: ReadAheadSink, limitBytes: number | undefined) {
+    this.#body = body
+    this.#decoder = decoder
+    this.#sink = sink
+    this.#limitBytes = limitBytes
+    this.#cleanup = finished(body, (err) => {
+      if (err !== undefined && err !== null && !this.#failed) this.#fail(err)
+      this.#done = true
+      this.#wake()
+    })
+    body.on('data', this.#onData)
+  }
+
+  #read (chunk: Buffer): void {
+    if (this.#failed || this.#over) return
+    const queued = this.#queued ??= new EventBatchBuilder()
     try {
-      decoder.pushInto(chunk, queued)
+      this.#decoder.pushInto(chunk, queued)
     } catch (err) {
-      failure = err
-      body.pause()
+      this.#fail(err)
+      this.#body.pause()
     }
-    queuedBytes += chunk.length
-    if (queued.length > 0 && !counted) {
-      counted = true
+    this.#queuedBytes += chunk.length
+    if (queued.length > 0 && !this.#counted) {
+      this.#counted = true
       waiting++
     }
     // Only decoded events wait here; an event still arriving is the decoder's (MAX_EVENT_BYTES).
-    if (queued.length > 0 && queuedBytes >= (limitBytes ?? readAheadLimit())) body.pause()
-    wake?.()
+    if (queued.length > 0 && this.#queuedBytes >= (this.#limitBytes ?? readAheadLimit())) this.#body.pause()
+    this.#wake()
   }
-  const cleanup = finished(body, (err) => {
-    if (err !== undefined && err !== null) failure ??= err
-    done = true
-    wake?.()
-  })
-  body.on('data', onData)
-  try {
-    for (;;) {
-      if (queued.length > 0) {
-        const batch = queued.take()
-        queuedBytes = 0
-        uncount()
-        if (failure === undefined && body.isPaused()) body.resume()
-        yield batch
-        continue
-      }
-      if (failure !== undefined) throw failure
-      if (done) return
-      await new Promise<void>(resolve => { wake = resolve })
-      wake = undefined
+
+  #fail (err: unknown): void {
+    this.#failed = true
+    this.#failure = err
+  }
+
+  #wake (): void {
+    if (this.#busy || this.#due || this.#over) return
+    this.#due = true
+    queueMicrotask(this.#turn)
+  }
+
+  /** Hand over what waits, or finish once nothing will come. */
+  #next (): void {
+    if (this.#busy || this.#over) return
+    const queued = this.#queued
+    if (queued !== undefined && queued.length > 0) {
+      const batch = queued.take()
+      this.#queuedBytes = 0
+      this.#uncount()
+      if (!this.#failed && this.#body.isPaused()) this.#body.resume()
+      this.#busy = true
+      this.#sink.batch(batch).then(() => {
+        this.#busy = false
+        this.#next()
+      }, (err: unknown) => {
+        this.#busy = false
+        this.#stop()
+        this.#sink.fail(err)
+      })
+      return
     }
-  } finally {
-    uncount()
-    body.off('data', onData)
-    cleanup()
-    if (!done) {
-      // The consumer stopped early (the store refused, the lease was lost): nothing
-      // reads this body any more. Release it, as a for-await loop over it would, and
-      // keep its late errors (undici reports a destroyed body as aborted) from
-      // being uncaught, which would bring the process down.
-      discardBody(body)
+    if (this.#failed) {
+      this.#stop()
+      this.#sink.fail(this.#failure)
+    } else if (this.#done) {
+      this.#stop()
+      this.#sink.end()
+    }
+  }
+
+  #uncount (): void {
+    if (this.#counted) waiting--
+    this.#counted = false
+  }
+
+  #stop (): void {
+    this.#over = true
+    this.#uncount()
+    this.#body.off('data', this.#onData)
+    this.#cleanup()
+    if (!this.#done) {
+      // The sink stopped early (the store refused, the lease was lost): nothing
+      // reads this body any more. Release it, and keep its late errors (undici
+      // reports a destroyed body as aborted) from being uncaught, which would
+      // bring the process down.
+      discardBody(this.#body)
     }
   }
 }

@@ -7,7 +7,7 @@ import { EventBatch, type NumberedBatch } from '../store/batch.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
 import { parseFrame } from '../sse/frame.js'
-import { readAhead } from './read-ahead.js'
+import { readAhead, type ReadAheadSink } from './read-ahead.js'
 import { discardBody } from '../upstream/client.js'
 
 export interface RecordOptions {
@@ -120,16 +120,18 @@ export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'a
  * sees it. A client going away does not stop this (in the legacy era
  * disconnect is not cancellation).
  */
-export async function recordUpstreamStream (o: RecordOptions): Promise<RecordOutcome> {
-  return await new Recording(o).run()
+export function recordUpstreamStream (o: RecordOptions): Promise<RecordOutcome> {
+  return new Recording(o).run()
 }
+
+function ignore (): void {}
 
 /**
  * One recorded upstream answer. A class rather than closures over the
  * function's variables: an idle stream holds one of these for its whole life,
  * and methods cost it nothing per stream.
  */
-class Recording {
+class Recording implements ReadAheadSink {
   readonly #o: RecordOptions
   readonly #decoder: SseDecoder
   /** Events passed on unrecorded since the last append the store took. */
@@ -140,6 +142,8 @@ class Recording {
   #answered: boolean
   /** The stream's end could not be recorded yet. */
   #endPending = false
+  #settle: (outcome: RecordOutcome) => void = ignore
+  #abandon: (err: unknown) => void = ignore
 
   constructor (o: RecordOptions) {
     this.#o = o
@@ -148,13 +152,39 @@ class Recording {
     this.#answered = o.requestId === undefined
   }
 
-  async run (): Promise<RecordOutcome> {
+  /**
+   * Records until the upstream answer is over. While it waits for the
+   * upstream, nothing of this is suspended: readAhead calls back.
+   */
+  run (): Promise<RecordOutcome> {
+    return new Promise<RecordOutcome>((resolve, reject) => {
+      this.#settle = resolve
+      this.#abandon = reject
+      readAhead(this.#o.body, this.#decoder, this)
+    })
+  }
+
+  /** ReadAheadSink: one append per batch, the reads that arrived while the previous append was at the store. */
+  batch (events: EventBatch): Promise<boolean> {
+    return this.#append(events, false)
+  }
+
+  /** ReadAheadSink: the upstream answer ended. */
+  end (): void {
+    this.#conclude(false, undefined).then(this.#settle, this.#abandon)
+  }
+
+  /** ReadAheadSink: reading stopped (the upstream broke off, an event too large, the store refused for good). */
+  fail (err: unknown): void {
+    this.#conclude(true, err).then(this.#settle, this.#abandon)
+  }
+
+  async #conclude (failed: boolean, failure: unknown): Promise<RecordOutcome> {
     const o = this.#o
     let outcome: RecordOutcome = 'completed'
     let tooLargeMarker: EventInput | undefined
     try {
-      // One append per batch: the reads that arrived while the previous append was at the store.
-      for await (const events of readAhead(o.body, this.#decoder)) await this.#append(events, false)
+      if (failed) throw failure
       await this.#append(this.#decoder.end(), o.endStreamOnFinish, 'upstream_error')
     } catch (err) {
       if (err instanceof SessionGoneError) {
