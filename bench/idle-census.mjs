@@ -4,7 +4,7 @@
 // measures as RSS per stream).
 //
 //   node bench/idle-census.mjs [--store=memory|redis] [--streams=2000] [--gateway=dist/src/main.js]
-//                              [--by-owner] [--top=40]
+//                              [--by-owner] [--closures] [--top=40]
 //
 // Starts the bench upstream and the gateway (with a preload that writes a heap
 // snapshot on SIGWINCH), opens 100 streams (warm-up), takes a snapshot, opens
@@ -24,8 +24,11 @@ import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = parseArgs(['store', 'streams', 'gateway', 'by-owner', 'top'], import.meta.url)
+const args = parseArgs(['store', 'streams', 'gateway', 'by-owner', 'closures', 'top'], import.meta.url)
 const byOwner = args['by-owner'] !== undefined
+// --closures: closures told apart by where they were made (script id, line and column)
+// and the variables of their context, which names an anonymous one.
+const byClosure = args.closures !== undefined
 const store = args.store ?? 'memory'
 const N = Number(args.streams ?? 2000)
 const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -89,9 +92,11 @@ async function census () {
   const iType = meta.node_fields.indexOf('type')
   const iName = meta.node_fields.indexOf('name')
   const iSize = meta.node_fields.indexOf('self_size')
+  const where = byClosure ? closureSites(snap) : undefined
   const kindOf = (i) => {
     const type = types[snap.nodes[i + iType]]
-    return type === 'object' || type === 'closure' ? `${type} ${snap.strings[snap.nodes[i + iName]] || '(anonymous)'}` : `(${type})`
+    const kind = type === 'object' || type === 'closure' ? `${type} ${snap.strings[snap.nodes[i + iName]] || '(anonymous)'}` : `(${type})`
+    return type === 'closure' && where !== undefined ? `${kind} ${where.get(i) ?? ''}` : kind
   }
   // --by-owner: internal arrays, closures, contexts and plain objects are told
   // apart by what holds them (the first strong reference found).
@@ -121,6 +126,37 @@ async function census () {
     kinds.set(kind, entry)
   }
   return kinds
+}
+
+/** For each closure (by node offset): where it was made and the variables its context holds. */
+function closureSites (snap) {
+  const meta = snap.snapshot.meta
+  const width = meta.node_fields.length
+  const edgeWidth = meta.edge_fields.length
+  const iEdges = meta.node_fields.indexOf('edge_count')
+  const eType = meta.edge_fields.indexOf('type')
+  const eName = meta.edge_fields.indexOf('name_or_index')
+  const eTo = meta.edge_fields.indexOf('to_node')
+  const edgeTypes = meta.edge_types[0]
+  const firstEdge = []
+  for (let n = 0, e = 0; n < snap.nodes.length; n += width) {
+    firstEdge.push(e)
+    e += snap.nodes[n + iEdges] * edgeWidth
+  }
+  const edgesOf = function * (offset) {
+    const start = firstEdge[offset / width]
+    for (let k = 0, e = start; k < snap.nodes[offset + iEdges]; k++, e += edgeWidth) yield { type: edgeTypes[snap.edges[e + eType]], name: snap.edges[e + eName], to: snap.edges[e + eTo] }
+  }
+  const sites = new Map()
+  const loc = snap.locations ?? []
+  const locWidth = meta.location_fields?.length ?? 4
+  for (let i = 0; i < loc.length; i += locWidth) sites.set(loc[i], `@${loc[i + 1]}:${loc[i + 2] + 1}:${loc[i + 3] + 1}`)
+  for (const [offset, site] of sites) {
+    const context = [...edgesOf(offset)].find(e => e.type === 'internal' && snap.strings[e.name] === 'context')
+    const vars = context === undefined ? [] : [...edgesOf(context.to)].filter(e => e.type === 'context').map(e => snap.strings[e.name])
+    sites.set(offset, `${site} {${vars.slice(0, 6).join(',')}}`)
+  }
+  return sites
 }
 
 /** Kinds worth telling apart by owner. */

@@ -1,4 +1,4 @@
-import { finished, type Readable } from 'node:stream'
+import type { Readable } from 'node:stream'
 import type { SseDecoder } from '../sse/decoder.js'
 import { EventBatchBuilder, type EventBatch } from '../store/batch.js'
 import { discardBody } from '../upstream/client.js'
@@ -94,8 +94,16 @@ class ReadAhead {
   #failure: unknown
   /** end() or fail() was called. */
   #over = false
-  readonly #cleanup: () => void
   readonly #onData = (chunk: Buffer): void => { this.#read(chunk) }
+  // The end of the body, told apart by hand rather than with stream.finished(),
+  // which makes eight closures per call: an idle stream keeps them all its life.
+  readonly #onEnd = (): void => { this.#finished(undefined) }
+  readonly #onError = (err: Error): void => { this.#finished(err) }
+  readonly #onClose = (): void => {
+    const body = this.#body
+    this.#finished(body.readableEnded ? undefined : (body.errored ?? prematureClose()))
+  }
+
   readonly #turn = (): void => {
     this.#due = false
     this.#next()
@@ -106,12 +114,19 @@ class ReadAhead {
     this.#decoder = decoder
     this.#sink = sink
     this.#limitBytes = limitBytes
-    this.#cleanup = finished(body, (err) => {
-      if (err !== undefined && err !== null && !this.#failed) this.#fail(err)
-      this.#done = true
-      this.#wake()
-    })
-    body.on('data', this.#onData)
+    body.on('end', this.#onEnd)
+    body.on('error', this.#onError)
+    body.on('close', this.#onClose)
+    // Over before it was handed here (the request was aborted): no event will say so.
+    if (body.destroyed || body.readableEnded) queueMicrotask(this.#onClose)
+    else body.on('data', this.#onData)
+  }
+
+  #finished (err: Error | undefined): void {
+    if (this.#done) return
+    this.#done = true
+    if (err !== undefined && !this.#failed) this.#fail(err)
+    this.#wake()
   }
 
   #read (chunk: Buffer): void {
@@ -181,14 +196,22 @@ class ReadAhead {
   #stop (): void {
     this.#over = true
     this.#uncount()
-    this.#body.off('data', this.#onData)
-    this.#cleanup()
+    const body = this.#body
+    body.off('data', this.#onData)
+    body.off('end', this.#onEnd)
+    body.off('error', this.#onError)
+    body.off('close', this.#onClose)
     if (!this.#done) {
       // The sink stopped early (the store refused, the lease was lost): nothing
       // reads this body any more. Release it, and keep its late errors (undici
       // reports a destroyed body as aborted) from being uncaught, which would
       // bring the process down.
-      discardBody(this.#body)
+      discardBody(body)
     }
   }
+}
+
+/** What stream.finished() reports for a body closed before its end (a connection cut). */
+function prematureClose (): Error {
+  return Object.assign(new Error('Premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' })
 }

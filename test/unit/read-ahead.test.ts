@@ -259,3 +259,32 @@ t.test('a body that ends without an event: over at once, nothing handed over', a
   t.same(await sink.outcome, { ended: true })
   t.equal(sink.batches.length, 0)
 })
+
+t.test('a body closed before its end (a connection cut without an error): the events read, then a premature close', async t => {
+  const body = new PassThrough()
+  const sink = new HeldSink()
+  readAhead(body, new SseDecoder(1024), sink)
+  body.write(ev(1) + ev(2))
+  t.same(await sink.next(), ['{"i":1}', '{"i":2}'])
+  body.destroy()
+  sink.release()
+  t.match(await sink.outcome, { error: { code: 'ERR_STREAM_PREMATURE_CLOSE' } }, 'reported as stream.finished() would')
+})
+
+t.test('a body already over when it is handed over: told at once, not waited for', async t => {
+  const aborted = new PassThrough()
+  aborted.on('error', () => {}) // its owner's listener, as undici's request has
+  aborted.destroy(new Error('aborted before'))
+  await nextTurn()
+  const sink = new HeldSink()
+  readAhead(aborted, new SseDecoder(1024), sink)
+  t.match(await sink.outcome, { error: { message: 'aborted before' } }, 'a destroyed body: its error')
+
+  const cut = new PassThrough()
+  cut.destroy()
+  await nextTurn()
+  const cutSink = new HeldSink()
+  readAhead(cut, new SseDecoder(1024), cutSink)
+  t.match(await cutSink.outcome, { error: { code: 'ERR_STREAM_PREMATURE_CLOSE' } }, 'destroyed without an error: a premature close')
+  t.equal(cut.listenerCount('close'), 0, 'no listener left behind')
+})
