@@ -10,6 +10,28 @@ import { parseFrame } from '../sse/frame.js'
 import { readAhead, type ReadAheadSink } from './read-ahead.js'
 import { discardBody } from '../upstream/client.js'
 
+export interface UpstreamIdListener {
+  noteUpstreamId: (id: string) => void
+}
+
+/** The clients attached to a stream in this process, as the recorder sees them in degraded mode. */
+export interface LiveClients {
+  /**
+   * Events the store refused, handed over so that a client attached to this
+   * process still gets them live (without an id: they cannot be replayed).
+   * Once the store answers again a gap marker is recorded first, so clients
+   * resuming across the outage are told.
+   */
+  writeUnrecorded: (events: readonly EventInput[]) => void
+  /**
+   * Once the store answers again: events (afterSeq, throughSeq] were passed
+   * on unrecorded, but the store holds them after all (it applied an append
+   * whose reply was lost). A client here that got them without ids must not
+   * get them again from the store.
+   */
+  storedAfterAll: (afterSeq: number, throughSeq: number) => void
+}
+
 export interface RecordOptions {
   readonly store: EventStore
   readonly metrics: GatewayMetrics
@@ -20,22 +42,10 @@ export interface RecordOptions {
   readonly maxEventBytes: number
   /** Request streams end with their upstream answer; the standalone stream outlives one upstream GET. */
   readonly endStreamOnFinish: boolean
-  /** Called with each upstream event id, so an upstream GET can be resumed upstream. */
-  readonly onUpstreamId?: (id: string) => void
-  /**
-   * Degraded mode: events the store refused are handed here so a client
-   * attached to this process still gets them live (without an id: they cannot
-   * be replayed). Once the store answers again a gap marker is recorded first,
-   * so clients resuming across the outage are told.
-   */
-  readonly onUnrecorded?: (events: readonly EventInput[]) => void
-  /**
-   * Degraded mode, once the store answers again: events (afterSeq, throughSeq]
-   * were passed on unrecorded, but the store holds them after all (it applied
-   * an append whose reply was lost). A client here that got them without ids
-   * must not get them again from the store.
-   */
-  readonly onStoredAfterAll?: (afterSeq: number, throughSeq: number) => void
+  /** Told each upstream event id, so an upstream GET can be resumed upstream (the stream's lease). */
+  readonly upstreamIds?: UpstreamIdListener
+  /** The clients attached to this stream in this process (objects, not closures: an idle stream keeps them). */
+  readonly live?: LiveClients
   /**
    * Sequence number of the stream's last stored event when recording starts,
    * when the caller knows it (or will: a read asked before any append).
@@ -276,7 +286,7 @@ class Recording implements ReadAheadSink {
     // More than was passed on cannot be ours: another epoch (Redis came back empty and the session was recorded anew).
     if (state === null || applied <= 0 || applied > this.#unrecorded) return
     o.log.info({ streamId: o.streamId, applied, unrecorded: this.#unrecorded }, 'event store back: some events passed on unrecorded were stored after all (an append applied whose reply was lost)')
-    o.onStoredAfterAll?.(storedThrough, state.lastSeq)
+    o.live?.storedAfterAll(storedThrough, state.lastSeq)
     this.#unrecorded -= applied
     this.#storedThrough = state.lastSeq
   }
@@ -296,7 +306,7 @@ class Recording implements ReadAheadSink {
     if (count > 0) {
       o.metrics.eventsRecorded.inc(count)
       o.metrics.eventBytesRecorded.inc(read.dataBytes + (answer === undefined ? 0 : Buffer.byteLength(answer.data ?? '')))
-      if (read.lastUpstreamId !== '' && o.onUpstreamId !== undefined) o.onUpstreamId(read.lastUpstreamId)
+      if (read.lastUpstreamId !== '') o.upstreamIds?.noteUpstreamId(read.lastUpstreamId)
     }
     return true
   }
@@ -355,7 +365,7 @@ class Recording implements ReadAheadSink {
     if (end) this.#endPending = true
     o.metrics.eventsUnrecorded.inc({ reason: 'store_error' }, passed)
     o.log.error({ err, streamId: o.streamId, events: passed }, 'event store append failed: events passed on unrecorded')
-    if (passed > 0) o.onUnrecorded?.(read.toArray())
+    if (passed > 0) o.live?.writeUnrecorded(read.toArray())
     return false
   }
 

@@ -2,12 +2,12 @@ import type { FastifyBaseLogger as Logger } from 'fastify'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Lease, LeaseCoordinator } from '../cluster/coordinator.js'
 import { errors } from '../errors.js'
-import type { EventStore } from '../store/contract.js'
+import type { EventInput, EventStore } from '../store/contract.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics, CloseOutcome } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
-import { StandalonePump, type PumpOutcome } from './standalone-pump.js'
+import { StandalonePump, type PumpClients, type PumpOutcome } from './standalone-pump.js'
 
 export interface SessionHubOptions {
   readonly upstream: UpstreamClient
@@ -22,16 +22,23 @@ export interface SessionHubOptions {
   readonly leases: LeaseCoordinator
 }
 
-interface LocalSession {
+/** What this process holds for one session. */
+class LocalSession implements PumpClients {
   pump: StandalonePump | undefined
   opening: Promise<UpstreamResponse | null> | undefined
   /** Client streams by stream id: one connection per stream, the newest wins. */
-  readonly clients: Map<string, ClientStream>
+  readonly clients = new Map<string, ClientStream>()
   /** Headers of the latest standalone GET here: a takeover opens the upstream GET with them. */
   headers: Record<string, string | string[]> | undefined
   log: Logger | undefined
   /** Set while another replica holds the stream and a client is attached here. */
   unwatch: (() => void) | undefined
+
+  // PumpClients: the pump's view of the standalone client attached here (methods,
+  // not closures per session).
+  localClients (): number { return this.clients.has(STANDALONE_STREAM) ? 1 : 0 }
+  writeUnrecorded (events: readonly EventInput[]): void { this.clients.get(STANDALONE_STREAM)?.writeUnrecorded(events) }
+  storedAfterAll (afterSeq: number, throughSeq: number): void { this.clients.get(STANDALONE_STREAM)?.storedAfterAll(afterSeq, throughSeq) }
 }
 
 /** Attempts to open the upstream GET after taking a stream over (the old one may still be closing upstream: 409). */
@@ -73,7 +80,7 @@ export class SessionHub {
   #local (sessionId: string): LocalSession {
     let s = this.#sessions.get(sessionId)
     if (s === undefined) {
-      s = { pump: undefined, opening: undefined, clients: new Map(), headers: undefined, log: undefined, unwatch: undefined }
+      s = new LocalSession()
       this.#sessions.set(sessionId, s)
     }
     return s
@@ -150,9 +157,7 @@ export class SessionHub {
       holdMs: this.#o.holdMs,
       maxEventBytes: this.#o.maxEventBytes,
       lease,
-      localClients: () => s.clients.has(STANDALONE_STREAM) ? 1 : 0,
-      onUnrecorded: events => s.clients.get(STANDALONE_STREAM)?.writeUnrecorded(events),
-      onStoredAfterAll: (afterSeq, throughSeq) => s.clients.get(STANDALONE_STREAM)?.storedAfterAll(afterSeq, throughSeq),
+      clients: s,
       onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome)
     })
     lease.onHandoverRequest = () => {

@@ -6,7 +6,7 @@ import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { mediaType } from '../upstream/headers.js'
-import { GAP_MARKER_EVENT, recordUpstreamStream, type RecordOutcome } from './recorder.js'
+import { GAP_MARKER_EVENT, recordUpstreamStream, type LiveClients, type RecordOutcome } from './recorder.js'
 
 /**
  * Why a pump stopped. `refused`: the upstream GET never opened (the caller
@@ -26,14 +26,16 @@ export interface PumpOptions {
   readonly maxEventBytes: number
   /** The session's lease, held by this replica: appends are fenced with its token. */
   readonly lease: Lease
-  /** Client connections attached to the standalone stream in this process. */
-  readonly localClients: () => number
-  /** Events the store refused (degraded mode), for the clients attached here. */
-  readonly onUnrecorded?: (events: readonly EventInput[]) => void
-  /** Some of those turned out to be stored after all (see RecordOptions.onStoredAfterAll). */
-  readonly onStoredAfterAll?: (afterSeq: number, throughSeq: number) => void
+  /** The client connections attached to the standalone stream in this process. */
+  readonly clients: PumpClients
   /** Called once when the pump stops for good. */
   readonly onStop: (outcome: PumpOutcome) => void
+}
+
+/** The standalone stream's clients in this process, as the pump sees them. */
+export interface PumpClients extends LiveClients {
+  /** How many are attached here (0 or 1). */
+  localClients: () => number
 }
 
 /** After these outcomes the upstream GET ended cleanly: the next holder owes clients no gap marker. */
@@ -128,10 +130,9 @@ export class StandalonePump {
       maxEventBytes: this.#o.maxEventBytes,
       endStreamOnFinish: false,
       fence: lease.token,
-      onUpstreamId: id => lease.noteUpstreamId(id),
-      storedThrough,
-      ...(this.#o.onUnrecorded !== undefined && { onUnrecorded: this.#o.onUnrecorded }),
-      ...(this.#o.onStoredAfterAll !== undefined && { onStoredAfterAll: this.#o.onStoredAfterAll })
+      upstreamIds: lease,
+      live: this.#o.clients,
+      storedThrough
     }).then(outcome => {
       metrics.upstreamStreamsOpen.dec({ kind: 'standalone' })
       log.debug({ outcome }, 'upstream GET stream finished')
@@ -143,7 +144,7 @@ export class StandalonePump {
 
   /** The hub's local client count changed: the hold timer runs only with none. */
   clientsChanged (): void {
-    if (this.#o.localClients() > 0) {
+    if (this.#o.clients.localClients() > 0) {
       clearTimeout(this.#holdTimer)
       this.#holdTimer = undefined
     } else {
@@ -185,10 +186,10 @@ export class StandalonePump {
   }
 
   #armHold (delayMs: number): void {
-    if (this.#stopped || this.#holdTimer !== undefined || this.#o.localClients() > 0) return
+    if (this.#stopped || this.#holdTimer !== undefined || this.#o.clients.localClients() > 0) return
     this.#holdTimer = setTimeout(() => {
       this.#holdTimer = undefined
-      if (this.#stopped || this.#o.localClients() > 0) return
+      if (this.#stopped || this.#o.clients.localClients() > 0) return
       // A client attached on another replica keeps the stream held (its marker lives in the store).
       this.#o.lease.releaseIfIdle().then(wait => {
         if (this.#stopped) return

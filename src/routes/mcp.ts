@@ -325,8 +325,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       body: res.body,
       maxEventBytes: config.maxEventBytes,
       endStreamOnFinish: true,
-      onUnrecorded: events => client.writeUnrecorded(events),
-      onStoredAfterAll: (afterSeq, throughSeq) => client.storedAfterAll(afterSeq, throughSeq),
+      live: client,
       storedThrough: state.lastSeq,
       requestId,
       failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off')
