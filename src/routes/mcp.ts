@@ -395,10 +395,13 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     let state: StreamState
     let cursor: number
     try {
-      state = await metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM))
-      // A client without a position gets what was recorded since the last connection stopped:
-      // nothing recorded in a reconnect gap is dropped for want of a cursor.
-      cursor = position === null ? await metrics.timeStore('load_cursor', () => store.loadCursor(sessionId, STANDALONE_STREAM)) : 0
+      // Both asked at once (one round trip on Redis, in this order on its connection).
+      // A client without a position gets what was recorded since the last connection
+      // stopped: nothing recorded in a reconnect gap is dropped for want of a cursor.
+      ;[state, cursor] = await Promise.all([
+        metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM)),
+        position === null ? metrics.timeStore('load_cursor', () => store.loadCursor(sessionId, STANDALONE_STREAM)) : 0
+      ])
     } catch (err) {
       const e = errors.storeUnavailable()
       e.cause = err
