@@ -10,6 +10,7 @@ import { parseFrame } from '../sse/frame.js'
 import { readAhead, type ReadAheadSink } from './read-ahead.js'
 import { discardBody } from '../upstream/client.js'
 
+/** Keeps the upstream's last event id (the stream's lease does), to resume the upstream GET from it. */
 export interface UpstreamIdListener {
   noteUpstreamId: (id: string) => void
 }
