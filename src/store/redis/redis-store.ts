@@ -94,7 +94,12 @@ interface WireNotice {
 }
 
 interface Topic {
-  readonly listeners: Set<NoticeListener>
+  /**
+   * Arrays of their exact length (made by concat, not push, which leaves room
+   * for 17), not Sets: a session has one or two of each, and each Set or
+   * pushed array costs an idle stream about 150 bytes.
+   */
+  listeners: NoticeListener[]
   /** Highest toSeq and ended flag already told to the listeners, per epoch. */
   epoch: string | undefined
   toSeq: number
@@ -105,7 +110,7 @@ interface Channel {
   readonly sessionId: string
   readonly topics: Map<string, Topic>
   /** Lease coordination messages (released, want, draining), see cluster/. */
-  readonly control: Set<ControlListener>
+  control: ControlListener[]
   /** Settles once SUBSCRIBE took effect and this replica is in the session's audience. */
   ready: Promise<void>
 }
@@ -396,17 +401,17 @@ export class RedisEventStore implements EventStore {
     const channel = this.#channel(sessionId, name)
     let topic = channel.topics.get(streamId)
     if (topic === undefined) {
-      topic = { listeners: new Set(), epoch: undefined, toSeq: 0, ended: false }
+      topic = { listeners: [], epoch: undefined, toSeq: 0, ended: false }
       channel.topics.set(streamId, topic)
     }
-    topic.listeners.add(listener)
+    topic.listeners = topic.listeners.concat(listener)
 
     let subscribed = true
     return () => {
       if (!subscribed) return
       subscribed = false
-      topic.listeners.delete(listener)
-      if (topic.listeners.size > 0) return
+      remove(topic.listeners, listener)
+      if (topic.listeners.length > 0) return
       channel.topics.delete(streamId)
       this.#release(name, channel)
     }
@@ -419,14 +424,14 @@ export class RedisEventStore implements EventStore {
   subscribeControl (sessionId: string, listener: ControlListener): ControlSubscription {
     const name = this.#keys(sessionId).channel
     const channel = this.#channel(sessionId, name)
-    channel.control.add(listener)
+    channel.control = channel.control.concat(listener)
     let subscribed = true
     return {
       ready: channel.ready,
       off: () => {
         if (!subscribed) return
         subscribed = false
-        channel.control.delete(listener)
+        remove(channel.control, listener)
         this.#release(name, channel)
       }
     }
@@ -435,7 +440,7 @@ export class RedisEventStore implements EventStore {
   #channel (sessionId: string, name: string): Channel {
     let channel = this.#channels.get(name)
     if (channel === undefined) {
-      channel = { sessionId, topics: new Map(), control: new Set(), ready: Promise.resolve() }
+      channel = { sessionId, topics: new Map(), control: [], ready: Promise.resolve() }
       this.#channels.set(name, channel)
       this.#listen(name, channel)
     }
@@ -444,7 +449,7 @@ export class RedisEventStore implements EventStore {
 
   /** UNSUBSCRIBE once a channel has no local listener left. */
   #release (name: string, channel: Channel): void {
-    if (channel.topics.size > 0 || channel.control.size > 0 || this.#channels.get(name) !== channel) return
+    if (channel.topics.size > 0 || channel.control.length > 0 || this.#channels.get(name) !== channel) return
     this.#channels.delete(name)
     if (this.#closed) return
     this.#subscriber.unsubscribe(name).catch((err: unknown) => {
@@ -634,7 +639,7 @@ export class RedisEventStore implements EventStore {
     if (control !== null) {
       if (control.origin === this.replicaId) return
       const listeners = this.#channels.get(name)?.control
-      for (const listener of [...listeners ?? []]) {
+      for (const listener of listeners?.slice() ?? []) {
         try {
           listener(control)
         } catch (err) {
@@ -672,7 +677,7 @@ export class RedisEventStore implements EventStore {
     topic.ended ||= notice.ended
     // An append's own notice (a BatchNotice, whose events a spread would lose) comes with its epoch.
     const told = notice.epoch === epoch ? notice : { ...notice, epoch }
-    for (const listener of [...topic.listeners]) {
+    for (const listener of topic.listeners.slice()) {
       try {
         listener(told)
       } catch (err) {
@@ -805,4 +810,10 @@ async function quit (connection: Connection): Promise<void> {
     // Already closed or never connected: nothing left to release.
     connection.disconnect()
   }
+}
+
+/** Take one occurrence of `item` out of `list` (one subscription's listener). */
+function remove<T> (list: T[], item: T): void {
+  const at = list.indexOf(item)
+  if (at >= 0) list.splice(at, 1)
 }
