@@ -128,8 +128,8 @@ async function census () {
   return kinds
 }
 
-/** For each closure (by node offset): where it was made and the variables its context holds. */
-function closureSites (snap) {
+/** Where a heap snapshot keeps what: the widths of its node and edge records and the offsets of their fields. */
+function fieldsOf (snap) {
   const meta = snap.snapshot.meta
   const width = meta.node_fields.length
   const edgeWidth = meta.edge_fields.length
@@ -138,6 +138,12 @@ function closureSites (snap) {
   const eName = meta.edge_fields.indexOf('name_or_index')
   const eTo = meta.edge_fields.indexOf('to_node')
   const edgeTypes = meta.edge_types[0]
+  return { meta, width, edgeWidth, iEdges, eType, eName, eTo, edgeTypes }
+}
+
+/** For each closure (by node offset): where it was made and the variables its context holds. */
+function closureSites (snap) {
+  const { meta, width, edgeWidth, iEdges, eType, eName, eTo, edgeTypes } = fieldsOf(snap)
   const firstEdge = []
   for (let n = 0, e = 0; n < snap.nodes.length; n += width) {
     firstEdge.push(e)
@@ -164,14 +170,7 @@ const OWNED = /^\((array|hidden|concatenated string|string|object shape)\)$|^obj
 
 /** For each node, the index of one node holding it by a strong edge (-1 if none), and that edge's name. */
 function ownersOf (snap) {
-  const meta = snap.snapshot.meta
-  const width = meta.node_fields.length
-  const edgeWidth = meta.edge_fields.length
-  const iEdges = meta.node_fields.indexOf('edge_count')
-  const eType = meta.edge_fields.indexOf('type')
-  const eName = meta.edge_fields.indexOf('name_or_index')
-  const eTo = meta.edge_fields.indexOf('to_node')
-  const edgeTypes = meta.edge_types[0]
+  const { width, edgeWidth, iEdges, eType, eName, eTo, edgeTypes } = fieldsOf(snap)
   const count = snap.nodes.length / width
   const owner = new Int32Array(count).fill(-1)
   owner.edgeName = new Array(count)

@@ -197,7 +197,6 @@ export class RedisEventStore implements EventStore {
     redis.defineCommand('mcpgwSaveCursor', { numberOfKeys: 3, lua: SAVE_CURSOR })
     redis.defineCommand('mcpgwAdopt', { numberOfKeys: 5, lua: ADOPT })
     redis.defineCommand('mcpgwIntact', { numberOfKeys: 1, lua: INTACT })
-    // Variable number of keys: the first argument is the key count.
     this.#redis = redis as Connection & ScriptCommands
     this.#subscriber = options.subscriber
     // The store subscribes again itself when the connection is back (#resubscribe, which
