@@ -28,6 +28,10 @@ import {
   type RawSession
 } from '../fixtures/hardening.js'
 
+// Eleven scenarios, several of them restarting Redis or waiting out a grace: about
+// 85-95 s on the project's 2-core machine, too close to .taprc's 120 s per file.
+t.setTimeout(240_000)
+
 /** Fast teardown: no drain spread, a short grace. */
 const QUICK_CLOSE = { DRAIN_SPREAD_SECONDS: '0', SHUTDOWN_GRACE_SECONDS: '3' }
 const RECONNECT = { initialReconnectionDelay: 200, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1.5, maxRetries: 20 }
