@@ -90,6 +90,11 @@ interface Watch {
   readonly handlers: WatchHandlers
   readonly control: ControlSubscription
   acquiring: boolean
+  /**
+   * A `released` came while an acquire was at Redis: that acquire may have run
+   * before the release and found the lease held, so another follows it.
+   */
+  releasedMeanwhile: boolean
   stopped: boolean
   /** Another try right when the holder's lease runs out, when that comes before the next tick. */
   retry: NodeJS.Timeout | undefined
@@ -218,6 +223,7 @@ export class LeaseCoordinator {
       sessionId,
       handlers,
       acquiring: false,
+      releasedMeanwhile: false,
       stopped: false,
       retry: undefined,
       control: this.backend.subscribeControl(sessionId, message => this.#onWatchControl(watch, message))
@@ -288,8 +294,8 @@ export class LeaseCoordinator {
       // Redis unreachable: leases run on (fencing guards the appends) and are renewed, or taken back, next tick.
       this.#o.log.warn({ err }, 'lease: renewal tick failed')
     } finally {
-      for (const w of watched) w.acquiring = false
       this.#ticking = false
+      for (const w of watched) this.#acquired(w)
     }
   }
 
@@ -384,18 +390,34 @@ export class LeaseCoordinator {
 
   /** The holder let go: try now rather than at the next tick. */
   #tryTake (watch: Watch): void {
-    if (watch.acquiring || watch.stopped) return
+    if (watch.stopped) return
+    if (watch.acquiring) {
+      watch.releasedMeanwhile = true
+      return
+    }
+    watch.releasedMeanwhile = false
     watch.acquiring = true
     this.backend.acquire(watch.sessionId, this.#token(), this.#o.ttlMs).then(
       outcome => {
-        watch.acquiring = false
         this.#settleWatch(watch, outcome)
+        this.#acquired(watch)
       },
       (err: unknown) => {
-        watch.acquiring = false
         this.#o.log.warn({ err }, 'lease: could not take a released stream')
+        this.#acquired(watch)
       }
     )
+  }
+
+  /**
+   * An acquire for the watch is back (settled already). If the holder let go
+   * while it was at Redis, it may have been answered "held" from before the
+   * release: try once more now, rather than at the next tick (up to a third
+   * of LEASE_TTL_MS of events missed meanwhile).
+   */
+  #acquired (watch: Watch): void {
+    watch.acquiring = false
+    if (watch.releasedMeanwhile) this.#tryTake(watch)
   }
 
   #settleWatch (watch: Watch, outcome: AcquireResult): void {

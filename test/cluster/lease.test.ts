@@ -4,13 +4,15 @@
 // Redis (hold across replicas, drain handover).
 import t from 'tap'
 import type { Test } from 'tap'
+import type { FastifyBaseLogger } from 'fastify'
 import { Redis } from 'ioredis'
 import { pino } from 'pino'
 import { request } from 'undici'
 import { createParser } from 'eventsource-parser'
-import { setTimeout as sleep } from 'node:timers/promises'
+import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises'
 import { startExampleServer } from '../../examples/mcp-server.js'
-import { isGrant, LocalLeaseBackend, type LeaseGrant } from '../../src/cluster/lease.js'
+import { LeaseCoordinator, type Lease } from '../../src/cluster/coordinator.js'
+import { isGrant, LocalLeaseBackend, type ControlSubscription, type LeaseGrant } from '../../src/cluster/lease.js'
 import { LeaseLostError } from '../../src/errors.js'
 import { buildGateway, type Gateway } from '../../src/server.js'
 import { RENEW_PER_CALL } from '../../src/store/redis/lease-backend.js'
@@ -191,6 +193,54 @@ t.test('a batch resent after a reconnect is not appended twice', async (t) => {
   t.same((await store.read('d1', 's', 0, 10))?.events.map((e) => e.data), ['a', 'b'], 'stored once')
   await env.redis.hset(`${tag}:m`, 'q:s', 5)
   t.same((await append(...args)).slice(1, 4), [5, 0, 0], 'a stream ahead of the writer (another writer) is appended to')
+})
+
+t.test('a release heard while a tick is at Redis is acted on: the tick may have found the lease held just before', async (t) => {
+  const env = await useRedis(t, 'lease-release-in-tick')
+  const a = await storeFor(t, env)
+  const b = await storeFor(t, env)
+  await a.createSession('s1', 'p')
+  const la = a.leaseBackend()
+  grant(await la.acquire('s1', 'A1', 60_000))
+
+  // B's backend, instrumented: acquires counted, the tick's reply held back at a gate, control messages heard.
+  const lb = b.leaseBackend()
+  const acquire = lb.acquire.bind(lb)
+  const tick = lb.tick.bind(lb)
+  const subscribe = lb.subscribeControl.bind(lb)
+  let acquires = 0
+  let tickAnswered = false
+  let open = (): void => {}
+  const gate = new Promise<void>(resolve => { open = resolve })
+  const heard: string[] = []
+  let control: ControlSubscription | undefined
+  lb.acquire = async (...args) => await acquire(...args).finally(() => { acquires++ })
+  lb.tick = async (request) => {
+    const result = await tick(request)
+    tickAnswered = true
+    await gate
+    return result
+  }
+  lb.subscribeControl = (sessionId, listener) => (control = subscribe(sessionId, message => { heard.push(message.kind); listener(message) }))
+
+  // Ticks every 10 s (a third of the TTL), none started: only the watch's own tries can take the lease.
+  const coordinator = new LeaseCoordinator({ backend: lb, ttlMs: 30_000, holdMs: 0, log: pino({ level: 'silent' }) as unknown as FastifyBaseLogger })
+  t.teardown(() => coordinator.close())
+  const granted: Lease[] = []
+  coordinator.watch('s1', { onGrant: lease => granted.push(lease), onGone: () => {} })
+  await control?.ready
+  t.ok(await waitUntil(() => acquires === 1, 2000), 'the watch\'s first try is back: held (for 60 s, past the next tick: no retry timer)')
+  await nextTurn() // the coordinator's own callbacks for it have run: the watch is not acquiring any more
+
+  const ticking = coordinator.tick()
+  t.ok(await waitUntil(() => tickAnswered, 2000), 'the tick has tried the watched lease: held')
+  t.equal(await la.release('s1', 'A1', true), true, 'A lets go while the tick\'s reply is on its way')
+  t.ok(await waitUntil(() => heard.includes('released'), 2000), 'B hears the release before the tick settles')
+  t.equal(granted.length, 0, 'nothing taken yet')
+  open()
+  await ticking
+  t.ok(await waitUntil(() => granted.length === 1, 2000), 'B takes the stream as soon as the tick settles, not at the next tick 10 s later')
+  t.equal(granted[0]?.takeover, true, 'as a takeover of a live release')
 })
 
 t.test('local lease backend (embedded store, one process)', async (t) => {
