@@ -62,14 +62,15 @@ t.test('redis lease primitives', async (t) => {
   t.equal(await la.release('s1', 'A1', true), true)
   t.ok(await waitUntil(() => heard.includes('released'), 2000), 'the release is published on the session channel')
   sub.off()
-  const second = grant(await lb.acquire('s1', 'B1', 1000))
+  const second = grant(await lb.acquire('s1', 'B1', 5000)) // outlives the attached marker below
   t.same(second, { token: 'B1', takeover: true, lastUpstreamId: 'u-1' }, 'takeover after a live release, with the upstream\'s last id')
   t.equal(await la.release('s1', 'A1', false), false, 'a release under a lost token does nothing')
 
   // Hold: a client attached on another replica keeps the stream held.
-  await la.markAttached('s1', 300)
+  // 1.5 s, not less: both calls must come back before the marker runs out, on a slow machine too.
+  await la.markAttached('s1', 1500)
   const wait = await lb.releaseIfIdle('s1', 'B1')
-  t.ok(wait > 0 && wait <= 300, `released only when no client is attached (ask again in ${wait} ms)`)
+  t.ok(wait > 0 && wait <= 1500, `released only when no client is attached (ask again in ${wait} ms)`)
   await sleep(wait + 20)
   t.equal(await lb.releaseIfIdle('s1', 'B1'), 0, 'released once the marker expired')
   t.same(grant(await la.acquire('s1', 'A2', 1000)).takeover, false, 'a clean release owes no gap')

@@ -44,9 +44,10 @@ t.test('liveness marks: refreshed by the tick, read by the tick, dropped on reti
   const lb = b.leaseBackend()
   const tick = { ttlMs: 1000, attachedMs: 1000, renew: [], watch: [] }
   t.same((await lb.tick({ ...tick, recorders: [a.replicaId] })).recordersAlive, [false], 'no mark yet')
-  t.same((await la.tick({ ...tick, aliveMs: 300 })).recordersAlive, [], 'the tick refreshes the mark')
+  // 1.5 s, not less: the next tick must read the mark before it runs out, on a slow machine too.
+  t.same((await la.tick({ ...tick, aliveMs: 1500 })).recordersAlive, [], 'the tick refreshes the mark')
   t.same((await lb.tick({ ...tick, recorders: [a.replicaId, 'never-was'] })).recordersAlive, [true, false], 'alive, and one that never was')
-  await sleep(400)
+  await sleep(1600)
   t.same((await lb.tick({ ...tick, recorders: [a.replicaId] })).recordersAlive, [false], 'the mark runs out unless refreshed')
   await la.markAlive(5000)
   t.same((await lb.tick({ ...tick, recorders: [a.replicaId] })).recordersAlive, [true], 'markAlive')

@@ -524,7 +524,8 @@ for (const kind of KINDS) {
 
     t.test('a POST stream dropped mid-way resumes by GET + Last-Event-ID: the rest, live, then the response, then the end', async t => {
       const mcp = await session(t, '2025-11-25')
-      const COUNT = 40
+      // 1.5 s of notifications: the tool must still be running when the resume has its history.
+      const COUNT = 100
       const call = await mcp.callTool('stream_notifications', { count: COUNT, intervalMs: 15, tag: 'r' })
       t.ok(await call.reader.waitFor(r => sequences(r.events, 'stream_notifications').length >= 5), 'first notifications arrive')
       call.reader.abort()
@@ -565,7 +566,10 @@ for (const kind of KINDS) {
       const lastBefore = before.at(-1) ?? -1
       t.comment(`before the drop: 0-${lastBefore}; after the reconnect: ${after[0]}-${after.at(-1)}`)
       t.same(after, range(after[0] ?? 0, 29), 'contiguous, in order')
-      t.ok((after[0] ?? 99) > lastBefore && (after[0] ?? 99) <= lastBefore + 2, 'it continues where the dropped connection stopped (at most one event was in flight)')
+      // The cursor is the last event written to the dropped connection: what was in flight
+      // to the client is not sent again (one event, or a few when a slow store append let
+      // 20 ms broadcasts arrive together and go out in one write).
+      t.ok((after[0] ?? 99) > lastBefore && (after[0] ?? 99) <= lastBefore + 5, 'it continues where the dropped connection stopped (what was in flight aside)')
       t.same(again.events.filter(e => e.data === ''), [], 'no empty-data event for a 2025-03-26 client')
     })
 
