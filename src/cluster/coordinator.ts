@@ -91,10 +91,11 @@ interface Watch {
   readonly control: ControlSubscription
   acquiring: boolean
   /**
-   * A `released` came while an acquire was at Redis: that acquire may have run
-   * before the release and found the lease held, so another follows it.
+   * A try was asked for (a `released` notice, the retry at the holder's
+   * expiry) while an acquire was at Redis: that acquire may have run before
+   * the release and found the lease held, so another follows it.
    */
-  releasedMeanwhile: boolean
+  askedMeanwhile: boolean
   stopped: boolean
   /** Another try right when the holder's lease runs out, when that comes before the next tick. */
   retry: NodeJS.Timeout | undefined
@@ -223,7 +224,7 @@ export class LeaseCoordinator {
       sessionId,
       handlers,
       acquiring: false,
-      releasedMeanwhile: false,
+      askedMeanwhile: false,
       stopped: false,
       retry: undefined,
       control: this.backend.subscribeControl(sessionId, message => this.#onWatchControl(watch, message))
@@ -392,10 +393,10 @@ export class LeaseCoordinator {
   #tryTake (watch: Watch): void {
     if (watch.stopped) return
     if (watch.acquiring) {
-      watch.releasedMeanwhile = true
+      watch.askedMeanwhile = true
       return
     }
-    watch.releasedMeanwhile = false
+    watch.askedMeanwhile = false
     watch.acquiring = true
     this.backend.acquire(watch.sessionId, this.#token(), this.#o.ttlMs).then(
       outcome => {
@@ -417,7 +418,7 @@ export class LeaseCoordinator {
    */
   #acquired (watch: Watch): void {
     watch.acquiring = false
-    if (watch.releasedMeanwhile) this.#tryTake(watch)
+    if (watch.askedMeanwhile) this.#tryTake(watch)
   }
 
   #settleWatch (watch: Watch, outcome: AcquireResult): void {
