@@ -215,6 +215,22 @@ t.test('redis: a restart without persistence loses sessions; subscriptions come 
   t.equal((await a.read('sess', 's', 0, 1))?.events[0]?.seq, 1, 'the new life numbers from 1')
 })
 
+t.test('redis: a listener that unsubscribes while it is told does not keep the next one from being told', async (t) => {
+  const env = await useRedis(t, 'unsubscribe-in-delivery')
+  const a = await storeFor(t, env)
+  const b = await storeFor(t, env)
+  await a.createSession('sess', 'p')
+  const heard: string[] = []
+  const offFirst = a.subscribe('sess', 's', (n) => { heard.push(`first ${n.toSeq}`); offFirst() })
+  a.subscribe('sess', 's', (n) => heard.push(`second ${n.toSeq}`))
+  a.subscribe('sess', 's', (n) => heard.push(`third ${n.toSeq}`))
+  await b.append('sess', 's', [{ data: 'remote' }])
+  await eventually('the notice of another replica\'s append', () => heard.includes('third 1'))
+  await a.append('sess', 's', [{ data: 'local' }])
+  await eventually('the notice of a local append', () => heard.includes('third 2'))
+  t.same(heard, ['first 1', 'second 1', 'third 1', 'second 2', 'third 2'], 'each told once per notice, the one gone told no more')
+})
+
 t.test('redis: after a reconnect each channel is subscribed again once, by the store (ioredis\'s own resubscription has no error handler)', async (t) => {
   const server = await startRedisServer()
   t.teardown(() => server.stop())

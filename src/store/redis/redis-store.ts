@@ -97,9 +97,11 @@ interface Topic {
   /**
    * Arrays of their exact length (made by concat, not push, which leaves room
    * for 17), not Sets: a session has one or two of each, and each Set or
-   * pushed array costs an idle stream about 150 bytes.
+   * pushed array costs an idle stream about 150 bytes. Never changed in
+   * place, only replaced (subscribing and unsubscribing are rare): a delivery
+   * goes through the array it started with, without copying it first.
    */
-  listeners: NoticeListener[]
+  listeners: readonly NoticeListener[]
   /** Highest toSeq and ended flag already told to the listeners, per epoch. */
   epoch: string | undefined
   toSeq: number
@@ -110,7 +112,7 @@ interface Channel {
   readonly sessionId: string
   readonly topics: Map<string, Topic>
   /** Lease coordination messages (released, want, draining), see cluster/. */
-  control: ControlListener[]
+  control: readonly ControlListener[]
   /** Settles once SUBSCRIBE took effect and this replica is in the session's audience. */
   ready: Promise<void>
 }
@@ -409,7 +411,7 @@ export class RedisEventStore implements EventStore {
     return () => {
       if (!subscribed) return
       subscribed = false
-      remove(topic.listeners, listener)
+      topic.listeners = without(topic.listeners, listener)
       if (topic.listeners.length > 0) return
       channel.topics.delete(streamId)
       this.#release(name, channel)
@@ -430,7 +432,7 @@ export class RedisEventStore implements EventStore {
       off: () => {
         if (!subscribed) return
         subscribed = false
-        remove(channel.control, listener)
+        channel.control = without(channel.control, listener)
         this.#release(name, channel)
       }
     }
@@ -638,7 +640,7 @@ export class RedisEventStore implements EventStore {
     if (control !== null) {
       if (control.origin === this.replicaId) return
       const listeners = this.#channels.get(name)?.control
-      for (const listener of listeners?.slice() ?? []) {
+      for (const listener of listeners ?? []) {
         try {
           listener(control)
         } catch (err) {
@@ -676,7 +678,7 @@ export class RedisEventStore implements EventStore {
     topic.ended ||= notice.ended
     // An append's own notice (a BatchNotice, whose events a spread would lose) comes with its epoch.
     const told = notice.epoch === epoch ? notice : { ...notice, epoch }
-    for (const listener of topic.listeners.slice()) {
+    for (const listener of topic.listeners) {
       try {
         listener(told)
       } catch (err) {
@@ -811,8 +813,8 @@ async function quit (connection: Connection): Promise<void> {
   }
 }
 
-/** Take one occurrence of `item` out of `list` (one subscription's listener). */
-function remove<T> (list: T[], item: T): void {
+/** `list` without one occurrence of `item` (one subscription's listener), as a new array of its exact length. */
+function without<T> (list: readonly T[], item: T): readonly T[] {
   const at = list.indexOf(item)
-  if (at >= 0) list.splice(at, 1)
+  return at < 0 ? list : list.slice(0, at).concat(list.slice(at + 1))
 }
