@@ -4,7 +4,7 @@ import t from 'tap'
 import fc from 'fast-check'
 import type { Test } from 'tap'
 import { Redis } from 'ioredis'
-import { SessionGoneError } from '../../src/errors.js'
+import { LeaseLostError, SessionGoneError } from '../../src/errors.js'
 import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
 import { ENTRY_MAX_BYTES, RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures/redis.js'
@@ -85,23 +85,100 @@ t.test('redis: one round trip per appended batch', async (t) => {
   const store = new RedisEventStore({ redis, subscriber, keyPrefix: env.prefix, retention: RETENTION })
   t.teardown(() => store.close())
 
+  // Each command sent, and how many replies had come back by then: all sent
+  // before the first reply is one round trip.
   const sent: string[] = []
+  let replies = 0
   const sendCommand = redis.sendCommand.bind(redis)
   redis.sendCommand = (command, stream) => {
-    sent.push(command.name)
-    return sendCommand(command, stream)
+    sent.push(`${command.name}@${replies}`)
+    const reply = sendCommand(command, stream)
+    command.promise.finally(() => { replies++ }).catch(() => {})
+    return reply
   }
   await store.createSession('sess', 'p')
   await store.append('sess', 's', [{ data: 'warm-up' }]) // loads the script if Redis lacks it
 
-  for (const size of [1, 10, 1000]) {
+  for (const size of [1, 10]) {
     sent.length = 0
+    replies = 0
     await store.append('sess', 's', Array.from({ length: size }, (_, i) => ({ data: `e${i}`, event: 'message', upstreamId: String(i) })))
-    t.same(sent, ['evalsha'], `a batch of ${size}: a single EVALSHA`)
+    t.same(sent, ['evalsha@0'], `a batch of ${size} (under SPLIT_MIN_BYTES): a single EVALSHA`)
+  }
+  for (const size of [100, 1000]) {
+    sent.length = 0
+    replies = 0
+    await store.append('sess', 's', Array.from({ length: size }, (_, i) => ({ data: `e${i}`.padEnd(500, '.') })))
+    const entries = Math.ceil(size * 500 / ENTRY_MAX_BYTES)
+    t.same(sent, ['multi', 'rename', 'evalsha', ...Array(entries).fill('xadd'), 'rename', 'exec'].map(name => `${name}@0`),
+      `a batch of ${size} (${entries} entries): the transaction of APPEND_SPLIT, sent at once`)
   }
   sent.length = 0
+  replies = 0
   await store.end('sess', 's')
-  t.same(sent, ['evalsha'], 'end: a single EVALSHA')
+  t.same(sent, ['evalsha@0'], 'end: a single EVALSHA')
+  t.same((await store.read('sess', 's', 0, 10_000))?.events.map(e => e.seq), Array.from({ length: 1000 }, (_, i) => i + 113), 'the events kept (the newest 1,000), numbered in order both ways')
+})
+
+/** A batch of `count` frames of 100 bytes (`tag` and the frame's number): over SPLIT_MIN_BYTES from 41 frames on. */
+function frames (tag: string, count: number): Array<{ frame: Buffer }> {
+  return Array.from({ length: count }, (_, i) => ({ frame: Buffer.from(`data: ${tag}${i}`.padEnd(99, '.') + '\n') }))
+}
+const tagsOf = (r: Awaited<ReturnType<RedisEventStore['read']>>): string[] => r?.events.map(e => e.frame?.toString().slice(6, e.frame.indexOf('.')) ?? '') ?? []
+
+t.test('redis: a batch past Lua (APPEND_SPLIT) is refused without a trace, and the stream stays where it was', async (t) => {
+  const env = await useRedis(t, 'split')
+  const store = await storeFor(t, env)
+  const stream = `${env.prefix}{sess}:b:s`
+  const park = `${env.prefix}{sess}:park`
+  await store.createSession('sess', 'p')
+  await store.append('sess', 's', frames('a', 50), { fence: 'A' })
+  await store.append('sess', 's', frames('b', 50), { fence: 'A' })
+  t.same(await env.redis.xrange(stream, '-', '+').then(rows => rows.map(([id]) => id)), ['1-50', '51-50'], 'the second batch, known to follow the first, went past Lua: an entry with the id the store chose')
+  const before = await env.redis.xrange(stream, '-', '+')
+  const ttl = await env.redis.pttl(stream)
+
+  // Fenced: another replica holds the lease.
+  await env.redis.set(`${env.prefix}{sess}:lease`, 'B')
+  await t.rejects(store.append('sess', 's', frames('c', 50), { fence: 'A' }), LeaseLostError, 'a stale token is fenced off')
+  t.same(await env.redis.xrange(stream, '-', '+'), before, 'nothing written by the XADDs that followed the refusal')
+  t.equal(await env.redis.exists(park), 0, 'the stream is back under its name')
+  t.ok(await env.redis.pttl(stream) > 0 && await env.redis.pttl(stream) <= ttl, 'with its expiry')
+  t.same(await store.state('sess', 's'), { epoch: (await store.getSession('sess'))?.epoch, lastSeq: 100, firstSeq: 1, ended: false }, 'and its state')
+  await env.redis.del(`${env.prefix}{sess}:lease`)
+
+  // The script not loaded any more (SCRIPT FLUSH): refused as NOSCRIPT, then sent again with EVAL.
+  await env.redis.script('FLUSH')
+  t.same((await store.append('sess', 's', frames('d', 50), { fence: 'A' })).map(e => e.seq), Array.from({ length: 50 }, (_, i) => 101 + i), 'after NOSCRIPT, appended once')
+  t.same((await env.redis.xrange(stream, '-', '+')).map(([id]) => id), ['1-50', '51-50', '101-50'], 'one entry, not two')
+
+  // Another writer appended meanwhile (no fence): not where this store expects: through APPEND.
+  const other = await storeFor(t, env)
+  await other.append('sess', 's', frames('e', 50))
+  t.same((await store.append('sess', 's', frames('f', 50))).map(e => e.seq)[0], 201, 'numbered after the other writer\'s batch')
+  t.same(tagsOf(await store.read('sess', 's', 0, 1000)).filter((tag, i, all) => i === 0 || all[i - 1]?.[0] !== tag[0]), ['a0', 'b0', 'd0', 'e0', 'f0'], 'every batch once, in order')
+
+  // The session gone: nothing written, no stream key made.
+  await env.redis.del(`${env.prefix}{sess}:m`)
+  await t.rejects(store.append('sess', 's', frames('g', 50)), SessionGoneError)
+  t.equal((await env.redis.xrange(stream, '-', '+')).length, 5, 'no entry added to what the session left')
+  t.equal(await env.redis.exists(park), 0)
+})
+
+t.test('redis: a batch past Lua after the stream key expired, or that trims every entry before it', async (t) => {
+  const env = await useRedis(t, 'split-trim')
+  const store = await storeFor(t, env, { ...RETENTION, maxEvents: 50 })
+  const stream = `${env.prefix}{sess}:b:s`
+  await store.createSession('sess', 'p')
+  await store.append('sess', 's', frames('a', 50))
+  await env.redis.del(stream)
+  t.same((await store.append('sess', 's', frames('b', 50))).map(e => e.seq)[0], 51, 'the key expired alone: appended after its history')
+  t.same((await env.redis.xrange(stream, '-', '+')).map(([id]) => id), ['51-50'], 'into a new stream key')
+  for (const tag of ['c', 'd']) await store.append('sess', 's', frames(tag, 50))
+  t.same((await env.redis.xrange(stream, '-', '+')).map(([id]) => id), ['151-50'], 'each batch trims every entry before it')
+  t.same(await env.redis.lrange(`${env.prefix}{sess}:z:s`, 0, -1), ['151-50 5000'], 'and the ledger with them')
+  t.same(tagsOf(await store.read('sess', 's', 0, 1000)), Array.from({ length: 50 }, (_, i) => `d${i}`), 'the last batch, whole')
+  t.ok(await env.redis.pttl(stream) > 0, 'the new key expires')
 })
 
 t.test('redis: every key carries a TTL', async (t) => {
@@ -549,6 +626,31 @@ t.test('redis: after an append that failed but was applied, only an identical re
   await sleep(1600)
   t.same((await store.append('sess', 's', batch('e'))).map(e => e.seq), [9, 10], 'numbered after the applied batch')
   t.same((await store.read('sess', 's', 6, 100))?.events.map(e => e.data), ['d-cut1', 'd-cut2', 'e1', 'e2'], 'the batch after an unconfirmed one is not dropped')
+})
+
+t.test('redis: a batch past Lua whose transaction ran but whose reply was lost: the identical resend counts as applied', async (t) => {
+  const env = await useRedis(t, 'uncertain-split')
+  const cut = await startRedisCut(env.url)
+  t.teardown(() => cut.close())
+  const store = await RedisEventStore.connect({ url: cut.url, keyPrefix: env.prefix, retention: RETENTION })
+  t.teardown(() => store.close())
+  await store.createSession('sess', 'p')
+  await store.append('sess', 's', frames('a', 50))
+  await store.append('sess', 's', frames('b', 50))
+  const c = frames('cutafter', 50)
+  cut.arm('cutafter0', 'after', 1500)
+  await t.rejects(store.append('sess', 's', c), 'the append fails at the client')
+  t.equal(cut.fired, 1, 'cut after Redis ran it')
+  await sleep(1600)
+  t.same((await store.append('sess', 's', c)).map(e => e.seq)[0], 101, 'the identical resend is recognised as applied')
+  t.same((await store.append('sess', 's', frames('d', 50))).map(e => e.seq)[0], 151, 'the next batch is numbered after it')
+  const d = frames('cutbefore', 50)
+  cut.arm('cutbefore0', 'before', 1500)
+  await t.rejects(store.append('sess', 's', d))
+  await sleep(1600)
+  t.same((await store.append('sess', 's', d)).map(e => e.seq)[0], 201, 'a transaction that never reached Redis: the resend is appended')
+  t.same((await env.redis.xrange(`${env.prefix}{sess}:b:s`, '-', '+')).map(([id]) => id), ['1-50', '51-50', '101-50', '151-50', '201-50'], 'each batch stored once')
+  t.equal(await env.redis.exists(`${env.prefix}{sess}:park`), 0, 'no stream left aside')
 })
 
 t.test('redis: intactSince moves to the moment a replica finds Redis without its mark (restarted empty)', async (t) => {

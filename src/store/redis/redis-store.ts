@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { Cluster, Redis } from 'ioredis'
+import { Cluster, Command, Redis } from 'ioredis'
 import type { ClusterOptions, RedisOptions } from 'ioredis'
 import type { BaseLogger } from 'pino'
 import { LeaseLostError, SessionGoneError } from '../../errors.js'
@@ -12,8 +12,8 @@ import type {
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { parseControl, RedisLeaseBackend, type LeaseKeys } from './lease-backend.js'
-import { RespArgs, ScriptCall } from './script-call.js'
-import { ADOPT, APPEND, FENCED, INTACT, JOIN, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH } from './scripts.js'
+import { bufferCommand, isNoScript, RespArgs, ScriptCall } from './script-call.js'
+import { ADOPT, APPEND, APPEND_SPLIT, FENCED, INTACT, JOIN, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH, UNSPLIT } from './scripts.js'
 
 export type Connection = Redis | Cluster
 
@@ -30,6 +30,16 @@ export const ENTRY_MAX_BYTES = 384 * 1024
 
 /** The APPEND script, its events' bytes written to the connection without a copy (see script-call.ts). */
 export const APPEND_CALL = new ScriptCall(APPEND, 5)
+const APPEND_SPLIT_CALL = new ScriptCall(APPEND_SPLIT, 6)
+
+/**
+ * Batches of at least this many bytes go to Redis past its Lua (APPEND_SPLIT,
+ * see scripts.ts), where that is possible: on Redis's side a byte through Lua
+ * costs about as much as a byte written plainly and read back, and the
+ * transaction around it (two RENAMEs, the XADDs, MULTI and EXEC) a few
+ * microseconds; a batch of one or two events is cheaper through APPEND.
+ */
+export const SPLIT_MIN_BYTES = 4096
 // Scripts with a variable number of keys go through ScriptCall: on Cluster,
 // ioredis's auto-pipelining would route them by their first argument (the
 // number of keys), to a node that may not hold them.
@@ -332,18 +342,25 @@ export class RedisEventStore implements EventStore {
     const mark = this.#marks.get(sessionId)?.get(streamId)
     // A mark left under another lease says nothing: someone else wrote since.
     const known = mark !== undefined && mark.fence === fence && (mark.uncertain === undefined || mark.uncertain === events)
-    const args: Array<string | number | Buffer> = [
-      keys.meta, keys.stream(streamId), keys.lease, keys.ledger(streamId), keys.audience,
+    const head: Array<string | number> = [
       streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.replicaId,
-      fence, known ? mark.seq : -1, known ? mark.epoch : ''
+      fence, known ? mark.seq : -1, known ? mark.epoch : '', batch.lastUpstreamId, batch.length
     ]
-    // The batch as APPEND takes it: the last upstream id, the count, then one or more
-    // entries (count, layout, bytes), so that no entry is much larger than ENTRY_MAX_BYTES.
-    args.push(batch.lastUpstreamId, batch.length)
-    for (const run of batch.runs(ENTRY_MAX_BYTES)) args.push(run.count, run.layout, run.bytes)
-    let reply: [string, number, number, number] | null
+    // Cut so that no entry is much larger than ENTRY_MAX_BYTES.
+    const runs = batch.runs(ENTRY_MAX_BYTES)
+    let reply: AppendReply | null | undefined
     try {
-      reply = await APPEND_CALL.call(this.#redis, args) as typeof reply
+      const redis = this.#redis
+      if (known && redis instanceof Redis && batch.bytes.length >= SPLIT_MIN_BYTES &&
+        batch.length <= maxEvents && batch.bytes.length <= maxBytes) {
+        reply = await appendSplit(redis, keys, streamId, head, runs, mark.seq + 1)
+      }
+      if (reply === undefined) {
+        // The batch as APPEND takes it: after the head, each entry's count, layout and bytes.
+        const args: Array<string | number | Buffer> = [keys.meta, keys.stream(streamId), keys.lease, keys.ledger(streamId), keys.audience, ...head]
+        for (const run of runs) args.push(run.count, run.layout, run.bytes)
+        reply = await APPEND_CALL.call(redis, args) as AppendReply | null
+      }
     } catch (err) {
       if (isReply(err, FENCED)) throw new LeaseLostError(sessionId)
       if (known && batch.length > 0) mark.uncertain = events
@@ -703,6 +720,8 @@ class SessionKeys implements LeaseKeys {
   get audience (): string { return `${this.#tag}:aud` }
   stream (streamId: string): string { return `${this.#tag}:b:${streamId}` }
   ledger (streamId: string): string { return `${this.#tag}:z:${streamId}` }
+  /** Where APPEND_SPLIT puts a stream aside, only within its transaction. */
+  get park (): string { return `${this.#tag}:park` }
 }
 
 function validRetention (retention: RetentionLimits): RetentionLimits {
@@ -763,6 +782,66 @@ function unpackEntries (rows: Array<[Buffer, Buffer[]]>, from: number, limit: nu
 }
 
 /** An error reply of one of our scripts (see scripts.ts). */
+/** APPEND's reply: epoch, the lastSeq before the batch, ended (1|0), already applied (1|0). */
+type AppendReply = [string, number, number, number]
+
+/**
+ * A batch appended past Redis's Lua: APPEND_SPLIT in a MULTI with the batch's
+ * XADDs (see scripts.ts). The entries' ids start at `firstSeq`, where the
+ * caller expects the stream to go on. Undefined when the script refused
+ * (UNSPLIT): the caller appends through APPEND.
+ */
+async function appendSplit (redis: Redis, keys: SessionKeys, streamId: string, head: ReadonlyArray<string | number>,
+  runs: ReturnType<EventBatch['runs']>, firstSeq: number): Promise<AppendReply | null | undefined> {
+  const stream = keys.stream(streamId)
+  const park = keys.park
+  const args: Array<string | number> = [keys.meta, park, keys.lease, keys.ledger(streamId), keys.audience, stream, ...head]
+  for (const run of runs) args.push(run.count, run.bytes.length)
+  for (let attempt = 0; ; attempt++) {
+    const commands = [
+      new Command('multi', [], { replyEncoding: 'utf8' }),
+      new Command('rename', [stream, park], { replyEncoding: 'utf8' }),
+      APPEND_SPLIT_CALL.command(args)
+    ]
+    let seq = firstSeq
+    for (const run of runs) {
+      commands.push(bufferCommand('xadd', [stream, 'NOMKSTREAM', `${seq}-${run.count}`, 's', run.bytes.length, 'l', run.layout, 'b', run.bytes]))
+      seq += run.count
+    }
+    commands.push(new Command('rename', [park, stream], { replyEncoding: 'utf8' }))
+    const exec = new Command('exec', [], { replyEncoding: 'utf8' })
+    commands.push(exec)
+    // As a pipeline of ioredis's own: a connection lost midway rejects the rest
+    // instead of sending it again outside the transaction.
+    commands.forEach((command, i) => {
+      command.pipelineIndex = i
+      command.inTransaction = i > 0
+      if (command !== exec) (redis.sendCommand(command) as Promise<unknown>).catch(ignore)
+    })
+    const replies = await redis.sendCommand(exec) as unknown[] | null
+    // null: the transaction was aborted (EXECABORT throws instead).
+    if (!Array.isArray(replies)) throw new Error('Redis did not run the append transaction')
+    const reply = replies[1]
+    if (reply instanceof Error) {
+      if (isReply(reply, UNSPLIT)) return undefined
+      if (isNoScript(reply) && attempt === 0) {
+        APPEND_SPLIT_CALL.forget(redis)
+        continue
+      }
+      throw reply
+    }
+    if (reply === null) return null
+    // Accepted: every XADD must have written its entry.
+    for (let i = 2; i < 2 + runs.length; i++) {
+      const added = replies[i]
+      if (added instanceof Error || added === null) throw new Error(`Redis recorded the batch but not its entry ${i - 1} of ${runs.length}: ${String(added)}`)
+    }
+    return reply as AppendReply
+  }
+}
+
+function ignore (): void {}
+
 function isReply (err: unknown, prefix: string): boolean {
   return err instanceof Error && err.name === 'ReplyError' && err.message.startsWith(prefix)
 }

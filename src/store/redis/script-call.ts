@@ -130,6 +130,21 @@ export class ScriptCall {
     }
   }
 
+  /**
+   * The call as a command to send as part of something larger (a MULTI): EVAL
+   * or EVALSHA as for call(), but a NOSCRIPT comes back inside the EXEC's
+   * reply, not here: the caller then calls forget() and sends it again.
+   */
+  command (args: readonly ScriptArg[], numberOfKeys = this.#numberOfKeys): Command {
+    return this.#command(args, numberOfKeys)
+  }
+
+  /** The script is no longer loaded on `connection` (a NOSCRIPT reply): EVAL next time. */
+  forget (connection: Redis): void {
+    const socket: unknown = connection.stream
+    if (isSocket(socket)) this.#loaded.delete(socket)
+  }
+
   #command (args: readonly ScriptArg[], numberOfKeys = this.#numberOfKeys, packed?: RespArgs): Command {
     const loaded = this.#loaded
     const lua = this.#lua
@@ -169,7 +184,23 @@ export class ScriptCall {
   }
 }
 
-function isNoScript (err: unknown): boolean {
+/**
+ * A command whose Buffer arguments go to the connection as they are, like
+ * ScriptCall's (ioredis would copy them all into one new buffer first).
+ */
+export function bufferCommand (name: string, args: readonly ScriptArg[]): Command {
+  const command = new Command(name, args as Array<string | number | Buffer>, { replyEncoding: 'utf8' })
+  const toWritable = command.toWritable.bind(command)
+  command.toWritable = (socket: unknown): string | Buffer => {
+    if (!isSocket(socket)) return toWritable(socket as object)
+    socket.cork()
+    process.nextTick(uncork, socket)
+    return writeCommand(socket, command.name, args)
+  }
+  return command
+}
+
+export function isNoScript (err: unknown): boolean {
   return err instanceof Error && err.message.includes('NOSCRIPT')
 }
 
