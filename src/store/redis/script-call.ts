@@ -200,6 +200,18 @@ export function bufferCommand (name: string, args: readonly ScriptArg[]): Comman
   return command
 }
 
+/**
+ * Hold what is written to `connection` until the code running now is done,
+ * so that commands sent together leave in one write (ioredis writes each
+ * command as it is sent).
+ */
+export function corkForTurn (connection: Redis): void {
+  const socket: unknown = connection.stream
+  if (!isSocket(socket)) return
+  socket.cork()
+  process.nextTick(uncork, socket)
+}
+
 export function isNoScript (err: unknown): boolean {
   return err instanceof Error && err.message.includes('NOSCRIPT')
 }

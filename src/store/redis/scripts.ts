@@ -272,29 +272,27 @@ export const UNSPLIT = 'MCPGW_UNSPLIT'
  * was most of Redis's CPU per appended event. The caller sends, in one
  * MULTI ... EXEC:
  *
- *   RENAME <stream> <park>          the stream put aside
- *   EVALSHA APPEND_SPLIT            this script
- *   XADD <stream> NOMKSTREAM <id> s <size> l <layout> b <bytes>, per entry
- *   RENAME <park> <stream>          back, when the script left it aside
+ *   EVALSHA APPEND_SPLIT                 this script
+ *   XADD <aside> NOMKSTREAM <id> s <size> l <layout> b <bytes>, per entry
+ *   EVAL UNPARK                          the stream back under its name
  *
- * The script moves the stream back under its name (or makes an empty one)
- * only when it accepts the batch, as its last step; refused, failed, or not
- * run at all (NOSCRIPT), the stream stays aside, so the XADDs find no key and
- * write nothing (NOMKSTREAM), and the last RENAME puts it back. The entry ids
- * are the caller's: it takes this path only when it knows where the stream
- * ends (the expected lastSeq of APPEND), and the script accepts only when
- * Redis agrees, exactly, and the batch is within the retention limits (no
- * event of it trimmed at once). Anything else is refused with UNSPLIT, and
- * the caller sends the batch through APPEND, which handles every case.
+ * Only when the script accepts the batch, as its last step, does it move the
+ * stream to <aside> (or make an empty one there). Refused, failed, or not run
+ * at all (NOSCRIPT), there is no <aside>: the XADDs find no key and write
+ * nothing (NOMKSTREAM), and UNPARK has nothing to move. The entry ids are the
+ * caller's: it takes this path only when it knows where the stream ends (the
+ * expected lastSeq of APPEND), and the script accepts only when Redis agrees,
+ * exactly, and the batch is within the retention limits (no event of it
+ * trimmed at once). Anything else is refused with UNSPLIT, and the caller
+ * sends the batch through APPEND, which handles every case.
  *
- * KEYS: session hash, the stream put aside (park), lease, ledger, audience,
- *       the stream.
+ * KEYS: session hash, stream, lease, ledger, audience, aside.
  * ARGV: as APPEND up to the event count; then per entry its event count and
  *       size in bytes.
  * Returns as APPEND (never "already applied": that is refused with UNSPLIT).
  */
 export const APPEND_SPLIT = STREAM_STATE + TRIM_FOR_BATCH + `
-local meta, park, lease, zkey, audience, skey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local meta, skey, lease, zkey, audience, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
 local fence, expected = ARGV[8], tonumber(ARGV[9])
@@ -312,14 +310,14 @@ if fence ~= '' then
     return redis.error_reply('${FENCED} the stream lease is held by another replica')
   end
 end
-local last, first, bytes, ended = streamState(meta, park, sid)
+local last, first, bytes, ended = streamState(meta, skey, sid)
 if ARGV[10] ~= epoch or last ~= expected or n < 1 or n > maxEvents or size > maxBytes then
   return redis.error_reply('${UNSPLIT} not where the caller expects it')
 end
 
 local newLast = last + n
-local keep, total = trimForBatch(park, zkey, last, first, bytes, n, size, '', maxEvents, maxBytes)
-if redis.call('XLEN', park) == 0 then redis.call('DEL', zkey) end
+local keep, total = trimForBatch(skey, zkey, last, first, bytes, n, size, '', maxEvents, maxBytes)
+if redis.call('XLEN', skey) == 0 then redis.call('DEL', zkey) end
 local at = last + 1
 for i = HEAD + 3, #ARGV, 2 do
   redis.call('RPUSH', zkey, at .. '-' .. ARGV[i] .. ' ' .. ARGV[i + 1])
@@ -337,15 +335,27 @@ if n > 0 or ending then
     redis.call('PUBLISH', channel, cjson.encode({ o = origin, p = epoch, s = sid, t = newLast, e = ended }))
   end
 end
--- Last: the stream back under its name, for the XADDs that follow.
-if redis.call('EXISTS', park) == 1 then
-  redis.call('RENAME', park, skey)
-else
+-- Last: the stream aside, for the XADDs that follow (UNPARK moves it back).
+if redis.call('EXISTS', skey) == 0 then
   redis.call('XADD', skey, '0-1', 'x', '')
   redis.call('XDEL', skey, '0-1')
 end
 redis.call('PEXPIRE', skey, ttl)
+redis.call('RENAME', skey, aside)
 return { epoch, last, ended and 1 or 0, 0 }
+`
+
+/**
+ * The last command of APPEND_SPLIT's transaction: the stream back from where
+ * it was put aside, if it is (an accepted batch). Sent as EVAL, never
+ * EVALSHA: a NOSCRIPT here would leave the stream aside. (A plain RENAME
+ * fails when there is nothing to move back: an error reply, which ioredis
+ * makes into an Error with its stack.)
+ * KEYS: aside, the stream.
+ */
+export const UNPARK = `
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[2]) end
+return 1
 `
 
 /**
