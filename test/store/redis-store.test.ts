@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import fc from 'fast-check'
@@ -10,6 +10,7 @@ import { ENTRY_MAX_BYTES, RedisEventStore, SPLIT_MIN_BYTES } from '../../src/sto
 import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures/redis.js'
 import type { TestRedis } from '../fixtures/redis.js'
 import { storeContract } from '../fixtures/store-contract.js'
+import { READ_PLAN } from '../../src/store/redis/scripts.js'
 import { startRedisCut } from '../fixtures/redis-cut.js'
 
 const RETENTION: RetentionLimits = { maxEvents: 1000, maxBytes: 1024 * 1024, ttlMs: 60_000 }
@@ -125,6 +126,8 @@ t.test('redis: one round trip per appended batch', async (t) => {
   t.same((await store.read('sess', 's', 0, 10_000))?.events.map(e => e.seq), Array.from({ length: 1000 }, (_, i) => i + 113 + under), 'the events kept (the newest 1,000), numbered in order both ways')
 })
 
+const READ_PLAN_SHA = createHash('sha1').update(READ_PLAN).digest('hex')
+
 /** A batch of `count` frames of 1,000 bytes (`tag` and the frame's number): over SPLIT_MIN_BYTES from 33 frames on. */
 function frames (tag: string, count: number): Array<{ frame: Buffer }> {
   return Array.from({ length: count }, (_, i) => ({ frame: Buffer.from(`data: ${tag}${i}`.padEnd(999, '.') + '\n') }))
@@ -168,6 +171,72 @@ t.test('redis: a batch past Lua (APPEND_SPLIT) is refused without a trace, and t
   await t.rejects(store.append('sess', 's', frames('g', 50)), SessionGoneError)
   t.equal((await env.redis.xrange(stream, '-', '+')).length, 5, 'no entry added to what the session left')
   t.equal(await env.redis.exists(aside), 0)
+})
+
+t.test('redis: a page of large entries is read past Lua (READ_PLAN, then a plain XRANGE); small ones in one round trip', async (t) => {
+  const env = await useRedis(t, 'read-plan')
+  const redis = new Redis(env.url)
+  const subscriber = new Redis(env.url)
+  const store = new RedisEventStore({ redis, subscriber, keyPrefix: env.prefix, retention: { ...RETENTION, maxEvents: 10_000, maxBytes: 16 * 1024 * 1024 } })
+  t.teardown(() => store.close())
+  const sent: string[] = []
+  /** Runs once between a READ_PLAN's reply and what the store sends next. */
+  let between: (() => Promise<void>) | undefined
+  const sendCommand = redis.sendCommand.bind(redis)
+  redis.sendCommand = (command, stream) => {
+    sent.push(command.name)
+    const reply = sendCommand(command, stream)
+    const hook = between
+    if (hook === undefined || command.name !== 'evalsha' || command.args[0] !== READ_PLAN_SHA) return reply
+    between = undefined
+    // ioredis resolves the command's own promise; what the store awaits is that one.
+    const original = command.resolve
+    command.resolve = (value: unknown) => { hook().then(() => original(value), () => original(value)) }
+    return reply
+  }
+  await store.createSession('sess', 'p')
+  for (const tag of ['a', 'b', 'c', 'd', 'e']) await store.append('sess', 's', frames(tag, 100)) // entries of 100 KB
+  sent.length = 0
+  const page = await store.read('sess', 's', 150, 120)
+  t.same(page?.events.map(e => e.seq), Array.from({ length: 120 }, (_, i) => 151 + i), 'from inside an entry, across into the next, cut at the limit')
+  t.same(tagsOf(page).slice(0, 2), ['b50', 'b51'])
+  t.ok(page?.events.every(e => e.frame?.length === 1000), 'every frame whole')
+  t.same(sent, ['evalsha', 'multi', 'hget', 'xrange', 'exec'], 'the plan, then its entries in a MULTI with the epoch')
+  t.same(page?.state.lastSeq, 500)
+
+  sent.length = 0
+  t.same((await store.read('sess', 's', 499, 10))?.events.map(e => e.seq), [500], 'a page within one entry')
+  t.same(sent, ['evalsha', 'multi', 'hget', 'xrange', 'exec'], '(an entry of 100 KB: past Lua too)')
+
+  // Entries trimmed between the plan and the XRANGE: READ's own way, whose answer agrees with the state then.
+  between = async () => {
+    await store.append('sess', 's', frames('f', 100))
+    await env.redis.xtrim(`${env.prefix}{sess}:b:s`, 'MINID', '201-0')
+  }
+  sent.length = 0
+  const after = await store.read('sess', 's', 0, 1000)
+  t.same(sent.slice(-5), ['multi', 'hget', 'xrange', 'exec', 'evalsha'], 'the entries were not those any more: read again through READ')
+  t.equal(after?.events.length, 400, 'what is left')
+  t.same(after?.events[0]?.seq, 201)
+  t.same([0, 100, 200, 300].map(i => tagsOf(after)[i]), ['c0', 'd0', 'e0', 'f0'], 'whole batches, in order')
+
+  // Small entries: the plan script reads them itself.
+  await store.createSession('small', 'p')
+  for (let i = 0; i < 5; i++) await store.append('small', 's', frames(`s${i}`, 2))
+  sent.length = 0
+  t.same((await store.read('small', 's', 3, 100))?.events.map(e => e.seq), [4, 5, 6, 7, 8, 9, 10], 'a page of small entries')
+  t.same(sent, ['evalsha'], 'in one round trip')
+})
+
+t.test('redis: READ_PLAN reads as READ where the ledger does not match the stream', async (t) => {
+  const env = await useRedis(t, 'read-plan-ledger')
+  const store = await storeFor(t, env)
+  await store.createSession('sess', 'p')
+  for (const tag of ['a', 'b', 'c']) await store.append('sess', 's', frames(tag, 100))
+  await env.redis.del(`${env.prefix}{sess}:z:s`)
+  t.same((await store.read('sess', 's', 50, 1000))?.events.map(e => e.seq), Array.from({ length: 250 }, (_, i) => 51 + i), 'every event after the cursor')
+  await env.redis.rpush(`${env.prefix}{sess}:z:s`, '1-100 100000')
+  t.same((await store.read('sess', 's', 150, 1000))?.events.map(e => e.seq), Array.from({ length: 150 }, (_, i) => 151 + i), 'a ledger shorter than the stream: the same')
 })
 
 t.test('redis: a batch past Lua after the stream key expired, or that trims every entry before it', async (t) => {

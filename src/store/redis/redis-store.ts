@@ -13,7 +13,7 @@ import type {
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { parseControl, RedisLeaseBackend, type LeaseKeys } from './lease-backend.js'
 import { bufferCommand, corkForTurn, isNoScript, RespArgs, ScriptCall } from './script-call.js'
-import { ADOPT, APPEND, APPEND_SPLIT, FENCED, INTACT, JOIN, OPEN, READ, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH, UNPARK, UNSPLIT } from './scripts.js'
+import { ADOPT, APPEND, APPEND_SPLIT, FENCED, INTACT, JOIN, OPEN, READ, READ_PLAN, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH, UNPARK, UNSPLIT } from './scripts.js'
 
 export type Connection = Redis | Cluster
 
@@ -43,6 +43,13 @@ const APPEND_SPLIT_CALL = new ScriptCall(APPEND_SPLIT, 6)
  * the busier of the two, so only from where it loses nothing.
  */
 export const SPLIT_MIN_BYTES = 32 * 1024
+
+/**
+ * Pages whose entries come to at least this many bytes are read past
+ * Redis's Lua too (READ_PLAN, then a plain XRANGE: a second round trip), so
+ * a live follower's small reads stay one round trip.
+ */
+export const READ_SPLIT_MIN_BYTES = 64 * 1024
 // Scripts with a variable number of keys go through ScriptCall: on Cluster,
 // ioredis's auto-pipelining would route them by their first argument (the
 // number of keys), to a node that may not hold them.
@@ -150,6 +157,9 @@ interface ScriptCommands {
   mcpgwOpen (...args: Array<string | number>): Promise<[string, number, number, number] | null>
   /** Binary replies: frames are the upstream's bytes, whatever their encoding. */
   mcpgwReadBuffer (...args: Array<string | number>): Promise<[Buffer, number, number, number, Array<[Buffer, Buffer[]]>] | null>
+  /** READ's reply, or the same with the page's entries to read (first id, last id, count) instead of them. */
+  mcpgwReadPlanBuffer (...args: Array<string | number>): Promise<[Buffer, number, number, number, Array<[Buffer, Buffer[]]>] |
+  [Buffer, number, number, number, [], Buffer, Buffer, number] | null>
   mcpgwTouch (...args: Array<string | number>): Promise<[string, string] | null>
   mcpgwSaveCursor (...args: Array<string | number>): Promise<number>
   mcpgwAdopt (...args: Array<string | number>): Promise<[string, string]>
@@ -208,6 +218,7 @@ export class RedisEventStore implements EventStore {
     const redis = options.redis
     redis.defineCommand('mcpgwOpen', { numberOfKeys: 2, lua: OPEN })
     redis.defineCommand('mcpgwRead', { numberOfKeys: 2, lua: READ })
+    redis.defineCommand('mcpgwReadPlan', { numberOfKeys: 3, lua: READ_PLAN })
     redis.defineCommand('mcpgwTouch', { numberOfKeys: 3, lua: TOUCH })
     redis.defineCommand('mcpgwSaveCursor', { numberOfKeys: 3, lua: SAVE_CURSOR })
     redis.defineCommand('mcpgwAdopt', { numberOfKeys: 5, lua: ADOPT })
@@ -514,8 +525,20 @@ export class RedisEventStore implements EventStore {
 
   async #read (sessionId: string, streamId: string, afterSeq: number, limit: number, maxBytes: number): Promise<ReadReply> {
     const keys = this.#keys(sessionId, streamId)
+    const stream = keys.stream(streamId)
     // Lua numbers are doubles: no limit is the largest safe integer.
-    const reply = await this.#redis.mcpgwReadBuffer(keys.meta, keys.stream(streamId), streamId, afterSeq, limit, Math.min(maxBytes, Number.MAX_SAFE_INTEGER))
+    const bound = Math.min(maxBytes, Number.MAX_SAFE_INTEGER)
+    const redis = this.#redis
+    if (redis instanceof Redis && limit > 0) {
+      const plan = await redis.mcpgwReadPlanBuffer(keys.meta, stream, keys.ledger(streamId), streamId, afterSeq, limit, bound, READ_SPLIT_MIN_BYTES)
+      if (plan === null) return null
+      const epoch = plan[0].toString()
+      if (plan.length === 5) return [epoch, plan[1], plan[2], plan[3], plan[4]]
+      const rows = await readEntries(redis, keys.meta, stream, epoch, plan[5], plan[6], plan[7])
+      // Trimmed or reset between the two round trips: READ's own way.
+      if (rows !== undefined) return [epoch, plan[1], plan[2], plan[3], rows]
+    }
+    const reply = await redis.mcpgwReadBuffer(keys.meta, stream, streamId, afterSeq, limit, bound)
     return reply === null ? null : [reply[0].toString(), reply[1], reply[2], reply[3], reply[4]]
   }
 
@@ -784,7 +807,6 @@ function unpackEntries (rows: Array<[Buffer, Buffer[]]>, from: number, limit: nu
   return events
 }
 
-/** An error reply of one of our scripts (see scripts.ts). */
 /** APPEND's reply: epoch, the lastSeq before the batch, ended (1|0), already applied (1|0). */
 type AppendReply = [string, number, number, number]
 
@@ -840,8 +862,37 @@ async function appendSplit (redis: Redis, keys: SessionKeys, streamId: string, h
   }
 }
 
+/**
+ * The entries a READ_PLAN named, read plainly: MULTI, HGET epoch, XRANGE,
+ * EXEC. Undefined when they are not those any more (the session reset, an
+ * entry trimmed since the plan).
+ */
+async function readEntries (redis: Redis, meta: string, stream: string, epoch: string,
+  firstId: Buffer, lastId: Buffer, count: number): Promise<Array<[Buffer, Buffer[]]> | undefined> {
+  const exec = new Command('exec', [], { replyEncoding: null })
+  const commands = [
+    new Command('multi', [], { replyEncoding: 'utf8' }),
+    new Command('hget', [meta, 'epoch'], { replyEncoding: 'utf8' }),
+    new Command('xrange', [stream, firstId, lastId], { replyEncoding: 'utf8' }),
+    exec
+  ]
+  corkForTurn(redis)
+  commands.forEach((command, i) => {
+    command.pipelineIndex = i
+    command.inTransaction = i > 0
+    if (command !== exec) (redis.sendCommand(command) as Promise<unknown>).catch(ignore)
+  })
+  const replies = await redis.sendCommand(exec) as unknown[] | null
+  if (!Array.isArray(replies)) return undefined
+  const [current, rows] = replies as [Buffer | null, Array<[Buffer, Buffer[]]>]
+  if (current === null || current.toString() !== epoch || !Array.isArray(rows) || rows.length !== count) return undefined
+  if (!(rows[0]?.[0].equals(firstId) === true) || !(rows[count - 1]?.[0].equals(lastId) === true)) return undefined
+  return rows
+}
+
 function ignore (): void {}
 
+/** An error reply of one of our scripts (see scripts.ts). */
 function isReply (err: unknown, prefix: string): boolean {
   return err instanceof Error && err.name === 'ReplyError' && err.message.startsWith(prefix)
 }
