@@ -38,9 +38,9 @@ const APPEND_SPLIT_CALL = new ScriptCall(APPEND_SPLIT, 6)
  * more than one script call (five commands and their replies instead of one):
  * serial appends on this project's machine, Redis / gateway CPU per event,
  * APPEND against APPEND_SPLIT: 8 KB batches 2.7 / 2.6 against 2.3 / 3.1 us,
- * 16 KB 1.2-1.4 / 0.9-1.0 against 0.8-1.0 / 1.0-1.2, 31 KB 1.0 / 0.8
- * against 0.65 / 0.8, 275 KB 0.56 / 0.28 against 0.13 / 0.15. The gateway is
- * the busier of the two, so only from where it loses nothing.
+ * 31 KB 1.0 / 0.8 against 0.65 / 0.8, 275 KB 0.56 / 0.28 against 0.13 /
+ * 0.15. The gateway is the busier of the two, so only from where it loses
+ * nothing.
  */
 export const SPLIT_MIN_BYTES = 32 * 1024
 
@@ -823,26 +823,15 @@ async function appendSplit (redis: Redis, keys: SessionKeys, streamId: string, h
   const args: Array<string | number> = [keys.meta, stream, keys.lease, keys.ledger(streamId), keys.audience, aside, ...head]
   for (const run of runs) args.push(run.count, run.bytes.length)
   for (let attempt = 0; ; attempt++) {
-    const commands = [new Command('multi', [], { replyEncoding: 'utf8' }), APPEND_SPLIT_CALL.command(args)]
+    const commands = [APPEND_SPLIT_CALL.command(args)]
     let seq = firstSeq
     for (const run of runs) {
       commands.push(bufferCommand('xadd', [aside, 'NOMKSTREAM', `${seq}-${run.count}`, 's', run.bytes.length, 'l', run.layout, 'b', run.bytes]))
       seq += run.count
     }
     commands.push(new Command('eval', [UNPARK, 2, aside, stream], { replyEncoding: 'utf8' }))
-    const exec = new Command('exec', [], { replyEncoding: 'utf8' })
-    commands.push(exec)
-    // As a pipeline of ioredis's own: a connection lost midway rejects the rest
-    // instead of sending it again outside the transaction. In one write.
-    corkForTurn(redis)
-    commands.forEach((command, i) => {
-      command.pipelineIndex = i
-      command.inTransaction = i > 0
-      if (command !== exec) (redis.sendCommand(command) as Promise<unknown>).catch(ignore)
-    })
-    const replies = await redis.sendCommand(exec) as unknown[] | null
-    // null: the transaction was aborted (EXECABORT throws instead).
-    if (!Array.isArray(replies)) throw new Error('Redis did not run the append transaction')
+    const replies = await transaction(redis, commands, 'utf8')
+    if (replies === null) throw new Error('Redis did not run the append transaction')
     const reply = replies[0]
     if (reply instanceof Error) {
       if (isReply(reply, UNSPLIT)) return undefined
@@ -869,25 +858,32 @@ async function appendSplit (redis: Redis, keys: SessionKeys, streamId: string, h
  */
 async function readEntries (redis: Redis, meta: string, stream: string, epoch: string,
   firstId: Buffer, lastId: Buffer, count: number): Promise<Array<[Buffer, Buffer[]]> | undefined> {
-  const exec = new Command('exec', [], { replyEncoding: null })
-  const commands = [
-    new Command('multi', [], { replyEncoding: 'utf8' }),
-    new Command('hget', [meta, 'epoch'], { replyEncoding: 'utf8' }),
-    new Command('xrange', [stream, firstId, lastId], { replyEncoding: 'utf8' }),
-    exec
-  ]
+  const replies = await transaction(redis, [new Command('hget', [meta, 'epoch']), new Command('xrange', [stream, firstId, lastId])], null)
+  if (replies === null) return undefined
+  const [current, rows] = replies as [Buffer | null, Array<[Buffer, Buffer[]]>]
+  if (current === null || current.toString() !== epoch || !Array.isArray(rows) || rows.length !== count) return undefined
+  if (!(rows[0]?.[0].equals(firstId) === true) || !(rows[count - 1]?.[0].equals(lastId) === true)) return undefined
+  return rows
+}
+
+/**
+ * `commands` in MULTI ... EXEC, written at once; EXEC's replies (in
+ * `encoding`: null for Buffers), or null when Redis aborted the transaction
+ * (a WATCH; EXECABORT is thrown). Sent as ioredis sends its own pipelines: a
+ * connection lost midway rejects the rest instead of sending it again
+ * outside the transaction.
+ */
+async function transaction (redis: Redis, commands: readonly Command[], encoding: 'utf8' | null): Promise<unknown[] | null> {
+  const exec = new Command('exec', [], { replyEncoding: encoding })
+  const all = [new Command('multi'), ...commands, exec]
   corkForTurn(redis)
-  commands.forEach((command, i) => {
+  all.forEach((command, i) => {
     command.pipelineIndex = i
     command.inTransaction = i > 0
     if (command !== exec) (redis.sendCommand(command) as Promise<unknown>).catch(ignore)
   })
   const replies = await redis.sendCommand(exec) as unknown[] | null
-  if (!Array.isArray(replies)) return undefined
-  const [current, rows] = replies as [Buffer | null, Array<[Buffer, Buffer[]]>]
-  if (current === null || current.toString() !== epoch || !Array.isArray(rows) || rows.length !== count) return undefined
-  if (!(rows[0]?.[0].equals(firstId) === true) || !(rows[count - 1]?.[0].equals(lastId) === true)) return undefined
-  return rows
+  return Array.isArray(replies) ? replies : null
 }
 
 function ignore (): void {}
