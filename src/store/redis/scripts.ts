@@ -140,6 +140,19 @@ end
 `
 
 /**
+ * Whether an append carrying the lease token `fence` ('' for none) is
+ * refused: another replica holds the lease. A lease that merely expired
+ * (nobody took it) does not refuse (see APPEND).
+ */
+const FENCED_OFF = `
+local function fencedOff (lease, fence)
+  if fence == '' then return false end
+  local holder = redis.call('GET', lease)
+  return holder ~= false and holder ~= fence
+end
+`
+
+/**
  * Writes one batch entry (id <first seq>-<count>: its size, layout and bytes)
  * and notes its id and size in the stream's ledger (a list, one item per
  * entry, oldest first), which trimForBatch reads instead of the entries
@@ -195,7 +208,7 @@ export const ROLLED_BACK = 'MCPGW_ROLLED_BACK'
  * expectation from another epoch means nothing: the session was reset or
  * started a new epoch since (another writer detected a loss first).
  */
-export const APPEND = STREAM_STATE + TRIM_FOR_BATCH + ADD_ENTRY + `
+export const APPEND = STREAM_STATE + TRIM_FOR_BATCH + ADD_ENTRY + FENCED_OFF + `
 local meta, skey, lease, zkey, audience = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
@@ -212,12 +225,7 @@ end
 
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then return false end
-if fence ~= '' then
-  local holder = redis.call('GET', lease)
-  if holder and holder ~= fence then
-    return redis.error_reply('${FENCED} the stream lease is held by another replica')
-  end
-end
+if fencedOff(lease, fence) then return redis.error_reply('${FENCED} the stream lease is held by another replica') end
 local last, first, bytes, ended = streamState(meta, skey, sid)
 if ARGV[10] ~= epoch then expected = -1 end
 if expected >= 0 then
@@ -293,7 +301,7 @@ export const UNSPLIT = 'MCPGW_UNSPLIT'
  *       size in bytes.
  * Returns as APPEND (never "already applied": that is refused with UNSPLIT).
  */
-export const APPEND_SPLIT = STREAM_STATE + TRIM_FOR_BATCH + `
+export const APPEND_SPLIT = STREAM_STATE + TRIM_FOR_BATCH + FENCED_OFF + `
 local meta, skey, lease, zkey, audience, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
@@ -306,12 +314,7 @@ for i = HEAD + 3, #ARGV, 2 do size = size + tonumber(ARGV[i + 1]) end
 
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then return false end
-if fence ~= '' then
-  local holder = redis.call('GET', lease)
-  if holder and holder ~= fence then
-    return redis.error_reply('${FENCED} the stream lease is held by another replica')
-  end
-end
+if fencedOff(lease, fence) then return redis.error_reply('${FENCED} the stream lease is held by another replica') end
 local last, first, bytes, ended = streamState(meta, skey, sid)
 if ARGV[10] ~= epoch or last ~= expected or n < 1 or n > maxEvents or size > maxBytes then
   return redis.error_reply('${UNSPLIT} not where the caller expects it')
