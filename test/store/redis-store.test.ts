@@ -237,6 +237,13 @@ t.test('redis: READ_PLAN reads as READ where the ledger does not match the strea
   t.same((await store.read('sess', 's', 50, 1000))?.events.map(e => e.seq), Array.from({ length: 250 }, (_, i) => 51 + i), 'every event after the cursor')
   await env.redis.rpush(`${env.prefix}{sess}:z:s`, '1-100 100000')
   t.same((await store.read('sess', 's', 150, 1000))?.events.map(e => e.seq), Array.from({ length: 150 }, (_, i) => 151 + i), 'a ledger shorter than the stream: the same')
+  // As long as the stream, but naming entries it does not hold (small ones, read in the script).
+  await store.createSession('small', 'p')
+  for (const tag of ['a', 'b', 'c']) await store.append('small', 's', frames(tag, 2))
+  await env.redis.del(`${env.prefix}{small}:z:s`)
+  await env.redis.rpush(`${env.prefix}{small}:z:s`, '1-2 2000', '3-1 1000', '4-3 3000')
+  t.same((await store.read('small', 's', 3, 1000))?.events.map(e => e.seq), [4, 5, 6], 'a ledger naming other entries: the events after the cursor, none skipped')
+  t.same((await store.read('small', 's', 2, 1000))?.events.map(e => e.seq), [3, 4, 5, 6])
 })
 
 t.test('redis: a batch past Lua after the stream key expired, or that trims every entry before it', async (t) => {
