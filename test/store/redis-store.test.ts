@@ -11,7 +11,7 @@ import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures
 import type { TestRedis } from '../fixtures/redis.js'
 import { storeContract } from '../fixtures/store-contract.js'
 import { READ_PLAN } from '../../src/store/redis/scripts.js'
-import { startRedisCut } from '../fixtures/redis-cut.js'
+import { startRedisCut, type RedisCut } from '../fixtures/redis-cut.js'
 
 const RETENTION: RetentionLimits = { maxEvents: 1000, maxBytes: 1024 * 1024, ttlMs: 60_000 }
 
@@ -680,12 +680,18 @@ t.test('redis: retention matches its model over random batches and limits', asyn
   t.equal(run, cases.length, `${cases.length} random histories agree with the model`)
 })
 
-t.test('redis: after an append that failed but was applied, only an identical resend counts as applied', async (t) => {
-  const env = await useRedis(t, 'uncertain')
+/** A store whose connections go through a relay that can cut one (see fixtures/redis-cut.ts). */
+async function storeBehindCut (t: Test, name: string): Promise<{ env: TestRedis, cut: RedisCut, store: RedisEventStore }> {
+  const env = await useRedis(t, name)
   const cut = await startRedisCut(env.url)
   t.teardown(() => cut.close())
   const store = await RedisEventStore.connect({ url: cut.url, keyPrefix: env.prefix, retention: RETENTION })
   t.teardown(() => store.close())
+  return { env, cut, store }
+}
+
+t.test('redis: after an append that failed but was applied, only an identical resend counts as applied', async (t) => {
+  const { cut, store } = await storeBehindCut(t, 'uncertain')
   await store.createSession('sess', 'p')
   const batch = (tag: string): Array<{ data: string }> => [{ data: `${tag}1` }, { data: `${tag}2` }]
   await store.append('sess', 's', batch('a'))
@@ -710,11 +716,7 @@ t.test('redis: after an append that failed but was applied, only an identical re
 })
 
 t.test('redis: a batch past Lua whose transaction ran but whose reply was lost: the identical resend counts as applied', async (t) => {
-  const env = await useRedis(t, 'uncertain-split')
-  const cut = await startRedisCut(env.url)
-  t.teardown(() => cut.close())
-  const store = await RedisEventStore.connect({ url: cut.url, keyPrefix: env.prefix, retention: RETENTION })
-  t.teardown(() => store.close())
+  const { env, cut, store } = await storeBehindCut(t, 'uncertain-split')
   await store.createSession('sess', 'p')
   await store.append('sess', 's', frames('a', 50))
   await store.append('sess', 's', frames('b', 50))
