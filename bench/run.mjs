@@ -19,7 +19,7 @@
 // needs root): on a shared machine it keeps other load from swamping latency.
 // --quick shrinks everything to about a minute (smoke check); results then go
 // to <out>/quick.* unless --name is given. Needs a build (npm run build).
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs'
 import { execFileSync } from 'node:child_process'
 import os from 'node:os'
 import { dirname, join, resolve } from 'node:path'
@@ -163,7 +163,7 @@ async function interleaved (name, paths, rounds, fn) {
 }
 
 function brief (v) {
-  if (v.eventsPerSec !== undefined && v.p99 !== undefined) return `p50 ${v.p50.toFixed(2)} ms p99 ${v.p99.toFixed(2)} ms max ${v.max.toFixed(1)} ms (${Math.round(v.eventsPerSec)} ev/s), proxy cpu ${v.cpuPct.toFixed(0)}%, machine busy ${v.machineBusyPct.toFixed(0)}%${Number.isFinite(v.redisCpuPct) && v.redisCpuPct > 0 ? `, redis ${v.redisCpuPct.toFixed(0)}%` : ''}${v.lost ? `, ${v.lost} LOST` : ''}${v.reconnects ? `, ${v.reconnects} reconnects` : ''}`
+  if (v.eventsPerSec !== undefined && v.p99 !== undefined) return `p50 ${v.p50.toFixed(2)} ms p99 ${v.p99.toFixed(2)} ms max ${v.max.toFixed(1)} ms (${Math.round(v.eventsPerSec)} ev/s), proxy cpu ${v.cpuPct.toFixed(0)}%, machine busy ${v.machineBusyPct.toFixed(0)}%, timer late p99 ${v.timerLateP99?.toFixed(2)} max ${v.timerLateMax?.toFixed(1)} ms${Number.isFinite(v.redisCpuPct) && v.redisCpuPct > 0 ? `, redis ${v.redisCpuPct.toFixed(0)}%` : ''}${v.lost ? `, ${v.lost} LOST` : ''}${v.reconnects ? `, ${v.reconnects} reconnects` : ''}`
   if (v.firstByteMs !== undefined) return `${v.replayed} events, first byte ${v.firstByteMs.toFixed(2)} ms, ${Math.round(v.eventsPerSec)} ev/s`
   if (v.eventsPerSec !== undefined) return `${Math.round(v.eventsPerSec)} ev/s, proxy cpu ${v.cpuPct.toFixed(0)}% (${v.cpuUsPerEvent.toFixed(2)} us/ev), client ${v.clientCpuPct.toFixed(0)}% (${v.clientCpuUsPerEvent.toFixed(2)} us/ev), machine busy ${v.machineBusyPct.toFixed(0)}%${v.redis ? `, redis ${v.redisCpuPct.toFixed(0)}%` : ''}${v.reconnects ? `, ${v.reconnects} reconnects` : ''}${v.closedEarly ? `, ${v.closedEarly} closed early` : ''}`
   return JSON.stringify(v)
@@ -355,8 +355,29 @@ function machine () {
     gatewayMain: gatewayMain.replace(root + '/', ''),
     ...(gatewayMainB === undefined ? {} : { gatewayB: gatewayMainB.replace(root + '/', ''), gatewayBLabel: args['label-b'] ?? 'B' }),
     loadAtStart,
-    busyPctMean: meanBusy()
+    busyPctMean: meanBusy(),
+    damon: damon()
   }
+}
+
+/**
+ * The kernel's DAMON monitors, when any runs (sysfs admin interface, read
+ * only): its kdamond thread samples page access bits at every sample
+ * interval, holding a CPU for milliseconds each time on a virtual machine.
+ */
+function damon () {
+  const base = '/sys/kernel/mm/damon/admin/kdamonds'
+  const read = file => { try { return readFileSync(file, 'utf8').trim() } catch { return undefined } }
+  const on = []
+  let entries = []
+  try { entries = readdirSync(base).filter(e => /^\d+$/.test(e)) } catch { return undefined }
+  for (const k of entries) {
+    if (read(`${base}/${k}/state`) !== 'on') continue
+    const sampleUs = Number(read(`${base}/${k}/contexts/0/monitoring_attrs/intervals/sample_us`))
+    const action = read(`${base}/${k}/contexts/0/schemes/0/action`)
+    on.push(`kdamond ${k}: sample every ${Number.isFinite(sampleUs) ? `${sampleUs / 1000} ms` : '?'}${action === undefined ? '' : `, scheme ${action}`}`)
+  }
+  return on.length === 0 ? undefined : on.join('; ')
 }
 
 let exitCode = 0

@@ -158,6 +158,8 @@ export class SseStream {
   ended = false
   recording = false
   latencies = []
+  /** Send times (ms, the upstream's clock) of the recorded latencies, same order. */
+  sentAt = []
   lost = 0
   duplicated = 0
   #counter
@@ -227,7 +229,10 @@ export class SseStream {
       if (seq > this.#lastSeq) this.#lastSeq = seq
       if (!this.recording) return
       const t = numberAfter(text, '"t":', from, to)
-      if (!Number.isNaN(t)) this.latencies.push(now - t)
+      if (!Number.isNaN(t)) {
+        this.latencies.push(now - t)
+        this.sentAt.push(t)
+      }
     })
   }
 }
@@ -283,6 +288,7 @@ export class FollowedStream {
   get lost () { return this.#sum(s => s.lost) }
   get duplicated () { return this.#sum(s => s.duplicated) }
   get latencies () { return [...this.#done.map(s => s.latencies), this.#current?.latencies ?? []].flat() }
+  get sentAt () { return [...this.#done.map(s => s.sentAt), this.#current?.sentAt ?? []].flat() }
   get recording () { return this.#recording }
   set recording (on) {
     this.#recording = on

@@ -2,7 +2,7 @@
 // raised to its hard limit, tracked, and always stopped (also on error or
 // Ctrl-C). Plus what /proc says about a process (RSS, CPU, sockets).
 import { spawn, execFileSync } from 'node:child_process'
-import { readFileSync, readdirSync, readlinkSync } from 'node:fs'
+import { appendFileSync, readFileSync, readdirSync, readlinkSync } from 'node:fs'
 import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 
@@ -40,6 +40,7 @@ export function start (name, cmd, args, { env = {}, cwd, readyLine = false } = {
     if (proc[field].length > 20_000) proc[field] = proc[field].slice(-10_000)
   }
   child.stdout.on('data', keep('stdout'))
+  if (process.env.BENCH_STDOUT_DIR) child.stdout.on('data', chunk => appendFileSync(`${process.env.BENCH_STDOUT_DIR}/${name}-${child.pid}.txt`, chunk))
   child.stderr.on('data', keep('stderr'))
   proc.done = new Promise(resolve => child.on('exit', (code, signal) => {
     proc.exited = true

@@ -3,6 +3,8 @@
 //
 // A path is { id, port, pid, adminPort? }: the client talks to `port`, `pid`
 // is the process whose CPU/RSS is read (the proxy; the upstream for 'direct').
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { FollowedStream, callTool, deleteSession, initialize, jsonAgent, nowMs, openStream, request } from './client.mjs'
 import { gatewayMetrics } from './gateway.mjs'
@@ -44,6 +46,12 @@ async function resetUpstream (ctx) {
 
 async function openSessions (path, count, agent) {
   return await mapLimit(range(count), 32, () => initialize(path.port, agent))
+}
+
+/** How late the upstream's paced ticker fired since the last call (see lib/upstream.mjs). */
+async function tickStats (ctx) {
+  const res = await request(ctx.upstreamPort, { path: '/bench/ticks', agent: ctx.controlAgent })
+  return JSON.parse(res.text)
 }
 
 async function upstreamStats (ctx) {
@@ -192,15 +200,18 @@ export async function latencyRound (ctx, path, sessions, ratePerSession, { warmu
     streams = await openAndGo(ctx, path, ids, { rate: ratePerSession, mode: 'latency', lockstep })
     await sleep(warmupMs)
     const a = await snapshot(ctx, { ...path, store: undefined }, [])
+    await tickStats(ctx) // forget the warm-up's ticks
     for (const s of streams) s.recording = true
     const t0 = nowMs()
     await sleep(windowMs)
     for (const s of streams) s.recording = false
     const seconds = (nowMs() - t0) / 1000
+    const ticks = await tickStats(ctx)
     const b = await snapshot(ctx, { ...path, store: undefined }, [])
     const all = []
     for (const s of streams) for (const v of s.latencies) all.push(v)
     const stats = summarize(all)
+    if (process.env.BENCH_RAW_DIR) dumpSamples(process.env.BENCH_RAW_DIR, `${path.id}-${Math.round(ratePerSession * sessions)}`, streams)
     return {
       ...stats,
       eventsPerSec: stats.n / seconds,
@@ -208,6 +219,10 @@ export async function latencyRound (ctx, path, sessions, ratePerSession, { warmu
       clientCpuPct: (b.client - a.client) / seconds * 100,
       machineBusyPct: (b.machine.busy - a.machine.busy) / (b.machine.total - a.machine.total) * 100,
       redisCpuPct: (b.redisCpu - a.redisCpu) / seconds * 100,
+      // The upstream's 1 ms timer over the same window: how late it fired (the machine's stalls, whatever the path).
+      timerLateP99: ticks.p99 ?? NaN,
+      timerLateMax: ticks.max ?? NaN,
+      timerLate2msPerSec: ticks.over2 / seconds,
       lost: sum(streams, s => s.lost),
       duplicated: sum(streams, s => s.duplicated),
       closedEarly: streams.filter(s => s.ended).length,
@@ -217,6 +232,21 @@ export async function latencyRound (ctx, path, sessions, ratePerSession, { warmu
   } finally {
     await teardown(ctx, path, ids, streams, agent)
   }
+}
+
+/**
+ * BENCH_RAW_DIR=dir: every recorded event of a latency round as a line
+ * `session sentAtMs latencyMs`, to study a tail's shape (one stall or many,
+ * all sessions at once or one).
+ */
+function dumpSamples (dir, name, streams) {
+  mkdirSync(dir, { recursive: true })
+  const lines = []
+  streams.forEach((s, i) => {
+    const sent = s.sentAt
+    s.latencies.forEach((v, j) => lines.push(`${i} ${sent[j].toFixed(3)} ${v.toFixed(3)}`))
+  })
+  writeFileSync(join(dir, `${name}-${Date.now()}.txt`), lines.join('\n') + '\n')
 }
 
 /**

@@ -18,6 +18,8 @@
 //                               in bursts, one per stream at the same moment)
 // DELETE /mcp (session)      -> ends the session's streams
 // GET /bench/stats, POST /bench/go|stop|reset: control, never through a proxy
+// GET /bench/ticks           -> how late the paced ticker's timer fired since
+//                               the last call (a probe of the machine's stalls)
 //
 // Every notification is ~300 bytes of JSON-RPC and carries its send time
 // ("t", ms of CLOCK_MONOTONIC with us precision: the same clock in every
@@ -53,6 +55,13 @@ const rated = new Set()
 const waiting = new Set()
 let sentEvents = 0
 let ticking = false
+/**
+ * How late the paced ticker's 1 ms timer fired (ms past 1 ms after the
+ * previous tick), since the last GET /bench/ticks: the machine's own
+ * scheduling stalls, seen from a process that every path shares.
+ */
+let tickLate = []
+let lastTick = NaN
 
 function openStream (sessionId, res, opts) {
   const stream = { sessionId, res, seq: 0, remaining: opts.count, rate: opts.rate, start: nowMs(), closed: false, onDone: opts.onDone }
@@ -107,6 +116,8 @@ function flood (stream) {
 /** Paced streams share one ~1 ms ticker; each sends what its rate says is due, stamped when sent. */
 function tick () {
   const now = nowMs()
+  if (!Number.isNaN(lastTick) && tickLate.length < 1_000_000) tickLate.push(now - lastTick - 1)
+  lastTick = now
   for (const stream of rated) {
     if (stream.closed || stream.res.writableNeedDrain) continue
     let due = Math.floor((now - stream.start) * stream.rate / 1000) - stream.seq
@@ -123,7 +134,18 @@ function tick () {
     }
   }
   if (rated.size > 0) setTimeout(tick, 1)
-  else ticking = false
+  else {
+    ticking = false
+    lastTick = NaN
+  }
+}
+
+/** Lateness of the ticks since the last call (then forgotten): p50, p99, max, and how many were 2 and 5 ms late or more. */
+function tickStats () {
+  const late = Float64Array.from(tickLate).sort()
+  tickLate = []
+  const at = p => (late.length === 0 ? null : late[Math.min(late.length - 1, Math.ceil(p * late.length) - 1)])
+  return { ticks: late.length, p50: at(0.5), p99: at(0.99), max: at(1), over2: late.filter(v => v >= 2).length, over5: late.filter(v => v >= 5).length }
 }
 
 function startRated (stream) {
@@ -256,6 +278,7 @@ const server = http.createServer({ keepAliveTimeout: 60_000, requestTimeout: 0, 
     return
   }
   if (path === '/bench/stats') return json(res, 200, { sessions: sessions.size, streams: streams.size, waiting: waiting.size, sent: sentEvents })
+  if (path === '/bench/ticks') return json(res, 200, tickStats())
   if (path === '/bench/go' && req.method === 'POST') {
     const started = waiting.size
     for (const stream of [...waiting]) {
