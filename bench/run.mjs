@@ -26,7 +26,7 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from './lib/client.mjs'
-import { startGateway } from './lib/gateway.mjs'
+import { envList, startGateway } from './lib/gateway.mjs'
 import { ensureNginx, nginxVersion, startNginx } from './lib/nginx.mjs'
 import { connectionsTo, freePort, nofileLimits, setNiceness, start, stop, stopAll, waitHttp } from './lib/procs.mjs'
 import { commandStats, connectRedis, deletePrefix, diffStats, redisVersion } from './lib/redis.mjs'
@@ -226,11 +226,11 @@ async function main () {
     if (main === undefined) continue
     if (!existsSync(main)) throw new Error(`${main} not found`)
     if (want.has('gw-memory')) {
-      const gw = await startGateway({ name: `gw-memory${suffix}`, main, upstreamPort: ctx.upstreamPort })
+      const gw = await startGateway({ name: `gw-memory${suffix}`, main, upstreamPort: ctx.upstreamPort, env: suffix === '' ? {} : envList(process.env.BENCH_GATEWAY_B_ENV) })
       paths.push({ id: `gw-memory${suffix}`, store: 'memory', port: gw.port, pid: gw.pid, adminPort: gw.adminPort, proc: gw.proc })
     }
     if (want.has('gw-redis')) {
-      const gw = await startGateway({ name: `gw-redis${suffix}`, main, upstreamPort: ctx.upstreamPort, redisUrl, keyPrefix })
+      const gw = await startGateway({ name: `gw-redis${suffix}`, main, upstreamPort: ctx.upstreamPort, redisUrl, keyPrefix, env: suffix === '' ? {} : envList(process.env.BENCH_GATEWAY_B_ENV) })
       paths.push({ id: `gw-redis${suffix}`, store: 'redis', port: gw.port, pid: gw.pid, adminPort: gw.adminPort, proc: gw.proc })
     }
   }

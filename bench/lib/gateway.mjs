@@ -22,6 +22,8 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
     LOG_LEVEL: 'warn',
     // The idle scenario holds 10,000 sessions; the default cap is exactly that.
     MAX_SESSIONS: '100000',
+    // BENCH_GATEWAY_ENV="NAME=value ...": environment for the gateways only (not the other paths).
+    ...envList(process.env.BENCH_GATEWAY_ENV),
     ...env
   }
   if (redisUrl !== undefined) {
@@ -35,6 +37,11 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
   const proc = start(name, process.execPath, [...START_FLAGS, ...extra, ...nodeArgs, main], { env: gatewayEnv })
   await waitHttp(`http://127.0.0.1:${adminPort}/readyz`, { proc, timeoutMs: 30_000 })
   return { proc, pid: proc.pid, port, adminPort }
+}
+
+/** "NAME=value NAME2=value2" as an object (values without spaces). */
+export function envList (text = '') {
+  return Object.fromEntries(text.split(' ').filter(kv => kv.includes('=')).map(kv => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]))
 }
 
 /** The gateway's counters that the benchmark needs, from /metrics. */
