@@ -862,7 +862,7 @@ async function readEntries (redis: Redis, meta: string, stream: string, epoch: s
   if (replies === null) return undefined
   const [current, rows] = replies as [Buffer | null, Array<[Buffer, Buffer[]]>]
   if (current === null || current.toString() !== epoch || !Array.isArray(rows) || rows.length !== count) return undefined
-  if (!(rows[0]?.[0].equals(firstId) === true) || !(rows[count - 1]?.[0].equals(lastId) === true)) return undefined
+  if (rows[0]?.[0].equals(firstId) !== true || rows[count - 1]?.[0].equals(lastId) !== true) return undefined
   return rows
 }
 

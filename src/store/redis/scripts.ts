@@ -32,8 +32,9 @@
  * upstream read, whatever the number of events in it; the gateway packs and
  * unpacks. A large batch's entries are written by plain XADDs beside the
  * script rather than by it (APPEND_SPLIT), under `<prefix>{<session>}:aside`
- * for the span of their MULTI: no other command ever sees that key. The session hash's f: is exact: a batch's events below it are
- * hidden from reads until the whole entry is trimmed.
+ * for the span of their MULTI: no other command ever sees that key. The
+ * session hash's f: is exact: a batch's events below it are hidden from
+ * reads until the whole entry is trimmed.
  *
  * The session hash is refreshed by every call that refreshes a stream key, so
  * it always outlives them. A stream key can still expire on its own (idle
