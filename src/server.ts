@@ -111,7 +111,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     leases
   })
 
-  await app.register(fastifySSE, { heartbeatInterval: config.keepAliveMs })
+  await app.register(fastifySSE)
 
   app.addHook('onRequest', async (request, reply) => {
     if (draining) {

@@ -31,7 +31,7 @@ export const ConfigSchema = Type.Object({
   MAX_SESSIONS: Type.Integer({ default: 10000, minimum: 1, description: 'Sessions with a live upstream GET stream held by this process; beyond it a new standalone stream gets 503 with Retry-After.' }),
 
   STANDALONE_HOLD_SECONDS: Type.Integer({ default: 120, minimum: 0, description: 'How long a session\'s upstream GET stream stays open, still recording, after its last client left.' }),
-  KEEPALIVE_INTERVAL_SECONDS: Type.Integer({ default: 15, minimum: 1, description: 'Interval of SSE keep-alive comments on idle client streams (well under common 60 s proxy idle limits).' }),
+  KEEPALIVE_INTERVAL_SECONDS: Type.Integer({ default: 15, minimum: 1, description: 'Longest silence on a client stream: one that carried nothing for this long gets an SSE keep-alive comment (well under common 60 s proxy idle limits). Streams carrying events get none.' }),
   SSE_RETRY_MS: Type.Integer({ default: 1000, minimum: 0, description: 'The SSE retry hint sent to clients: how long they wait before reconnecting.' }),
   UPSTREAM_HEADERS_TIMEOUT_SECONDS: Type.Integer({ default: 300, minimum: 1, description: 'How long the upstream may take to send response headers. SSE bodies have no read timeout.' }),
 

@@ -17,6 +17,7 @@ import type { SessionHub } from '../relay/session-hub.js'
 import { SessionRateLimiter } from './rate-limit.js'
 import { SessionCache } from './session-cache.js'
 import { ClientStream } from '../sse/client-stream.js'
+import { KeepAliveTicker } from '../sse/keep-alive.js'
 import { STANDALONE_STREAM, type EventStore, type SessionRecord, type StreamState } from '../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { clientResponseHeaders, headerValue, mediaType } from '../upstream/headers.js'
@@ -79,6 +80,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   // A page is written in one piece: never larger than a client's send buffer may hold.
   const pageMaxBytes = Math.min(REPLAY_PAGE_MAX_BYTES, config.clientBufferMaxBytes)
   const replayPages = { pageSize: REPLAY_PAGE_EVENTS, pageBytes: Math.min(REPLAY_FIRST_PAGE_BYTES, pageMaxBytes), pageMaxBytes }
+  const keepAlive = new KeepAliveTicker(config.keepAliveMs)
+  app.addHook('onClose', async () => { keepAlive.stop() })
 
   const streamOptions = (reply: FastifyReply, log: Logger, kind: 'standalone' | 'request' | 'resume', epoch: string, streamId: string, proto: ProtocolInfo): ClientStream =>
     new ClientStream({
@@ -90,7 +93,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       retryMs: config.retryMs,
       maxBufferBytes: config.clientBufferMaxBytes,
       metrics,
-      log
+      log,
+      keepAlive
     })
 
   /**
@@ -538,7 +542,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   app.route({
     method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH', 'OPTIONS', 'HEAD'],
     url: config.mcpPath,
-    sse: { kind: 'manual', heartbeat: true },
+    // Keep-alive comments come from the streams' own ticker (sse/keep-alive.ts).
+    sse: { kind: 'manual', heartbeat: false },
     handler: async (request, reply) => {
       const versionHeader = request.headers['mcp-protocol-version']
       const proto = protocolInfo(versionHeader)

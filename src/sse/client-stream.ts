@@ -7,13 +7,16 @@ import { randomBytes } from 'node:crypto'
 import { base36Digits, encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../protocol/event-id.js'
 import { FLAG_FRAME, NumberedBatch } from '../store/batch.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
-import { formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId } from './frame.js'
+import { formatComment, formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId } from './frame.js'
+import { TICKS_PER_INTERVAL, type KeepAliveTarget, type KeepAliveTicker } from './keep-alive.js'
 
 /**
  * How long a client closed for being slow has to read what its buffer holds
  * (at most CLIENT_BUFFER_MAX_BYTES and one write) before its socket is dropped.
  */
 export const SLOW_CLIENT_GRACE_MS = 10_000
+
+const KEEP_ALIVE = formatComment('keep-alive')
 
 export interface ClientStreamOptions {
   readonly reply: FastifyReply
@@ -25,16 +28,19 @@ export interface ClientStreamOptions {
   readonly maxBufferBytes: number
   readonly metrics: GatewayMetrics
   readonly log: Logger
+  /** Keeps the stream alive once its head is sent (none: no keep-alive comments). */
+  readonly keepAlive?: KeepAliveTicker
 }
 
 /**
- * One client SSE connection. The response head, keep-alive comments and the
- * connection lifecycle are @fastify/sse's; events are written here as
- * pre-framed text, one write per batch (the plugin writes one per message).
+ * One client SSE connection. The response head and the connection lifecycle
+ * are @fastify/sse's; events are written here as pre-framed text, one write
+ * per batch (the plugin writes one per message), and keep-alive comments when
+ * the ticker finds the stream silent.
  * Writes never wait for the client: the store holds everything, so a client
  * whose buffer passes the bound is closed with a retry hint and resumes.
  */
-export class ClientStream {
+export class ClientStream implements KeepAliveTarget {
   readonly kind: StreamKind
   readonly streamId: string
   readonly epoch: string
@@ -45,6 +51,9 @@ export class ClientStream {
   readonly #maxBufferBytes: number
   readonly #metrics: GatewayMetrics
   readonly #log: Logger
+  readonly #keepAlive: KeepAliveTicker | undefined
+  /** The keep-alive ticker's tick at the last write. */
+  #wroteAt = 0
   /**
    * Exactly as long as it needs to be: push() would give each idle stream room
    * for 17, and an array literal with a spread room for 20; concat() makes one
@@ -70,6 +79,7 @@ export class ClientStream {
     this.#maxBufferBytes = options.maxBufferBytes
     this.#metrics = options.metrics
     this.#log = options.log
+    this.#keepAlive = options.keepAlive
     options.metrics.streamsOpened.inc({ kind: this.kind })
     options.metrics.clientStreamsOpen.inc({ kind: this.kind })
     const sse = options.reply.sse
@@ -93,6 +103,17 @@ export class ClientStream {
     if (head !== '') this.#write(head)
     // Nothing to write yet: send the head now, not with the first event or keep-alive.
     else this.#raw.flushHeaders()
+    if (this.#keepAlive !== undefined && !this.#closed) {
+      this.#wroteAt = this.#keepAlive.now
+      this.#keepAlive.add(this)
+    }
+  }
+
+  /** The keep-alive ticker's turn: a comment line if nothing was written for an interval. */
+  keepAliveTick (now: number): void {
+    if (now - this.#wroteAt < TICKS_PER_INTERVAL || this.#closed || this.#raw.destroyed) return
+    // Bytes still waiting for the client: the connection is not idle, and they come first.
+    if (this.#raw.writableLength === 0) this.#write(KEEP_ALIVE)
   }
 
   /** Write events (contiguous, in order); those at or before lastSeq are skipped. Returns false once closed. */
@@ -273,12 +294,14 @@ export class ClientStream {
       return false
     }
     this.#raw.write(text)
+    if (this.#keepAlive !== undefined) this.#wroteAt = this.#keepAlive.now
     return true
   }
 
   #finish (outcome: CloseOutcome): void {
     if (this.#closed) return
     this.#closed = true
+    this.#keepAlive?.delete(this)
     this.#metrics.clientStreamsOpen.dec({ kind: this.kind })
     this.#metrics.streamsClosed.inc({ kind: this.kind, outcome })
     const listeners = this.#onClose
