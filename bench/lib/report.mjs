@@ -81,6 +81,8 @@ function rows (s) {
     { label: 'events/s, 100 sessions', value: get('thr100', 'eventsPerSec'), ratio: 'higher' },
     { label: 'proxy CPU us/event, 1 session', value: get('thr1', 'cpuUsPerEvent'), digits: 2, ratio: 'lower', skip: ['direct'] },
     { label: 'proxy CPU us/event, 100 sessions', value: get('thr100', 'cpuUsPerEvent'), digits: 2, ratio: 'lower', skip: ['direct'] },
+    { label: 'first flood of the process, 100 sessions: events/s (warm-up, not in the medians)', value: get('firstFlood', 'eventsPerSec'), ratio: 'higher' },
+    { label: 'first flood of the process: proxy CPU us/event', value: get('firstFlood', 'cpuUsPerEvent'), digits: 2, ratio: 'lower', skip: ['direct'] },
     { group: 'One-way latency (ms, lower is better)' },
     { label: 'p50 at 1,000 ev/s', value: get('lat1k', 'p50'), digits: 3, ratio: 'lower' },
     { label: 'p99 at 1,000 ev/s', value: get('lat1k', 'p99'), digits: 3, ratio: 'lower', delta: true },
@@ -197,7 +199,7 @@ function markdown (report, tbl) {
   ]
   if (report.summary.idleNote !== undefined) lines.push(`Note: ${report.summary.idleNote}.`, '')
   lines.push('## How to reproduce', '', '```', 'npm run build && node bench/run.mjs          # full run, under ~10 minutes', 'node bench/run.mjs --quick                    # smoke check, about a minute', '```', '')
-  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions); latency = 10 sessions at 100 and 1,000 events/s each, at spread phases (a steady rate; "in lockstep": all in phase, bursts of 10 events at once); idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind.', '')
+  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions); latency = 10 sessions at 100 and 1,000 events/s each, at spread phases (a steady rate; "in lockstep": all in phase, bursts of 10 events at once); idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind. Before the measured rounds every path is warmed up, with 4 sessions, then with one flood of 100 sessions (the "first flood" rows: a fresh process grows its memory to its working size there).', '')
   if (report.errors.length > 0) {
     lines.push('## Errors', '')
     for (const e of report.errors) lines.push(`- ${e.scenario} ${e.path ?? ''} ${e.round === undefined ? '' : `round ${e.round + 1}`}: ${String(e.error).split('\n')[0]}`)
