@@ -111,7 +111,8 @@ export class ClientStream implements KeepAliveTarget {
 
   /** The keep-alive ticker's turn: a comment line if nothing was written for an interval. */
   keepAliveTick (now: number): void {
-    if (now - this.#wroteAt < TICKS_PER_INTERVAL || this.#closed || this.#raw.destroyed) return
+    // (A finished stream has left the ticker; one whose socket is gone has not yet heard.)
+    if (now - this.#wroteAt < TICKS_PER_INTERVAL || this.#raw.destroyed) return
     // Bytes still waiting for the client: the connection is not idle, and they come first.
     if (this.#raw.writableLength === 0) this.#write(KEEP_ALIVE)
   }
