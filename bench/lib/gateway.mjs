@@ -7,6 +7,13 @@ const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.ur
 export const START_FLAGS = pkg.scripts.start.split(/\s+/).filter(a => a.startsWith('--'))
 
 /**
+ * Events a gateway keeps per stream (RETENTION_MAX_EVENTS, its default, set
+ * explicitly): the throughput rounds measure once every stream has passed it
+ * (see throughputRound in scenarios.mjs).
+ */
+export const RETENTION_EVENTS = 10_000
+
+/**
  * store: 'memory' | 'redis'. Extra env (e.g. MAX_SESSIONS) and node flags
  * (e.g. --cpu-prof) are passed through; node runs with the start script's flags.
  */
@@ -22,6 +29,7 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
     LOG_LEVEL: 'warn',
     // The idle scenario holds 10,000 sessions; the default cap is exactly that.
     MAX_SESSIONS: '100000',
+    RETENTION_MAX_EVENTS: String(RETENTION_EVENTS),
     // BENCH_GATEWAY_ENV="NAME=value ...": environment for the gateways only (not the other paths).
     ...envList(process.env.BENCH_GATEWAY_ENV),
     ...env

@@ -131,6 +131,16 @@ export function cpuSeconds (pid) {
   return (Number(fields[11]) + Number(fields[12])) / CLK_TCK
 }
 
+/** Minor page faults of a process so far (field 10 of stat(5)); NaN when it cannot be read (not on this machine). */
+export function minorFaults (pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[7])
+  } catch {
+    return NaN
+  }
+}
+
 /** Busy and total jiffies of the whole machine (/proc/stat), to tell how loaded it was. */
 export function machineJiffies () {
   const cols = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number)

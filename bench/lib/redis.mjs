@@ -1,4 +1,5 @@
 // What the benchmark asks Redis: command statistics, client list, cleanup.
+import { readFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
 
 export async function connectRedis (url) {
@@ -47,6 +48,20 @@ export async function deletePrefix (redis, prefix) {
 export async function redisVersion (redis) {
   const text = await redis.info('server')
   return /redis_version:(\S+)/.exec(text)?.[1] ?? 'unknown'
+}
+
+/**
+ * The Redis server's process id when it runs on this machine (its pid from
+ * INFO names a redis-server process here), else undefined: its page faults
+ * can only be read from /proc then.
+ */
+export async function localRedisPid (redis) {
+  const pid = Number(/process_id:(\d+)/.exec(await redis.info('server'))?.[1])
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').startsWith('redis') ? pid : undefined
+  } catch {
+    return undefined
+  }
 }
 
 /** CPU seconds Redis has used (user + sys, all threads). */

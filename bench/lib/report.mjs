@@ -81,6 +81,8 @@ function rows (s) {
     { label: 'events/s, 100 sessions', value: get('thr100', 'eventsPerSec'), ratio: 'higher' },
     { label: 'proxy CPU us/event, 1 session', value: get('thr1', 'cpuUsPerEvent'), digits: 2, ratio: 'lower', skip: ['direct'] },
     { label: 'proxy CPU us/event, 100 sessions', value: get('thr100', 'cpuUsPerEvent'), digits: 2, ratio: 'lower', skip: ['direct'] },
+    { label: 'upstream CPU us/event (the shared source), 100 sessions', value: get('thr100', 'upstreamCpuUsPerEvent'), digits: 2, ratio: 'lower' },
+    { label: 'warm-up of a 100-session round, s (until 95% of the streams are past retention)', value: id => (num(s.thr100?.[id]?.warmedMs) ? `${(s.thr100[id].warmedMs / 1000).toFixed(1)}${s.thr100[id].filled === 1 ? '' : ' (cap)'}` : NaN) },
     { label: 'first flood of the process, 100 sessions: events/s (warm-up, not in the medians)', value: get('firstFlood', 'eventsPerSec'), ratio: 'higher' },
     { label: 'first flood of the process: proxy CPU us/event', value: get('firstFlood', 'cpuUsPerEvent'), digits: 2, ratio: 'lower', skip: ['direct'] },
     { group: 'One-way latency (ms, lower is better)' },
@@ -108,6 +110,7 @@ function rows (s) {
     { label: 'store round trips (EVALSHA) per event', value: id => redisPair(s, id, 'roundTripsPerEvent', 4) },
     { label: 'Redis commands per event (incl. in scripts)', value: id => redisPair(s, id, 'commandsPerEvent', 2) },
     { label: 'Redis CPU us per event', value: id => redisPair(s, id, 'redisCpuUsPerEvent', 2) },
+    { label: 'Redis page faults per event (when Redis runs on this machine)', value: id => redisPair(s, id, 'redisFaultsPerEvent', 3) },
     { label: 'Redis connections (rest / 100 / idle N)', value: id => (!isRedis(id) ? NaN : [s.redisConnectionsAtRest, s.thr100?.[id]?.redisConnections, s.idle?.[id]?.redisConnectionsAfter].map(v => fmt(v)).join(' / ')) }
   ]
   return list
@@ -199,7 +202,7 @@ function markdown (report, tbl) {
   ]
   if (report.summary.idleNote !== undefined) lines.push(`Note: ${report.summary.idleNote}.`, '')
   lines.push('## How to reproduce', '', '```', 'npm run build && node bench/run.mjs          # full run, under ~10 minutes', 'node bench/run.mjs --quick                    # smoke check, about a minute', '```', '')
-  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions); latency = 10 sessions at 100 and 1,000 events/s each, at spread phases (a steady rate; "in lockstep": all in phase, bursts of 10 events at once); idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind. Before the measured rounds every path is warmed up, with 4 sessions, then with one flood of 100 sessions (the "first flood" rows: a fresh process grows its memory to its working size there).', '')
+  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions), measured in the steady state: the warm-up of each round lasts until 95% of the streams are past the retention of the gateways (RETENTION_MAX_EVENTS, 10,000 events), so the store trims as much as it takes; latency = 10 sessions at 100 and 1,000 events/s each, at spread phases (a steady rate; "in lockstep": all in phase, bursts of 10 events at once); idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind. Before the measured rounds every path is warmed up, with 4 sessions, then with one flood of 100 sessions (the "first flood" rows: a fresh process grows its memory to its working size there).', '')
   if (report.errors.length > 0) {
     lines.push('## Errors', '')
     for (const e of report.errors) lines.push(`- ${e.scenario} ${e.path ?? ''} ${e.round === undefined ? '' : `round ${e.round + 1}`}: ${String(e.error).split('\n')[0]}`)
