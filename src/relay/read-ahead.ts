@@ -45,9 +45,11 @@ export interface ReadAheadSink {
    * The events that arrived since the previous batch was handed over (at
    * least one). Reading goes on while the returned promise is pending; the
    * next batch comes once it settles. A rejection stops reading: fail() gets
-   * the reason.
+   * the reason. Resolving true says that nothing reads the batch any more
+   * (the store answered; what it keeps, it retained: EventBatch.retain()):
+   * its buffers may take the next events.
    */
-  batch: (events: EventBatch) => Promise<unknown>
+  batch: (events: EventBatch) => Promise<boolean>
   /** The body ended and every batch has settled. */
   end: () => void
   /**
@@ -169,8 +171,9 @@ class ReadAhead {
       this.#uncount()
       if (!this.#failed && this.#body.isPaused()) this.#body.resume()
       this.#busy = true
-      this.#sink.batch(batch).then(() => {
+      this.#sink.batch(batch).then(done => {
         this.#busy = false
+        if (done) queued.recycle(batch)
         this.#next()
       }, (err: unknown) => {
         this.#busy = false

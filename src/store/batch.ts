@@ -30,11 +30,38 @@ export class EventBatch {
   readonly layout: Uint32Array
   /** The last upstream id of the batch that is not empty ('' when none). */
   readonly lastUpstreamId: string
+  /**
+   * The builder's buffers that `bytes` and `layout` are views of, while they
+   * may go back to it for the next batch (see release()).
+   */
+  #whole: { bytes: Buffer, layout: Uint32Array } | undefined
 
-  constructor (bytes: Buffer, layout: Uint32Array, lastUpstreamId: string) {
+  constructor (bytes: Buffer, layout: Uint32Array, lastUpstreamId: string, whole?: { bytes: Buffer, layout: Uint32Array }) {
     this.bytes = bytes
     this.layout = layout
     this.lastUpstreamId = lastUpstreamId
+    this.#whole = whole
+  }
+
+  /**
+   * Something keeps the batch's bytes (a store keeps them as they are, or
+   * views of them outlive the append): they are never reused.
+   */
+  retain (): void {
+    this.#whole = undefined
+  }
+
+  /**
+   * The batch's buffers, for its builder to fill again: the caller is done
+   * with the batch and knows that nothing else reads it any more (the store
+   * answered the append and took no view of it). Undefined when the batch was
+   * retained, its event objects were made (their frames are views), or it
+   * was released already.
+   */
+  release (): { bytes: Buffer, layout: Uint32Array } | undefined {
+    const whole = this.#whole
+    this.#whole = undefined
+    return whole
   }
 
   /** Pack events (the gateway's own, or a caller's array). */
@@ -108,8 +135,9 @@ export class EventBatch {
     return true
   }
 
-  /** The events, numbered from `firstSeq`; frames are views of `bytes`. */
+  /** The events, numbered from `firstSeq`; frames are views of `bytes` (so the batch is retained). */
   stored (firstSeq: number): StoredEvent[] {
+    this.retain()
     const out = new Array<StoredEvent>(this.length)
     const bytes = this.bytes
     const layout = this.layout
@@ -197,7 +225,10 @@ export class BatchNotice implements StreamNotice {
  * out of the read they came in (the read is free to go at once), into one
  * buffer that grows by doubling. Its first size follows the previous batch,
  * so a fast stream does not regrow every time and a slow one does not keep a
- * big buffer for one event. Holds nothing between batches.
+ * big buffer for one event. Between batches it holds nothing, except while
+ * the stream is busy: a batch the store is done with comes back (recycle())
+ * and the next one is packed into its buffers, so a flooded stream does not
+ * make new ones (and work for the garbage collector) for every append.
  */
 export class EventBatchBuilder {
   #bytes: Buffer | undefined
@@ -221,6 +252,8 @@ export class EventBatchBuilder {
   /** Start and end in #source of each pending frame: the first #spanCount pairs (kept between batches). */
   readonly #spans: number[] = []
   #spanCount = 0
+  /** A batch's buffers that came back (recycle()), for the next batch. */
+  #spare: { bytes: Buffer, layout: Uint32Array } | undefined
 
   get length (): number { return this.#count }
   /** Bytes packed so far. */
@@ -294,11 +327,28 @@ export class EventBatchBuilder {
     if (upstreamId !== undefined) this.#writeUpstreamId(upstreamId)
   }
 
+  /**
+   * A batch of this builder's that nothing reads any more (see
+   * EventBatch.release()): its buffers take the next batch's events, if
+   * events wait already (the stream is busy). Otherwise the builder lets go
+   * of them, and of any it kept, so a stream that went quiet holds nothing.
+   */
+  recycle (batch: EventBatch): void {
+    const whole = batch.release()
+    if (this.#count === 0) {
+      this.#spare = undefined
+      return
+    }
+    this.#spare ??= whole
+  }
+
   /** The events packed so far, as a batch; the builder starts over empty. */
   take (): EventBatch {
     this.flush()
     if (this.#count === 0) return EventBatch.EMPTY
-    const batch = new EventBatch((this.#bytes as Buffer).subarray(0, this.#used), (this.#layout as Uint32Array).subarray(0, 4 * this.#count), this.#lastUpstreamId)
+    const bytes = this.#bytes as Buffer
+    const layout = this.#layout as Uint32Array
+    const batch = new EventBatch(bytes.subarray(0, this.#used), layout.subarray(0, 4 * this.#count), this.#lastUpstreamId, { bytes, layout })
     this.#nextCapacity = MIN_CAPACITY
     while (this.#nextCapacity < this.#used) this.#nextCapacity *= 2
     this.#nextEvents = MIN_EVENTS
@@ -336,6 +386,17 @@ export class EventBatchBuilder {
     const need = this.#used + more
     const current = this.#bytes
     if (current !== undefined && current.length >= need) return current
+    const spare = this.#spare
+    if (current === undefined && spare !== undefined) {
+      // The first event of a batch: it takes the spare's layout (grown like any
+      // other when full), and its bytes when they have room.
+      this.#spare = undefined
+      this.#layout ??= spare.layout
+      if (spare.bytes.length >= need) {
+        this.#bytes = spare.bytes
+        return spare.bytes
+      }
+    }
     let capacity = Math.max(current === undefined ? this.#nextCapacity : current.length * 2, MIN_CAPACITY)
     while (capacity < need) capacity *= 2
     // Never from Node's shared pool (64 KB from Node 24 on, so a 4-8 KB batch

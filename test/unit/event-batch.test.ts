@@ -128,3 +128,66 @@ t.test('runs: whole events, at most maxBytes each (a larger event alone), togeth
   t.same(batch.runs(1000).map(r => r.count), [8], 'a batch within the bound is one run')
   t.same(EventBatch.EMPTY.runs(100), [], 'an empty batch has none')
 })
+
+t.test('a batch the store is done with takes the next events while the stream is busy; a quiet stream holds nothing', async t => {
+  const builder = new EventBatchBuilder()
+  const f = (i: number): EventInput => frame(`data: ${i}\n`)
+  builder.add(f(1))
+  const a = builder.take()
+  const aBytes = a.bytes.buffer
+  const aLayout = a.layout.buffer
+  // a is at the store while the next events arrive: they need a buffer of their own.
+  builder.add(f(2))
+  builder.recycle(a)
+  const b = builder.take()
+  t.not(b.bytes.buffer, aBytes, 'events that waited during the append are in their own buffer')
+  builder.add(f(3))
+  builder.add(f(4))
+  const c = builder.take()
+  t.equal(c.bytes.buffer, aBytes, 'the batch after them is packed into the returned buffer')
+  t.equal(c.layout.buffer, aLayout, 'and into its layout')
+  t.same(c.toArray(), [f(3), f(4)], 'holding exactly its own events')
+  t.equal(a.release(), undefined, 'a batch is released once')
+  // b comes back while nothing waits: the stream went quiet, and the builder keeps nothing.
+  const bBytes = b.bytes.buffer
+  builder.recycle(b)
+  builder.add(f(5))
+  t.not(builder.take().bytes.buffer, bBytes, 'a buffer returned to an idle builder is let go')
+})
+
+t.test('a batch that was retained, or whose events were made, is never packed into again', async t => {
+  const builder = new EventBatchBuilder()
+  const f = (i: number): EventInput => frame(`data: ${i}\n`)
+  builder.add(f(1))
+  const kept = builder.take()
+  kept.retain()
+  builder.add(f(2))
+  builder.recycle(kept)
+  builder.take()
+  builder.add(f(3))
+  t.not(builder.take().bytes.buffer, kept.bytes.buffer, 'a retained batch (a store keeps its bytes)')
+  builder.add(f(4))
+  const viewed = builder.take()
+  const events = viewed.stored(1)
+  builder.add(f(5))
+  builder.recycle(viewed)
+  builder.take()
+  builder.add(f(6))
+  t.not(builder.take().bytes.buffer, viewed.bytes.buffer, 'a batch whose events were made (their frames are views of it)')
+  t.same(events.map(e => e.frame?.toString()), ['data: 4\n'], 'those events are as they were')
+})
+
+t.test('a returned buffer too small for the next event gives way to a new one; its layout is still used', async t => {
+  const builder = new EventBatchBuilder()
+  builder.add(frame('data: small\n'))
+  const small = builder.take()
+  const big = 'data: '.padEnd(10_000, 'y') + '\n'
+  builder.add(frame(big))
+  builder.recycle(small)
+  builder.take()
+  builder.add(frame(big))
+  const next = builder.take()
+  t.not(next.bytes.buffer, small.bytes.buffer, 'a new buffer for a frame larger than the returned one')
+  t.equal(next.layout.buffer, small.layout.buffer, 'the returned layout')
+  t.same(next.toArray(), [frame(big)])
+})

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { MemoryEventStore, RECORD_BYTES, type MemoryStoreOptions } from '../../src/store/memory/memory-store.js'
 import type { EventInput, RetentionLimits, StoredEvent } from '../../src/store/contract.js'
 import { SessionGoneError } from '../../src/errors.js'
-import { EventBatch } from '../../src/store/batch.js'
+import { EventBatch, EventBatchBuilder } from '../../src/store/batch.js'
 
 const ROOMY: RetentionLimits = { maxEvents: 1_000_000, maxBytes: 1_000_000_000, ttlMs: 3_600_000 }
 
@@ -581,4 +581,26 @@ t.test('a stream larger than the cap trims itself: no other session is evicted f
   const big = await store.state('big', 's')
   t.equal(big?.lastSeq, 10, 'the big stream numbered on')
   t.ok(big !== null && big.lastSeq - big.firstSeq + 1 < 10, 'and kept only its newest events')
+})
+
+t.test('a batch whose buffer the store keeps as it is is retained: its builder never packs into it again', async (t) => {
+  const { store } = makeStore(t, { maxBytes: 1_000_000 })
+  await store.createSession('S', 'p')
+  // Exactly 4 KiB: the builder's buffer is full, so the store keeps it rather than a copy.
+  const frameOf = (fill: string): Buffer => Buffer.from('data: ' + fill.repeat(4089) + '\n')
+  const builder = new EventBatchBuilder()
+  const first = frameOf('a')
+  builder.addFrame(first, 0, first.length)
+  const kept = builder.take()
+  await store.appendBatch('S', 's', kept)
+  // The stream is busy: the next events wait when the append comes back.
+  const second = frameOf('b')
+  builder.addFrame(second, 0, second.length)
+  builder.recycle(kept)
+  await store.appendBatch('S', 's', builder.take())
+  const third = frameOf('c')
+  builder.addFrame(third, 0, third.length)
+  await store.appendBatch('S', 's', builder.take())
+  const frames = (await all(store, 'S', 's')).map(e => e.frame?.toString())
+  t.same(frames, [first.toString(), second.toString(), third.toString()], 'every stored event as it was appended')
 })

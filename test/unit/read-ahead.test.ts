@@ -23,18 +23,18 @@ class HeldSink implements ReadAheadSink {
   over = false
   #taken = 0
   #arrived: (() => void) | undefined
-  #held: { resolve: () => void, reject: (err: unknown) => void } | undefined
+  #held: { resolve: (done: boolean) => void, reject: (err: unknown) => void } | undefined
   #finish: (outcome: Outcome) => void = () => {}
 
   constructor () {
     this.outcome = new Promise(resolve => { this.#finish = resolve })
   }
 
-  batch (events: EventBatch): Promise<unknown> {
+  batch (events: EventBatch): Promise<boolean> {
     if (this.#held !== undefined) throw new Error('a batch came while the previous one was held')
     this.batches.push(events)
     this.#arrived?.()
-    return new Promise<void>((resolve, reject) => { this.#held = { resolve, reject } })
+    return new Promise<boolean>((resolve, reject) => { this.#held = { resolve, reject } })
   }
 
   end (): void { this.#over({ ended: true }) }
@@ -53,11 +53,11 @@ class HeldSink implements ReadAheadSink {
     return data(this.batches[this.#taken++] as EventBatch)
   }
 
-  /** The held batch is stored: the next may come. */
-  release (): void {
+  /** The held batch is stored: the next may come (with `done`, its buffers may take the next events). */
+  release (done = false): void {
     const held = this.#held
     this.#held = undefined
-    held?.resolve()
+    held?.resolve(done)
   }
 
   /** The store refused the held batch for good. */
@@ -287,4 +287,36 @@ t.test('a body already over when it is handed over: told at once, not waited for
   readAhead(cut, new SseDecoder(1024), cutSink)
   t.match(await cutSink.outcome, { error: { code: 'ERR_STREAM_PREMATURE_CLOSE' } }, 'destroyed without an error: a premature close')
   t.equal(cut.listenerCount('close'), 0, 'no listener left behind')
+})
+
+t.test('a batch the sink is done with (it resolved true) takes the events after the next; one it resolved false is left alone', async t => {
+  const body = new PassThrough()
+  const sink = new HeldSink()
+  readAhead(body, new SseDecoder(1024), sink)
+  const handed = async (n: number): Promise<EventBatch> => {
+    while (sink.batches.length < n) await nextTurn()
+    return sink.batches[n - 1] as EventBatch
+  }
+  body.write(ev(1))
+  const first = await handed(1)
+  const firstBytes = first.bytes.buffer
+  body.write(ev(2))
+  await nextTurn()
+  sink.release(true)
+  const second = await handed(2)
+  body.write(ev(3))
+  await nextTurn()
+  sink.release(false)
+  const third = await handed(3)
+  t.equal(third.bytes.buffer, firstBytes, 'the third batch is packed into the first one\'s buffer (events waited when it came back)')
+  t.not(second.bytes.buffer, firstBytes, 'the second, which waited meanwhile, has its own')
+  body.write(ev(4))
+  await nextTurn()
+  sink.release(true)
+  const fourth = await handed(4)
+  t.not(fourth.bytes.buffer, second.bytes.buffer, 'a batch resolved false is not packed into again')
+  t.same([second, third, fourth].map(data), [['{"i":2}'], ['{"i":3}'], ['{"i":4}']], 'every batch holds its own events')
+  body.end()
+  sink.release(true)
+  t.same(await sink.outcome, { ended: true })
 })

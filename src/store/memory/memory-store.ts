@@ -119,7 +119,10 @@ function segmentOf (first: number, batch: EventBatch, plain: boolean, numbered: 
       ends[i] = at
     }
     if (total < OFF_HEAP_SEGMENT_BYTES) return { first, count, blob: bytes.toString('latin1'), ends, upstreamIds: undefined }
-    if (bytes.buffer.byteLength <= total * (1 + KEEP_BUFFER_MAX_SLACK)) return { first, count, blob: bytes, ends, upstreamIds: undefined }
+    if (bytes.buffer.byteLength <= total * (1 + KEEP_BUFFER_MAX_SLACK)) {
+      batch.retain()
+      return { first, count, blob: bytes, ends, upstreamIds: undefined }
+    }
     const blob = Buffer.allocUnsafeSlow(total)
     bytes.copy(blob)
     return { first, count, blob, ends, upstreamIds: undefined }
