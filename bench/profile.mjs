@@ -15,7 +15,7 @@ import os from 'node:os'
 import http from 'node:http'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { RETENTION_EVENTS, startGateway } from './lib/gateway.mjs'
+import { FILL_EVENTS, startGateway } from './lib/gateway.mjs'
 import { start, stop, stopAll } from './lib/procs.mjs'
 import { connectRedis, deletePrefix } from './lib/redis.mjs'
 import { throughputRound } from './lib/scenarios.mjs'
@@ -51,7 +51,7 @@ async function profileStore (store, upstreamPort, ctx) {
   try {
     for (const n of sessionCounts) {
       // The same warm-up as run.mjs: the events/s printed are of the steady state (the profile covers the warm-up too).
-      const r = await throughputRound(ctx, path, n, { warmupMs: 1000, windowMs: seconds * 1000, fillEvents: Math.round(RETENTION_EVENTS * 1.2), fillCapMs: 20_000 })
+      const r = await throughputRound(ctx, path, n, { warmupMs: 1000, windowMs: seconds * 1000, fillEvents: FILL_EVENTS, fillCapMs: 20_000 })
       results[n] = r
       log(`${store}, ${n} session(s): ${Math.round(r.eventsPerSec)} events/s, gateway ${r.cpuUsPerEvent.toFixed(2)} us CPU per event${r.redis ? `, ${r.redis.eventsPerAppend.toFixed(0)} events per append` : ''} (after a warm-up of ${(r.warmedMs / 1000).toFixed(1)} s)`)
     }

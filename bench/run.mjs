@@ -26,7 +26,7 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from './lib/client.mjs'
-import { envList, RETENTION_EVENTS, startGateway } from './lib/gateway.mjs'
+import { envList, FILL_EVENTS, startGateway } from './lib/gateway.mjs'
 import { ensureNginx, nginxVersion, startNginx } from './lib/nginx.mjs'
 import { connectionsTo, freePort, nofileLimits, setNiceness, start, stop, stopAll, waitHttp } from './lib/procs.mjs'
 import { commandStats, connectRedis, deletePrefix, diffStats, localRedisPid, redisVersion } from './lib/redis.mjs'
@@ -63,13 +63,6 @@ if (nice !== 0) {
   setNiceness(nice)
   os.setPriority(nice)
 }
-
-/**
- * A throughput round's warm-up lasts until every stream has delivered this
- * many events: past the gateway's retention, so the store trims as much as
- * it takes (steady state), as in any flood longer than a few seconds.
- */
-const FILL_EVENTS = Math.round(RETENTION_EVENTS * 1.2)
 
 const CFG = QUICK
   ? {

@@ -13,6 +13,8 @@ export const START_FLAGS = pkg.scripts.start.split(/\s+/).filter(a => a.startsWi
  * would make them measure before the store trims.
  */
 export const RETENTION_EVENTS = 10_000
+/** Events every stream but a few stragglers delivers in a throughput round's warm-up: past RETENTION_EVENTS. */
+export const FILL_EVENTS = Math.round(RETENTION_EVENTS * 1.2)
 
 /**
  * store: 'memory' | 'redis'. Extra env (e.g. MAX_SESSIONS) and node flags

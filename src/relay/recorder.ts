@@ -344,10 +344,6 @@ class Recording implements ReadAheadSink {
     try {
       stored = await o.metrics.timeStore('append', () => o.store.appendBatch(o.sessionId, o.streamId, batch, options))
     } catch (first) {
-      // The connection may still hold the failed append's bytes (to resend them
-      // after a reconnect): they are never reused.
-      batch.retain()
-      read.retain()
       if (first instanceof SessionGoneError || first instanceof LeaseLostError) throw first
       // Only a failure that would pass events on live can duplicate them; once
       // degraded, events are passed on at once (the window was spent already).

@@ -11,6 +11,7 @@ import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures
 import type { TestRedis } from '../fixtures/redis.js'
 import { storeContract } from '../fixtures/store-contract.js'
 import { READ_PLAN } from '../../src/store/redis/scripts.js'
+import { EventBatch, EventBatchBuilder } from '../../src/store/batch.js'
 import { startRedisCut, type RedisCut } from '../fixtures/redis-cut.js'
 
 const RETENTION: RetentionLimits = { maxEvents: 1000, maxBytes: 1024 * 1024, ttlMs: 60_000 }
@@ -748,4 +749,22 @@ t.test('redis: intactSince moves to the moment a replica finds Redis without its
   t.ok(after >= wipedAt, `intact only since the store was found empty (${after - first} ms later)`)
   const other = await storeFor(t, env)
   t.equal(await other.intactSince(), after, 'another replica sees the same moment')
+})
+
+t.test('redis: a batch whose append failed is retained (the connection may still hold its bytes); one that went through is not', async (t) => {
+  const env = await useRedis(t, 'retain-failed')
+  const store = await storeFor(t, env)
+  await store.createSession('sess', 'p')
+  const batchOf = (tag: string): EventBatch => {
+    const builder = new EventBatchBuilder()
+    for (const e of frames(tag, 5)) builder.add(e)
+    return builder.take()
+  }
+  const stored = batchOf('a')
+  await store.appendBatch('sess', 's', stored, { fence: 'A' })
+  t.not(stored.release(), undefined, 'an append that went through leaves the batch free for its builder')
+  await env.redis.set(`${env.prefix}{sess}:lease`, 'B')
+  const refused = batchOf('b')
+  await t.rejects(store.appendBatch('sess', 's', refused, { fence: 'A' }), LeaseLostError)
+  t.equal(refused.release(), undefined, 'a failed one is never reused')
 })

@@ -376,6 +376,9 @@ export class RedisEventStore implements EventStore {
         reply = await APPEND_CALL.call(redis, args) as AppendReply | null
       }
     } catch (err) {
+      // The connection may still hold the failed append's bytes (to resend them
+      // after a reconnect): they are never reused for another batch.
+      batch.retain()
       if (isReply(err, FENCED)) throw new LeaseLostError(sessionId)
       if (known && batch.length > 0) mark.uncertain = events
       throw err
