@@ -2,10 +2,12 @@
 // CPU profile of the gateway under the throughput scenario of bench/run.mjs.
 //
 //   node bench/profile.mjs [--store=memory|redis|both] [--seconds=8] [--sessions=1,100]
-//                          [--gateway=dist/src/main.js] [--out=bench/results]
+//                          [--rate=1000] [--gateway=dist/src/main.js] [--out=bench/results]
 //
 // Starts the bench upstream and the gateway under `node --cpu-prof`, floods
-// 1 and 100 sessions (as fast as the socket takes them), stops the gateway
+// 1 and 100 sessions (as fast as the socket takes them), or with --rate
+// sends that many events/s in all over each session count (the latency
+// scenario, where each upstream read carries one event), stops the gateway
 // (SIGTERM: the profile is written at exit) and prints where the time went:
 // self time by function, by file/package, and inclusive time of the
 // gateway's own functions. The raw .cpuprofile (open it in Chrome DevTools or
@@ -18,16 +20,17 @@ import { fileURLToPath } from 'node:url'
 import { FILL_EVENTS, startGateway } from './lib/gateway.mjs'
 import { start, stop, stopAll } from './lib/procs.mjs'
 import { connectRedis, deletePrefix } from './lib/redis.mjs'
-import { throughputRound } from './lib/scenarios.mjs'
+import { latencyRound, throughputRound } from './lib/scenarios.mjs'
 import { analyze } from './lib/cpuprofile.mjs'
 import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = parseArgs(['store', 'seconds', 'sessions', 'gateway', 'out'], import.meta.url)
+const args = parseArgs(['store', 'seconds', 'sessions', 'rate', 'gateway', 'out'], import.meta.url)
 const stores = args.store === undefined || args.store === 'both' ? ['memory', 'redis'] : [args.store]
 const seconds = Number(args.seconds ?? 8)
-const sessionCounts = String(args.sessions ?? '1,100').split(',').map(Number)
+const rate = args.rate === undefined ? undefined : Number(args.rate)
+const sessionCounts = String(args.sessions ?? (rate === undefined ? '1,100' : '10')).split(',').map(Number)
 const gatewayMain = resolve(root, args.gateway ?? 'dist/src/main.js')
 const outDir = join(resolve(root, args.out ?? 'bench/results'), 'profiles')
 const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -50,6 +53,13 @@ async function profileStore (store, upstreamPort, ctx) {
   const results = {}
   try {
     for (const n of sessionCounts) {
+      if (rate !== undefined) {
+        const r = await latencyRound(ctx, path, n, rate / n, { warmupMs: 1000, windowMs: seconds * 1000 })
+        r.cpuUsPerEvent = r.cpuPct * 1e4 / r.eventsPerSec
+        results[n] = r
+        log(`${store}, ${n} session(s) at ${rate} events/s: ${Math.round(r.eventsPerSec)} events/s, gateway ${r.cpuUsPerEvent.toFixed(1)} us CPU per event, p50 ${r.p50.toFixed(3)} ms, p99 ${r.p99.toFixed(2)} ms`)
+        continue
+      }
       // The same warm-up as run.mjs: the events/s printed are of the steady state (the profile covers the warm-up too).
       const r = await throughputRound(ctx, path, n, { warmupMs: 1000, windowMs: seconds * 1000, fillEvents: FILL_EVENTS, fillCapMs: 20_000 })
       results[n] = r
@@ -65,7 +75,8 @@ async function profileStore (store, upstreamPort, ctx) {
   mkdirSync(outDir, { recursive: true })
   const target = join(outDir, `gateway-${store}.cpuprofile`)
   writeFileSync(target, raw)
-  const summary = [`Gateway (${store} store) under the throughput scenario: ${sessionCounts.join(' and ')} session(s), ${seconds} s each`,
+  const scenario = rate === undefined ? 'the throughput scenario' : `${rate} events/s`
+  const summary = [`Gateway (${store} store) under ${scenario}: ${sessionCounts.join(' and ')} session(s), ${seconds} s each`,
     ...Object.entries(results).map(([n, r]) => `  ${n} session(s): ${Math.round(r.eventsPerSec)} events/s, ${r.cpuUsPerEvent.toFixed(2)} us gateway CPU per event`),
     '', analyze(JSON.parse(raw))].join('\n')
   writeFileSync(join(outDir, `gateway-${store}.txt`), summary + '\n')

@@ -85,10 +85,13 @@ function rows (s) {
     { label: 'warm-up of a 100-session round, s (until 95% of the streams are past retention)', value: id => (num(s.thr100?.[id]?.warmedMs) ? `${(s.thr100[id].warmedMs / 1000).toFixed(1)}${s.thr100[id].filled === 1 ? '' : ' (cap)'}` : NaN) },
     { label: 'first flood of the process, 100 sessions: events/s (warm-up, not in the medians)', value: get('firstFlood', 'eventsPerSec'), ratio: 'higher' },
     { label: 'first flood of the process: proxy CPU us/event', value: get('firstFlood', 'cpuUsPerEvent'), digits: 2, ratio: 'lower', skip: ['direct'] },
-    { group: 'One-way latency (ms, lower is better)' },
+    { group: 'One-way latency (ms, lower is better; fresh processes warmed at 10,000 ev/s)' },
     { label: 'p50 at 1,000 ev/s', value: get('lat1k', 'p50'), digits: 3, ratio: 'lower' },
     { label: 'p99 at 1,000 ev/s', value: get('lat1k', 'p99'), digits: 3, ratio: 'lower', delta: true },
     { label: 'max at 1,000 ev/s', value: get('lat1k', 'max'), digits: 2, ratio: 'lower' },
+    { label: 'proxy RSS at 1,000 ev/s, MB', value: id => s.lat1k?.[id]?.proxyRssKb / 1024, digits: 0, skip: ['direct'] },
+    { label: 'p99 at 1,000 ev/s on the proxy as the throughput runs left it (one round, not a target)', value: get('lat1kLoaded', 'p99'), digits: 3, ratio: 'lower', delta: true },
+    { label: 'its RSS then, MB', value: id => s.lat1kLoaded?.[id]?.proxyRssKb / 1024, digits: 0, skip: ['direct'] },
     { label: 'machine: upstream timer late p99 / max, same window', value: id => (num(s.lat1k?.[id]?.timerLateP99) ? `${s.lat1k[id].timerLateP99.toFixed(2)} / ${s.lat1k[id].timerLateMax.toFixed(1)}` : NaN) },
     { label: 'machine: upstream timer >= 2 ms late, per second', value: id => s.lat1k?.[id]?.timerLate2msPerSec, digits: 1 },
     { label: 'p50 at 1,000 ev/s, streams in lockstep', value: get('lat1kLockstep', 'p50'), digits: 3, ratio: 'lower' },
@@ -202,7 +205,7 @@ function markdown (report, tbl) {
   ]
   if (report.summary.idleNote !== undefined) lines.push(`Note: ${report.summary.idleNote}.`, '')
   lines.push('## How to reproduce', '', '```', 'npm run build && node bench/run.mjs          # full run, under ~10 minutes', 'node bench/run.mjs --quick                    # smoke check, about a minute', '```', '')
-  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions), measured in the steady state: the warm-up of each round lasts until 95% of the streams are past the retention of the gateways (RETENTION_MAX_EVENTS, 10,000 events), so the store trims as much as it takes; latency = 10 sessions at 100 and 1,000 events/s each, at spread phases (a steady rate; "in lockstep": all in phase, bursts of 10 events at once); idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind. Before the measured rounds every path is warmed up, with 4 sessions, then with one flood of 100 sessions (the "first flood" rows: a fresh process grows its memory to its working size there).', '')
+  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions), measured in the steady state: the warm-up of each round lasts until 95% of the streams are past the retention of the gateways (RETENTION_MAX_EVENTS, 10,000 events), so the store trims as much as it takes; latency = 10 sessions at 100 and 1,000 events/s each, at spread phases (a steady rate; "in lockstep": all in phase, bursts of 10 events at once), on fresh processes (every proxy is restarted after the throughput runs and warmed with one unrecorded round at 10,000 events/s; one round on the proxies as the floods left them is shown apart); idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind, on the same fresh processes. Before the measured rounds every path is warmed up, with 4 sessions, then with one flood of 100 sessions (the "first flood" rows: a fresh process grows its memory to its working size there).', '')
   if (report.errors.length > 0) {
     lines.push('## Errors', '')
     for (const e of report.errors) lines.push(`- ${e.scenario} ${e.path ?? ''} ${e.round === undefined ? '' : `round ${e.round + 1}`}: ${String(e.error).split('\n')[0]}`)

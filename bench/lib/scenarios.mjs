@@ -247,6 +247,7 @@ export async function latencyRound (ctx, path, sessions, ratePerSession, { warmu
     const seconds = (nowMs() - t0) / 1000
     const ticks = await tickStats(ctx)
     const b = await snapshot(ctx, { ...path, store: undefined }, [])
+    const proxyRssKb = rssKb(path.pid)
     const all = []
     for (const s of streams) for (const v of s.latencies) all.push(v)
     const stats = summarize(all)
@@ -255,6 +256,7 @@ export async function latencyRound (ctx, path, sessions, ratePerSession, { warmu
       ...stats,
       eventsPerSec: stats.n / seconds,
       cpuPct: (b.cpu - a.cpu) / seconds * 100,
+      proxyRssKb,
       clientCpuPct: (b.client - a.client) / seconds * 100,
       machineBusyPct: (b.machine.busy - a.machine.busy) / (b.machine.total - a.machine.total) * 100,
       redisCpuPct: (b.redisCpu - a.redisCpu) / seconds * 100,
