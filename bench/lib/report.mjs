@@ -109,8 +109,9 @@ function rows (s) {
     { label: 'events/s', value: get('replay', 'eventsPerSec') },
     { group: 'Redis cost (gateway on Redis, throughput runs 1 / 100 sessions)' },
     { label: 'events per append (one or more upstream reads)', value: id => redisPair(s, id, 'eventsPerAppend', 1) },
-    { label: 'round trips per append (>= per upstream read)', value: id => redisPair(s, id, 'roundTripsPerUpstreamRead', 2) },
-    { label: 'store round trips (EVALSHA) per event', value: id => redisPair(s, id, 'roundTripsPerEvent', 4) },
+    { label: 'recording round trips per append (>= per upstream read)', value: id => redisPair(s, id, 'roundTripsPerUpstreamRead', 2) },
+    { label: 'store round trips serving clients in the window (resumes of clients cut off as slow)', value: id => redisPair(s, id, 'deliveryRoundTrips', 0) },
+    { label: 'all store round trips per event', value: id => redisPair(s, id, 'roundTripsPerEvent', 4) },
     { label: 'Redis commands per event (incl. in scripts)', value: id => redisPair(s, id, 'commandsPerEvent', 2) },
     { label: 'Redis CPU us per event', value: id => redisPair(s, id, 'redisCpuUsPerEvent', 2) },
     { label: 'Redis page faults per event (when Redis runs on this machine)', value: id => redisPair(s, id, 'redisFaultsPerEvent', 3) },
@@ -200,7 +201,7 @@ function markdown (report, tbl) {
     '',
     mdTable(tbl),
     '',
-    'Cells: absolute value (ratio to nginx) [added ms over nginx]. "proxy CPU us/event" is the proxy process\'s CPU time (user + system, /proc) per delivered event: on a shared machine it is the steadiest figure. Round trips are the gateway\'s own store-operation counts (exact); Redis commands per event are INFO commandstats deltas corrected by the background rate measured before the run, and Redis CPU per event comes from INFO cpu: both include whatever else uses a shared Redis.',
+    'Cells: absolute value (ratio to nginx) [added ms over nginx]. "proxy CPU us/event" is the proxy process\'s CPU time (user + system, /proc) per delivered event: on a shared machine it is the steadiest figure. Round trips are the gateway\'s own store-operation counts (exact): an append is one (its commands pipelined, a resent one counts again); a client cut off as slow that resumes adds reads, counted apart; Redis commands per event are INFO commandstats deltas corrected by the background rate measured before the run, and Redis CPU per event comes from INFO cpu: both include whatever else uses a shared Redis.',
     ''
   ]
   if (report.summary.idleNote !== undefined) lines.push(`Note: ${report.summary.idleNote}.`, '')

@@ -140,6 +140,10 @@ function redisCost (ctx, a, b, seconds) {
     if (d > 0) ops[op] = d
   }
   const appends = ops.append
+  // The recording path's round trips: appends (a resent one counts again). The
+  // rest serve clients: a stream opening, or a client cut off as slow (its send
+  // buffer over CLIENT_BUFFER_MAX_BYTES) that resumes and reads its way back.
+  const recordingRoundTrips = ops.append ?? 0
   const storeRoundTrips = sum(Object.values(ops), x => x)
   const allCommands = sum(Object.values(corrected), x => x)
   // Commands a client sends itself (round trips); everything else runs inside the scripts.
@@ -149,8 +153,9 @@ function redisCost (ctx, a, b, seconds) {
     appends,
     eventsPerAppend: appends > 0 ? recorded / appends : NaN,
     storeOps: ops,
-    roundTripsPerUpstreamRead: appends > 0 ? storeRoundTrips / appends : NaN,
+    roundTripsPerUpstreamRead: appends > 0 ? recordingRoundTrips / appends : NaN,
     roundTripsPerEvent: recorded > 0 ? storeRoundTrips / recorded : NaN,
+    deliveryRoundTrips: storeRoundTrips - recordingRoundTrips,
     evalshaPerEvent: recorded > 0 ? topLevel / recorded : NaN,
     commandsPerEvent: recorded > 0 ? allCommands / recorded : NaN,
     commandsRaw: commands,
