@@ -307,8 +307,7 @@ async function main () {
     for (const id of ['nginx', 'node', 'gw-memory', 'gw-redis'].filter(i => want.has(i))) {
       let path
       try {
-        path = await freshPath(id, limits)
-        path.store = id === 'gw-redis' ? 'redis' : id === 'gw-memory' ? 'memory' : undefined
+        path = await launch(id, limits, CFG.idleGatewayEnv)
         log(`idle: ${count} streams through ${id}`)
         const value = await idleRun(ctx, path, count, CFG.idle)
         results.idle[id] = [value]
@@ -336,8 +335,12 @@ function launchOrder (want) {
 }
 
 let launches = 0
-/** Start the proxy of one path (for 'direct', the shared upstream is the path); again to restart it fresh. */
-async function launch (id, limits) {
+/**
+ * Start the proxy of one path (for 'direct', the shared upstream is the path):
+ * at the start, again to restart it fresh, and for each idle test. `env` is
+ * added to a gateway's environment.
+ */
+async function launch (id, limits, env = {}) {
   launches++
   if (id === 'direct') return { id, port: ctx.upstreamPort, pid: ctx.upstreamPid }
   if (id === 'nginx') {
@@ -358,31 +361,10 @@ async function launch (id, limits) {
     name: id,
     main,
     upstreamPort: ctx.upstreamPort,
-    env: b ? envList(process.env.BENCH_GATEWAY_B_ENV) : {},
+    env: { ...(b ? envList(process.env.BENCH_GATEWAY_B_ENV) : {}), ...env },
     ...(store === 'redis' ? { redisUrl, keyPrefix } : {})
   })
   return { id, store, port: gw.port, pid: gw.pid, adminPort: gw.adminPort, proc: gw.proc }
-}
-
-async function freshPath (id, limits) {
-  if (id === 'nginx') {
-    const port = await freePort()
-    const proc = startNginx({ bin: nginxBin, dir: join(tmp, 'nginx-idle'), port, upstreamPort: ctx.upstreamPort, nofile: limits.hard })
-    await waitHttp(`http://127.0.0.1:${port}/bench/stats`, { proc })
-    return { id, port, pid: proc.pid, proc }
-  }
-  if (id === 'node') {
-    const proc = start('node-proxy-idle', process.execPath, [join(here, 'lib/node-proxy.mjs')], { readyLine: true, env: { PORT: '0', UPSTREAM_PORT: String(ctx.upstreamPort) } })
-    return { id, port: (await proc.ready).port, pid: proc.pid, proc }
-  }
-  const gw = await startGateway({
-    name: `${id}-idle`,
-    main: gatewayMain,
-    upstreamPort: ctx.upstreamPort,
-    env: CFG.idleGatewayEnv,
-    ...(id === 'gw-redis' ? { redisUrl, keyPrefix } : {})
-  })
-  return { id, port: gw.port, pid: gw.pid, adminPort: gw.adminPort, proc: gw.proc }
 }
 
 function meanBusy () {
