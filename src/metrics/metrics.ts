@@ -18,6 +18,7 @@ export class GatewayMetrics {
   readonly gaps: Counter<'reason'>
   readonly eventsRecorded: Counter
   readonly eventBytesRecorded: Counter
+  readonly upstreamReads: Counter
   readonly eventsReplayed: Counter
   readonly eventsDelivered: Counter
   readonly eventsUnrecorded: Counter<'reason'>
@@ -47,6 +48,7 @@ export class GatewayMetrics {
     this.gaps = new Counter({ name: `${p}gaps_total`, help: 'Gaps signalled to clients (history could not fill a resume), by reason.', labelNames: ['reason'], registers })
     this.eventsRecorded = new Counter({ name: `${p}events_recorded_total`, help: 'Upstream SSE events appended to the store.', registers })
     this.eventBytesRecorded = new Counter({ name: `${p}event_bytes_recorded_total`, help: 'Bytes of upstream event data appended to the store.', registers })
+    this.upstreamReads = new Counter({ name: `${p}upstream_reads_total`, help: 'Pieces of upstream SSE answers read (as the HTTP client hands them over). Each store append carries one or more: appends per read is the batching.', registers })
     this.eventsReplayed = new Counter({ name: `${p}events_replayed_total`, help: 'Events written to clients from history on resume.', registers })
     this.eventsDelivered = new Counter({ name: `${p}events_delivered_total`, help: 'Events written to client streams (live and replayed).', registers })
     this.eventsUnrecorded = new Counter({ name: `${p}events_unrecorded_total`, help: 'Upstream events that could not be stored, by reason.', labelNames: ['reason'], registers })

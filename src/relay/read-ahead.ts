@@ -50,6 +50,8 @@ export interface ReadAheadSink {
    * its buffers may take the next events.
    */
   batch: (events: EventBatch) => Promise<boolean>
+  /** A piece of the body was read (before it is decoded): for counting. */
+  read?: () => void
   /** The body ended and every batch has settled. */
   end: () => void
   /**
@@ -133,6 +135,7 @@ class ReadAhead {
 
   #read (chunk: Buffer): void {
     if (this.#failed || this.#over) return
+    this.#sink.read?.()
     const queued = this.#queued ??= new EventBatchBuilder()
     try {
       this.#decoder.pushInto(chunk, queued)

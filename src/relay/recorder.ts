@@ -175,6 +175,11 @@ class Recording implements ReadAheadSink {
     })
   }
 
+  /** ReadAheadSink: a piece of the upstream's answer came in. */
+  read (): void {
+    this.#o.metrics.upstreamReads.inc()
+  }
+
   /** ReadAheadSink: one append per batch, the reads that arrived while the previous append was at the store. */
   batch (events: EventBatch): Promise<boolean> {
     return this.#append(events, false)

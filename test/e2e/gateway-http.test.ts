@@ -751,6 +751,7 @@ for (const kind of KINDS) {
       t.match(JSON.parse(ready.text), { status: 'ready', store: kind })
       const metrics = await metricsText(gw)
       t.ok(metricValue(metrics, 'mcpgw_events_recorded_total') > 0, 'mcpgw_events_recorded_total counts the recorded events')
+      t.ok(metricValue(metrics, 'mcpgw_upstream_reads_total') > 0, 'mcpgw_upstream_reads_total counts the upstream reads')
       t.ok(sessionIds.length > 3, `${sessionIds.length} sessions were made`)
       t.same(sessionIds.filter(id => metrics.includes(id)), [], 'no session id anywhere in the metrics')
       t.notMatch(metrics, /alice|mallory|Bearer/, 'no credentials in the metrics')

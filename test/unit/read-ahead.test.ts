@@ -18,6 +18,8 @@ type Outcome = { ended: true } | { error: unknown }
 /** A sink that holds each batch, as an append at the store would, until the test lets it go. */
 class HeldSink implements ReadAheadSink {
   readonly batches: EventBatch[] = []
+  /** Pieces of the body read (read() calls). */
+  reads = 0
   /** Resolves with end() or fail(), whichever readAhead calls. */
   readonly outcome: Promise<Outcome>
   over = false
@@ -36,6 +38,8 @@ class HeldSink implements ReadAheadSink {
     this.#arrived?.()
     return new Promise<boolean>((resolve, reject) => { this.#held = { resolve, reject } })
   }
+
+  read (): void { this.reads++ }
 
   end (): void { this.#over({ ended: true }) }
   fail (error: unknown): void { this.#over({ error }) }
@@ -93,6 +97,7 @@ t.test('reads that arrive while a batch is being worked on come out together, in
   t.equal(sink.batches.length, 1, 'nothing more is handed over while a batch is held')
   sink.release()
   t.same(await sink.next(), ['{"i":2}', '{"i":3}', '{"i":4}'], 'the next batch holds all three reads')
+  t.equal(sink.reads, 4, 'every read is counted, one call each: four reads, two batches')
   body.end()
   await nextTurn()
   t.notOk(sink.over, 'not over while a batch is at the store, though the body ended')
