@@ -72,6 +72,7 @@ export async function gatewayMetrics (adminPort) {
   return {
     eventsRecorded: sum(/^mcpgw_events_recorded_total(?:\{[^}]*\})? (\S+)$/gm),
     eventsDelivered: sum(/^mcpgw_events_delivered_total(?:\{[^}]*\})? (\S+)$/gm),
+    upstreamReads: sum(/^mcpgw_upstream_reads_total(?:\{[^}]*\})? (\S+)$/gm),
     slowClients: sum(/^mcpgw_slow_client_disconnects_total(?:\{[^}]*\})? (\S+)$/gm),
     storeOps
   }

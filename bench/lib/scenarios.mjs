@@ -140,10 +140,13 @@ function redisCost (ctx, a, b, seconds) {
     if (d > 0) ops[op] = d
   }
   const appends = ops.append
-  // The recording path's round trips: appends (a resent one counts again). The
-  // rest serve clients: a stream opening, or a client cut off as slow (its send
-  // buffer over CLIENT_BUFFER_MAX_BYTES) that resumes and reads its way back.
+  // The recording path's round trips: appends, one each (its commands
+  // pipelined; a resent one counts again), against the upstream reads they
+  // carried (the gateway's own count). The rest serve clients: a stream
+  // opening, or a client cut off as slow (its send buffer over
+  // CLIENT_BUFFER_MAX_BYTES) that resumes and reads its way back.
   const recordingRoundTrips = ops.append ?? 0
+  const upstreamReads = b.gw.upstreamReads - a.gw.upstreamReads
   const storeRoundTrips = sum(Object.values(ops), x => x)
   const allCommands = sum(Object.values(corrected), x => x)
   // Commands a client sends itself (round trips); everything else runs inside the scripts.
@@ -152,8 +155,10 @@ function redisCost (ctx, a, b, seconds) {
     eventsRecorded: recorded,
     appends,
     eventsPerAppend: appends > 0 ? recorded / appends : NaN,
+    readsPerAppend: appends > 0 ? upstreamReads / appends : NaN,
     storeOps: ops,
-    roundTripsPerUpstreamRead: appends > 0 ? recordingRoundTrips / appends : NaN,
+    upstreamReads,
+    roundTripsPerUpstreamRead: upstreamReads > 0 ? recordingRoundTrips / upstreamReads : NaN,
     roundTripsPerEvent: recorded > 0 ? storeRoundTrips / recorded : NaN,
     deliveryRoundTrips: storeRoundTrips - recordingRoundTrips,
     evalshaPerEvent: recorded > 0 ? topLevel / recorded : NaN,
