@@ -396,6 +396,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       if (refusal.statusCode === 404) await forgetSession(sessionId, log)
       return sendUpstreamResponse(reply, refusal)
     }
+    const startedAt = performance.now()
     let state: StreamState
     let cursor: number
     try {
@@ -419,12 +420,24 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     })
     openWithGap(client, log, position, start)
     await new StreamFollower({ store, metrics, log, client, sessionId, ...replayPages, untilEnded: false }).start()
+    if (position !== null) observeReplay(client, startedAt)
+  }
+
+  /**
+   * A resume's replay: the events written from history, and the time from its
+   * first store request until the follower caught up (or the stream ended, or
+   * the client left).
+   */
+  function observeReplay (client: ClientStream, startedAt: number): void {
+    metrics.replayEvents.observe(client.replayed)
+    metrics.replayDuration.observe((performance.now() - startedAt) / 1000)
   }
 
   async function resumeRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition): Promise<unknown> {
     const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: position.streamId })
     // The client already got the gateway's answer for a lost response: nothing follows.
     if (position.seq === REPAIRED_SEQ) return await reply.code(204).send()
+    const startedAt = performance.now()
     let state: StreamState | null
     try {
       state = await metrics.timeStore('state', () => store.state(sessionId, position.streamId))
@@ -456,6 +469,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     hub.attach(sessionId, client)
     openWithGap(client, log, position, resumePoint(state, position, record, 0))
     await new StreamFollower({ store, metrics, log, client, sessionId, ...replayPages, untilEnded: true }).start()
+    observeReplay(client, startedAt)
     if (client.closed) return
     // The client waits for the rest: should the replica recording it die, end the stream with an answer.
     const unwatch = deps.leases.watchRequestStream(sessionId, position.streamId, orphanAnswer(position.streamId), () => {

@@ -62,6 +62,7 @@ export class ClientStream implements KeepAliveTarget {
   #onClose: ReadonlyArray<(outcome: CloseOutcome) => void> = []
   #closed = false
   #lastSeq = 0
+  #replayed = 0
   /** lastSeq when events were first written here without ids (degraded mode) since the last recorded one. */
   #unrecordedAfter: number | undefined
   /** `id: <epoch>.<stream>.`: an event's id line is this, its sequence number in base 36, a line break. */
@@ -90,6 +91,8 @@ export class ClientStream implements KeepAliveTarget {
   get closed (): boolean { return this.#closed }
   /** Sequence number of the last event written to this connection. */
   get lastSeq (): number { return this.#lastSeq }
+  /** Events written to this connection from history (replayed). */
+  get replayed (): number { return this.#replayed }
 
   /** Commit the response head (status 200, SSE headers plus `headers`) and the priming event. */
   open (headers: Record<string, string | string[]>, position: number, gap?: Record<string, unknown>): void {
@@ -214,7 +217,10 @@ export class ClientStream implements KeepAliveTarget {
     this.#lastSeq = last
     this.#unrecordedAfter = undefined
     this.#metrics.eventsDelivered.inc(count)
-    if (replayed) this.#metrics.eventsReplayed.inc(count)
+    if (replayed) {
+      this.#replayed += count
+      this.#metrics.eventsReplayed.inc(count)
+    }
     return true
   }
 

@@ -294,6 +294,13 @@ function metricValue (text: string, name: string): number {
   return match === null ? Number.NaN : Number(match[1])
 }
 
+/** Resumes observed in mcpgw_replay_events, their events, resumes timed, and mcpgw_events_replayed_total; since `before` when given. */
+async function replayMetrics (gw: RunningGateway, before?: number[]): Promise<number[]> {
+  const text = await metricsText(gw)
+  const now = ['mcpgw_replay_events_count', 'mcpgw_replay_events_sum', 'mcpgw_replay_duration_seconds_count', 'mcpgw_events_replayed_total'].map(name => metricValue(text, name))
+  return before === undefined ? now : now.map((v, i) => v - (before[i] as number))
+}
+
 /**
  * Opens the standalone GET without waiting for its response head, and resolves
  * once the gateway has attached it (the upstream GET is then held, so a
@@ -533,6 +540,7 @@ for (const kind of KINDS) {
       const lastId = call.reader.lastId as string
       t.ok(seen.length < COUNT, `dropped after ${seen.length} of ${COUNT}`)
       await sleep(100)
+      const before = await replayMetrics(gw)
       const resumed = await mcp.get(lastId)
       t.equal(resumed.status, 200)
       t.equal(header(resumed.headers, GAP_HEADER), undefined, 'no gap')
@@ -544,8 +552,13 @@ for (const kind of KINDS) {
       t.same(sequences(resumed.events, 'stream_notifications'), range(seen.length, COUNT - 1), 'exactly the events after the id, in order')
       const last = resumed.messages.at(-1)
       t.same(last === undefined ? undefined : jsonOf(last), { jsonrpc: '2.0', id: call.id, result: { content: [{ type: 'text', text: `done ${COUNT}` }] } }, 'the JSON-RPC response comes last')
-      const before = new Set(call.reader.events.map(e => e.id))
-      t.notOk(resumed.messages.some(e => before.has(e.id)), 'nothing the client saw is sent again')
+      const sent = new Set(call.reader.events.map(e => e.id))
+      t.notOk(resumed.messages.some(e => sent.has(e.id)), 'nothing the client saw is sent again')
+      const [resumes, events, timed, replayedTotal] = await replayMetrics(gw, before)
+      t.equal(resumes, 1, 'mcpgw_replay_events: one resume observed')
+      t.equal(timed, 1, 'mcpgw_replay_duration_seconds: one resume observed')
+      t.ok((events as number) > 0, `mcpgw_replay_events: the history was replayed (${events} events)`)
+      t.equal(events, replayedTotal, 'the events it observed are those counted replayed')
     })
 
     t.test('GET without Last-Event-ID after a drop gets what was recorded meanwhile (no priming)', async t => {
@@ -589,6 +602,7 @@ for (const kind of KINDS) {
       const requestId = call.reader.messages[0]?.id as string
 
       t.test('Last-Event-ID older than retention: gap header, gateway-gap event first, then the retained events', async t => {
+        const before = await replayMetrics(gap)
         const reader = await a.get(firstId)
         t.equal(reader.status, 200)
         t.equal(header(reader.headers, GAP_HEADER), 'trimmed')
@@ -599,6 +613,7 @@ for (const kind of KINDS) {
         const notice = JSON.parse(reader.events[0]?.data ?? '{}') as Record<string, unknown>
         t.match(notice, { reason: 'trimmed', missingFrom: 2, missingTo: 40 }, 'the notice names the missing range')
         t.same(sequences(reader.events, 'broadcast', 'A'), range(40, 49), 'then exactly the retained events')
+        t.same(await replayMetrics(gap, before), [1, 10, 1, 10], 'the standalone resume observed in the replay histograms: 10 events')
       })
 
       t.test('unknown stream', async t => {
