@@ -51,6 +51,8 @@ export class StreamFollower {
   /** Replay history, then stay subscribed. Resolves when caught up (live). */
   async start (): Promise<void> {
     const { store, client, sessionId } = this.#o
+    // A client gone already: its onClose would never come to unsubscribe.
+    if (client.closed) return
     this.#unsubscribe = store.subscribe(sessionId, client.streamId, notice => this.#onNotice(notice))
     client.onClose(() => this.stop())
     await this.#catchUp(true)

@@ -63,3 +63,27 @@ t.test('a page cut by its bytes, not its event count, is followed by the next', 
   t.same(seqsOf(body), Array.from({ length: 500 }, (_, i) => i + 1), 'every event, though no page was full by count')
   t.equal(reads.length, Math.ceil(500 / 16), 'one read per 16 events')
 })
+
+t.test('a follower started for a client already gone subscribes to nothing', async t => {
+  const store = new MemoryEventStore({ retention: { maxEvents: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, maxBytes: 1 << 20 })
+  t.teardown(() => store.close())
+  const epoch = await fill(store, 100)
+  let subscribed = 0
+  let unsubscribed = 0
+  const subscribe = store.subscribe.bind(store)
+  store.subscribe = (sessionId, streamId, listener) => {
+    subscribed++
+    const unsubscribe = subscribe(sessionId, streamId, listener)
+    return () => { unsubscribed++; unsubscribe() }
+  }
+  let closedBeforeStart = false
+  const { url } = await serveClientStream(t, { kind: 'resume', epoch, maxBufferBytes: 8 << 20 }, async (client, _request, { metrics, log }) => {
+    client.open({}, 0)
+    client.close('client_gone', false)
+    closedBeforeStart = client.closed
+    await new StreamFollower({ store, metrics, log, client, sessionId: 'S', untilEnded: true, pageSize: 100, pageBytes: 1 << 20, pageMaxBytes: 1 << 20 }).start()
+  })
+  await (await fetch(url)).text()
+  t.ok(closedBeforeStart, 'the client was closed before the follower started')
+  t.equal(subscribed - unsubscribed, 0, 'no subscription is left behind')
+})
