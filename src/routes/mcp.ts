@@ -18,7 +18,7 @@ import { SessionRateLimiter } from './rate-limit.js'
 import { SessionCache } from './session-cache.js'
 import { ClientStream } from '../sse/client-stream.js'
 import { KeepAliveTicker } from '../sse/keep-alive.js'
-import { STANDALONE_STREAM, type EventStore, type SessionRecord, type StreamState } from '../store/contract.js'
+import { STANDALONE_STREAM, type EventStore, type ReadResult, type SessionRecord, type StreamState } from '../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { clientResponseHeaders, headerValue, mediaType } from '../upstream/headers.js'
 import { forwardTransparently, sendUpstreamResponse, upstreamHeadersFor } from './forward.js'
@@ -397,16 +397,19 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       return sendUpstreamResponse(reply, refusal)
     }
     const startedAt = performance.now()
+    // Both asked at once (one round trip on Redis, in this order on its connection).
+    // A client without a position gets what was recorded since the last connection
+    // stopped: nothing recorded in a reconnect gap is dropped for want of a cursor.
+    const asked = Promise.all([
+      metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM)),
+      position === null ? metrics.timeStore('load_cursor', () => store.loadCursor(sessionId, STANDALONE_STREAM)) : 0
+    ])
+    // A resume's first page right behind them (see writeFirstPage).
+    const firstPage = position === null ? null : readFirstPage(sessionId, STANDALONE_STREAM, position.seq)
     let state: StreamState
     let cursor: number
     try {
-      // Both asked at once (one round trip on Redis, in this order on its connection).
-      // A client without a position gets what was recorded since the last connection
-      // stopped: nothing recorded in a reconnect gap is dropped for want of a cursor.
-      ;[state, cursor] = await Promise.all([
-        metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM)),
-        position === null ? metrics.timeStore('load_cursor', () => store.loadCursor(sessionId, STANDALONE_STREAM)) : 0
-      ])
+      ;[state, cursor] = await asked
     } catch (err) {
       const e = errors.storeUnavailable()
       e.cause = err
@@ -419,8 +422,39 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       store.saveCursor(sessionId, STANDALONE_STREAM, client.lastSeq).catch((err: unknown) => log.warn({ err }, 'could not save the stream cursor'))
     })
     openWithGap(client, log, position, start)
-    await new StreamFollower({ store, metrics, log, client, sessionId, ...replayPages, untilEnded: false }).start()
+    const pages = firstPage !== null && start.gap === undefined ? await writeFirstPage(client, await firstPage) : replayPages
+    await new StreamFollower({ store, metrics, log, client, sessionId, ...pages, untilEnded: false }).start()
     if (position !== null) observeReplay(client, startedAt)
+  }
+
+  /**
+   * A resume's first page of history, read while the route still asks the
+   * store about the stream; null when the read failed (the follower then reads
+   * it, and fails or not, as it would have).
+   */
+  async function readFirstPage (sessionId: string, streamId: string, afterSeq: number): Promise<ReadResult | null> {
+    try {
+      return await metrics.timeStore('read', () => store.read(sessionId, streamId, afterSeq, replayPages.pageSize, replayPages.pageBytes))
+    } catch {
+      return null
+    }
+  }
+
+  /**
+   * Write the first page when it continues exactly where the client stands
+   * (same epoch, no event missing in between); otherwise leave it all to the
+   * follower. It was read before the follower subscribed, so the follower
+   * still reads from the client's new position after subscribing: whatever
+   * was appended in between is found there, as on any resume. Returns the
+   * follower's pages: after a page short of the end, the next size up, as if
+   * the follower had read it.
+   */
+  async function writeFirstPage (client: ClientStream, page: ReadResult | null): Promise<typeof replayPages> {
+    if (page === null || page.state.epoch !== client.epoch || page.events[0]?.seq !== client.lastSeq + 1) return replayPages
+    client.writeEvents(page.events, true)
+    await client.drained()
+    if (client.lastSeq >= page.state.lastSeq) return replayPages
+    return { ...replayPages, pageBytes: Math.min(2 * replayPages.pageBytes, replayPages.pageMaxBytes) }
   }
 
   /**
@@ -438,9 +472,13 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     // The client already got the gateway's answer for a lost response: nothing follows.
     if (position.seq === REPAIRED_SEQ) return await reply.code(204).send()
     const startedAt = performance.now()
+    const asked = metrics.timeStore('state', () => store.state(sessionId, position.streamId))
+    // The first page right behind the state, not after its answer: on Redis, one
+    // round trip less before the first event (see writeFirstPage).
+    const firstPage = readFirstPage(sessionId, position.streamId, position.seq)
     let state: StreamState | null
     try {
-      state = await metrics.timeStore('state', () => store.state(sessionId, position.streamId))
+      state = await asked
     } catch (err) {
       const e = errors.storeUnavailable()
       e.cause = err
@@ -467,8 +505,10 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     }
     const client = streamOptions(reply, log, 'resume', state.epoch, position.streamId, proto)
     hub.attach(sessionId, client)
-    openWithGap(client, log, position, resumePoint(state, position, record, 0))
-    await new StreamFollower({ store, metrics, log, client, sessionId, ...replayPages, untilEnded: true }).start()
+    const start = resumePoint(state, position, record, 0)
+    openWithGap(client, log, position, start)
+    const pages = start.gap === undefined ? await writeFirstPage(client, await firstPage) : replayPages
+    await new StreamFollower({ store, metrics, log, client, sessionId, ...pages, untilEnded: true }).start()
     observeReplay(client, startedAt)
     if (client.closed) return
     // The client waits for the rest: should the replica recording it die, end the stream with an answer.

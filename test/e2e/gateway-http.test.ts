@@ -790,6 +790,42 @@ for (const kind of KINDS) {
 // ---------------------------------------------------------------------------
 // Memory store only: the hand-written upstream and the configuration bounds
 
+for (const kind of KINDS) {
+  t.test(`${kind} store: a resume asks for its first page with the stream's state, not after it`, async t => {
+    const upstream = await startExampleServer()
+    t.teardown(() => upstream.close())
+    const calls: string[] = []
+    const gw = await startGateway(t, kind, upstream.url, {}, store => {
+      const state = store.state.bind(store)
+      const read = store.read.bind(store)
+      store.state = async (sessionId, streamId) => {
+        calls.push(`state ${streamId}`)
+        const answer = await state(sessionId, streamId)
+        calls.push('state answered')
+        return answer
+      }
+      store.read = async (sessionId, streamId, afterSeq, limit, maxBytes) => {
+        calls.push(`read ${streamId} after ${afterSeq}`)
+        return await read(sessionId, streamId, afterSeq, limit, maxBytes)
+      }
+    })
+    const mcp = new RawMcp(t, `${gw.url}/mcp`, '2025-11-25')
+    await mcp.initialize()
+    const call = await mcp.callTool('stream_notifications', { count: 20, intervalMs: 0, tag: 'f' })
+    t.ok(await call.reader.waitForEnd(), 'the tool call ends')
+    const from = call.reader.messages[4]?.id as string
+    const { stream, seq } = idParts(from)
+    calls.length = 0
+    const resumed = await mcp.get(from)
+    t.ok(await resumed.waitForEnd(), 'the resume ends')
+    t.same(sequences(resumed.events, 'stream_notifications', 'f'), range(5, 19), 'exactly the events after the id')
+    t.ok(responseTo(resumed.events, call.id), 'then the tool result')
+    const readAt = calls.indexOf(`read ${stream} after ${seq}`)
+    const answeredAt = calls.indexOf('state answered')
+    t.ok(readAt >= 0 && answeredAt >= 0 && readAt < answeredAt, `the first page was asked for before the state came back (${calls.slice(0, 4).join(', ')})`)
+  })
+}
+
 t.test('hand-written upstream (memory store)', async t => {
   const fake = await startFakeUpstream(t)
   const gw = await startGateway(t, 'memory', fake.url)
