@@ -15,6 +15,8 @@
 //                           [--gateway-b=<another build's main.js> --label-b=<what it is>]
 //                           [--out=bench/results] [--name=latest] [--nice=-5]
 // --rounds=N overrides the number of rounds of every scenario.
+// --replay-events=N resumes N events behind instead of 10,000 (the targets are
+// for 10,000; a short resume shows what comes before the first page).
 // --nice runs the benchmark and everything it starts at that niceness (negative
 // needs root): on a shared machine it keeps other load from swamping latency.
 // --quick shrinks everything to about a minute (smoke check); results then go
@@ -39,7 +41,7 @@ import { parseArgs } from './lib/args.mjs'
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
 
-const args = parseArgs(['quick', 'only', 'paths', 'gateway', 'label', 'gateway-b', 'label-b', 'out', 'name', 'nice', 'rounds'], import.meta.url)
+const args = parseArgs(['quick', 'only', 'paths', 'gateway', 'label', 'gateway-b', 'label-b', 'out', 'name', 'nice', 'rounds', 'replay-events'], import.meta.url)
 const QUICK = args.quick === true
 const ALL_PATHS = ['direct', 'nginx', 'node', 'gw-memory', 'gw-redis']
 const ALL_SCENARIOS = ['thr1', 'thr100', 'lat1k', 'lat1k-lockstep', 'lat10k', 'replay', 'idle']
@@ -95,6 +97,7 @@ const CFG = QUICK
     }
 
 if (args.rounds !== undefined) CFG.rounds = CFG.latRounds = CFG.replayRounds = Number(args.rounds)
+if (args['replay-events'] !== undefined) CFG.replayEvents = Number(args['replay-events'])
 
 const log = (...a) => process.stderr.write(`[bench ${((Date.now() - t0) / 1000).toFixed(0).padStart(4)}s] ${a.join(' ')}\n`)
 const t0 = Date.now()
