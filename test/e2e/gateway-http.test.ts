@@ -15,6 +15,7 @@ import { fetch, request } from 'undici'
 import type { Dispatcher } from 'undici'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { startGateway, type RunningGateway, type StoreKind } from '../fixtures/gateway.js'
+import { STANDALONE_STREAM, type EventStore } from '../../src/store/contract.js'
 import { waitUntil } from '../fixtures/mcp-client.js'
 
 const KINDS: StoreKind[] = ['memory', 'redis']
@@ -823,6 +824,49 @@ for (const kind of KINDS) {
     const readAt = calls.indexOf(`read ${stream} after ${seq}`)
     const answeredAt = calls.indexOf('state answered')
     t.ok(readAt >= 0 && answeredAt >= 0 && readAt < answeredAt, `the first page was asked for before the state came back (${calls.slice(0, 4).join(', ')})`)
+  })
+}
+
+for (const kind of KINDS) {
+  t.test(`${kind} store: an event appended between a resume's first page and its subscription still reaches the client`, async t => {
+    const upstream = await startExampleServer()
+    t.teardown(() => upstream.close())
+    // Armed below: the next read of the standalone stream appends an event once it
+    // has its page, so the page misses it and it lands before the follower subscribes.
+    let inject: ((store: EventStore, sessionId: string) => Promise<void>) | undefined
+    const gw = await startGateway(t, kind, upstream.url, {}, store => {
+      const read = store.read.bind(store)
+      store.read = async (sessionId, streamId, afterSeq, limit, maxBytes) => {
+        const page = await read(sessionId, streamId, afterSeq, limit, maxBytes)
+        const then = streamId === STANDALONE_STREAM ? inject : undefined
+        inject = undefined
+        await then?.(store, sessionId)
+        return page
+      }
+    })
+    const mcp = new RawMcp(t, `${gw.url}/mcp`, '2025-11-25')
+    await mcp.initialize()
+    const { pending } = await attachStandalone(gw, mcp)
+    await mcp.broadcast(10, 'w')
+    const first = await pending
+    t.ok(await first.waitFor(r => sequences(r.events, 'broadcast', 'w').length >= 10), 'ten broadcasts arrive')
+    first.abort()
+    t.ok(await waitUntil(() => gw.gateway.hub.clientCount === 0, 2000), 'the gateway saw the drop')
+    const from = first.messages[4]?.id as string
+    const injected = JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'appended in the window' } })
+    let appended = false
+    inject = async (store, sessionId) => {
+      await store.append(sessionId, STANDALONE_STREAM, [{ frame: Buffer.from(`data: ${injected}\n`) }])
+      appended = true
+    }
+    const resumed = await mcp.get(from)
+    t.ok(await resumed.waitFor(r => r.messages.some(e => e.data === injected), 5000), 'the event appended in the window arrives')
+    resumed.abort()
+    t.ok(appended, 'the event was appended after the first page was read')
+    t.same(sequences(resumed.events, 'broadcast', 'w'), range(5, 9), 'the rest of the broadcasts, once each')
+    t.equal(resumed.messages.at(-1)?.data, injected, 'then the appended event')
+    const ids = resumed.messages.map(e => e.id)
+    t.equal(new Set(ids).size, ids.length, 'no event twice')
   })
 }
 
