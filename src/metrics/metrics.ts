@@ -52,7 +52,7 @@ export class GatewayMetrics {
     this.eventsReplayed = new Counter({ name: `${p}events_replayed_total`, help: 'Events written to clients from history on resume.', registers })
     this.eventsDelivered = new Counter({ name: `${p}events_delivered_total`, help: 'Events written to client streams (live and replayed).', registers })
     this.eventsUnrecorded = new Counter({ name: `${p}events_unrecorded_total`, help: 'Upstream events that could not be stored, by reason.', labelNames: ['reason'], registers })
-    this.replayEvents = new Histogram({ name: `${p}replay_events`, help: 'Events replayed per resume (Last-Event-ID) that opened a stream.', buckets: [0, 1, 10, 100, 1000, 10000, 100000], registers })
+    this.replayEvents = new Histogram({ name: `${p}replay_events`, help: 'Events replayed per resume (Last-Event-ID) that found the stream\'s history.', buckets: [0, 1, 10, 100, 1000, 10000, 100000], registers })
     this.replayDuration = new Histogram({ name: `${p}replay_duration_seconds`, help: 'Time to replay history on resume, from its first store request until live (or until the stream ended or the client left).', buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5], registers })
     this.storeOperationDuration = new Histogram({ name: `${p}store_operation_duration_seconds`, help: 'Event store operation latency, by operation.', labelNames: ['op'], buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers })
     this.storeErrors = new Counter({ name: `${p}store_errors_total`, help: 'Event store operations that failed, by operation.', labelNames: ['op'], registers })

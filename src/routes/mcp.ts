@@ -458,9 +458,10 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   }
 
   /**
-   * A resume's replay: the events written from history, and the time from its
-   * first store request until the follower caught up (or the stream ended, or
-   * the client left).
+   * A resume's replay, when the store had the stream's history (resumes
+   * answered 204 or with only a gap are not observed): the events written from
+   * history, and the time from its first store request until the follower
+   * caught up (or the stream ended, or the client left).
    */
   function observeReplay (client: ClientStream, startedAt: number): void {
     metrics.replayEvents.observe(client.replayed)

@@ -802,7 +802,7 @@ for (const kind of KINDS) {
       store.state = async (sessionId, streamId) => {
         calls.push(`state ${streamId}`)
         const answer = await state(sessionId, streamId)
-        calls.push('state answered')
+        calls.push(`state answered ${streamId}`)
         return answer
       }
       store.read = async (sessionId, streamId, afterSeq, limit, maxBytes) => {
@@ -822,8 +822,12 @@ for (const kind of KINDS) {
     t.same(sequences(resumed.events, 'stream_notifications', 'f'), range(5, 19), 'exactly the events after the id')
     t.ok(responseTo(resumed.events, call.id), 'then the tool result')
     const readAt = calls.indexOf(`read ${stream} after ${seq}`)
-    const answeredAt = calls.indexOf('state answered')
+    const answeredAt = calls.indexOf(`state answered ${stream}`)
     t.ok(readAt >= 0 && answeredAt >= 0 && readAt < answeredAt, `the first page was asked for before the state came back (${calls.slice(0, 4).join(', ')})`)
+    // The page was written: the follower's reads start after it, not at the resumed id again.
+    const reads = calls.filter(c => c.startsWith(`read ${stream} after `)).map(c => Number(c.split(' ').at(-1)))
+    t.equal(reads.filter(after => after === seq).length, 1, 'one read from the resumed id: the early one')
+    t.ok(reads.length > 1 && reads.slice(1).every(after => after > seq), `the follower read on from past the first page (reads after ${reads.join(', ')})`)
   })
 }
 
@@ -834,7 +838,14 @@ for (const kind of KINDS) {
     // Armed below: the next read of the standalone stream appends an event once it
     // has its page, so the page misses it and it lands before the follower subscribes.
     let inject: ((store: EventStore, sessionId: string) => Promise<void>) | undefined
+    /** Subscriptions to the standalone stream so far: the early read comes before the follower's. */
+    let subscriptions = 0
     const gw = await startGateway(t, kind, upstream.url, {}, store => {
+      const subscribe = store.subscribe.bind(store)
+      store.subscribe = (sessionId, streamId, listener) => {
+        if (streamId === STANDALONE_STREAM) subscriptions++
+        return subscribe(sessionId, streamId, listener)
+      }
       const read = store.read.bind(store)
       store.read = async (sessionId, streamId, afterSeq, limit, maxBytes) => {
         const page = await read(sessionId, streamId, afterSeq, limit, maxBytes)
@@ -855,7 +866,10 @@ for (const kind of KINDS) {
     const from = first.messages[4]?.id as string
     const injected = JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'appended in the window' } })
     let appended = false
+    const subscribedBefore = subscriptions
+    let subscribedWhenAppended = -1
     inject = async (store, sessionId) => {
+      subscribedWhenAppended = subscriptions
       await store.append(sessionId, STANDALONE_STREAM, [{ frame: Buffer.from(`data: ${injected}\n`) }])
       appended = true
     }
@@ -863,6 +877,7 @@ for (const kind of KINDS) {
     t.ok(await resumed.waitFor(r => r.messages.some(e => e.data === injected), 5000), 'the event appended in the window arrives')
     resumed.abort()
     t.ok(appended, 'the event was appended after the first page was read')
+    t.equal(subscribedWhenAppended, subscribedBefore, 'by the early read, before the resume\'s follower subscribed')
     t.same(sequences(resumed.events, 'broadcast', 'w'), range(5, 9), 'the rest of the broadcasts, once each')
     t.equal(resumed.messages.at(-1)?.data, injected, 'then the appended event')
     const ids = resumed.messages.map(e => e.id)
