@@ -34,6 +34,11 @@ export interface FollowOptions {
 /** Most events kept from notices during one read. */
 const HELD_MAX = 10_000
 
+/** The size of the page after one that did not reach the end: twice as large, up to the largest. */
+export function nextPageBytes (pageBytes: number, pageMaxBytes: number): number {
+  return Math.min(2 * pageBytes, pageMaxBytes)
+}
+
 export class StreamFollower {
   readonly #o: FollowOptions
   #unsubscribe: (() => void) | undefined
@@ -155,7 +160,7 @@ export class StreamFollower {
         await client.drained()
         if (events.length > 0 && client.lastSeq < state.lastSeq) {
           // A page that did not reach the end: the next is larger.
-          pageBytes = Math.min(2 * pageBytes, this.#o.pageMaxBytes)
+          pageBytes = nextPageBytes(pageBytes, this.#o.pageMaxBytes)
           continue
         }
         const ended = state.ended || (this.#heldEnd !== undefined)

@@ -10,7 +10,7 @@ import { statusClass } from '../metrics/metrics.js'
 import { protocolInfo, type ProtocolInfo } from '../protocol/era.js'
 import { decodeEventId, encodeEventId, randomToken, type EventPosition } from '../protocol/event-id.js'
 import { lostResponseError, makeRequestStreamId, REPAIRED_SEQ, requestIdOfBody, requestIdOfStream } from '../protocol/request-stream.js'
-import { StreamFollower } from '../relay/follower.js'
+import { nextPageBytes, StreamFollower } from '../relay/follower.js'
 import { confirmWindow, GAP_MARKER_EVENT, recordUpstreamStream } from '../relay/recorder.js'
 import type { InFlight } from '../relay/inflight.js'
 import type { SessionHub } from '../relay/session-hub.js'
@@ -454,7 +454,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     client.writeEvents(page.events, true)
     await client.drained()
     if (client.lastSeq >= page.state.lastSeq) return replayPages
-    return { ...replayPages, pageBytes: Math.min(2 * replayPages.pageBytes, replayPages.pageMaxBytes) }
+    return { ...replayPages, pageBytes: nextPageBytes(replayPages.pageBytes, replayPages.pageMaxBytes) }
   }
 
   /**
