@@ -7,7 +7,8 @@
 //   nginx      plain pass-through baseline (Debian nginx, buffering off, one worker)
 //   node       plain Node streaming pass-through (reference only, no target)
 //   gw-memory  the gateway on its embedded store
-//   gw-redis   the gateway on Redis (BENCH_REDIS_URL, default redis://127.0.0.1:6379)
+//   gw-redis   the gateway on Redis (BENCH_REDIS_URL, default redis://127.0.0.1:6379;
+//              a unix:// URL reaches it through its socket)
 //
 // Usage: node bench/run.mjs [--quick] [--only=thr1,thr100,lat1k,lat1k-lockstep,lat10k,replay,idle]
 //                           [--paths=direct,nginx,node,gw-memory,gw-redis]
@@ -203,7 +204,8 @@ async function main () {
   if (want.has('gw-redis')) {
     try {
       ctx.redis = await connectRedis(redisUrl)
-      ctx.redisPort = Number(new URL(redisUrl).port || 6379)
+      // Connections are counted in /proc/net/tcp: not for a Unix socket.
+      if (!redisUrl.startsWith('unix:')) ctx.redisPort = Number(new URL(redisUrl).port || 6379)
       ctx.redisPid = await localRedisPid(ctx.redis)
     } catch (err) {
       log(`redis at ${redisUrl} unavailable (${err.message}): gw-redis skipped`)
@@ -248,7 +250,7 @@ async function main () {
     }
   }
   const gwRedis = paths.find(p => p.id === 'gw-redis')
-  if (gwRedis !== undefined) results.redisConnectionsAtRest = connectionsTo(gwRedis.pid, ctx.redisPort).length
+  if (gwRedis !== undefined && ctx.redisPort !== undefined) results.redisConnectionsAtRest = connectionsTo(gwRedis.pid, ctx.redisPort).length
 
   if (scenarios.includes('thr1')) {
     log('throughput, 1 session')

@@ -3,7 +3,9 @@ import { readFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
 
 export async function connectRedis (url) {
-  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, connectionName: 'mcpgw-bench-observer' })
+  const options = { lazyConnect: true, maxRetriesPerRequest: 1, connectionName: 'mcpgw-bench-observer' }
+  // unix:///path/to/redis.sock (ioredis 5 reads the whole URL as the path).
+  const redis = url.startsWith('unix:') ? new Redis({ ...options, path: decodeURIComponent(new URL(url).pathname) }) : new Redis(url, options)
   await redis.connect()
   return redis
 }

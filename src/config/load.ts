@@ -1,6 +1,7 @@
 import envSchema from 'env-schema'
 import { ConfigSchema, type RawConfig } from './schema.js'
 import type { RetentionLimits } from '../store/contract.js'
+import { redisUrlProblem } from '../store/redis/redis-url.js'
 
 export interface GatewayConfig {
   readonly upstreamUrl: URL
@@ -121,13 +122,8 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     }
   }
   if (raw.REDIS_URL !== undefined) {
-    try {
-      const u = new URL(raw.REDIS_URL)
-      if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') problems.push(`REDIS_URL: must use redis:// or rediss://, got ${u.protocol}`)
-      else if (u.hostname === '') problems.push('REDIS_URL: must name a host, e.g. redis://redis:6379')
-    } catch {
-      problems.push('REDIS_URL: must be a URL such as redis://redis:6379')
-    }
+    const problem = redisUrlProblem(raw.REDIS_URL)
+    if (problem !== undefined) problems.push(problem)
   }
   let redisClusterNodes: Array<{ host: string, port: number }> | undefined
   let redisSentinel: { sentinels: Array<{ host: string, port: number }>, name: string } | undefined

@@ -1,12 +1,16 @@
 // The multi-replica resume scenario on each Redis deployment the gateway
 // supports besides a plain URL: Redis Cluster (three masters: a session's keys
-// share one hash tag, so every script runs in one slot) and Sentinel.
+// share one hash tag, so every script runs in one slot), Sentinel, and a Redis
+// reached through its Unix socket.
 import t from 'tap'
 import { Cluster, Redis } from 'ioredis'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { resumeAcrossReplicas } from '../fixtures/cluster-scenario.js'
-import { startRedisCluster, startRedisSentinel } from '../fixtures/redis-topologies.js'
+import { startRedisCluster, startRedisProcess, startRedisSentinel } from '../fixtures/redis-topologies.js'
 
 t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', async (t) => {
   const nodes = await startRedisCluster(t)
@@ -82,4 +86,26 @@ t.test('Redis Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME)', async (t) => {
     label: 'sentinel',
     env: { REDIS_SENTINELS: `127.0.0.1:${sentinel.port}`, REDIS_SENTINEL_NAME: name }
   })
+})
+
+t.test('A Unix socket (REDIS_URL=unix://...), with a password and a database number', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'mcpgw-sock-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const socket = join(dir, 'redis.sock')
+  const server = await startRedisProcess(t, ['--unixsocket', socket, '--unixsocketperm', '700'], 'unix')
+  // The password only now: the fixture checks the server is up with a plain PING.
+  const admin = new Redis({ port: server.port, host: '127.0.0.1' })
+  t.teardown(() => admin.disconnect())
+  await admin.config('SET', 'requirepass', 's:cret')
+  await admin.auth('s:cret')
+
+  await resumeAcrossReplicas(t, {
+    label: 'unix',
+    env: { REDIS_URL: `unix://:${encodeURIComponent('s:cret')}@localhost${socket}?db=3` }
+  })
+  const clients = (await admin.client('LIST') as string).split('\n').filter(line => / name=mcpgw-/.test(line))
+  t.ok(clients.length >= 6, `the replicas' connections are up (${clients.length})`)
+  t.ok(clients.every(line => /\bflags=\S*U/.test(line) && / db=3 /.test(line)), 'every one through the socket (flag U), on database 3')
+  const [db0, db3] = [await admin.select(0).then(async () => await admin.dbsize()), await admin.select(3).then(async () => await admin.dbsize())]
+  t.ok(db0 === 0 && db3 > 0, `the sessions are in database 3 (${db3} keys; database 0: ${db0})`)
 })

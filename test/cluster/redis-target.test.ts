@@ -16,5 +16,6 @@ t.test('REDIS_URL, REDIS_CLUSTER_NODES, REDIS_SENTINELS', async (t) => {
   const sentinel = redisTarget(testConfig(UPSTREAM, { REDIS_SENTINELS: 's1:26379,s2:26379', REDIS_SENTINEL_NAME: 'main' }))
   t.same(sentinel, { sentinels: [{ host: 's1', port: 26379 }, { host: 's2', port: 26379 }], name: 'main', password: undefined, tls: false })
   t.equal(describeTarget(sentinel as never), 'sentinel main@s1:26379,s2:26379')
+  t.equal(describeTarget({ url: 'unix://:s3cret@localhost/run/redis/redis.sock?db=1' }), 'unix://:***@localhost/run/redis/redis.sock?db=1', 'nor for a Unix socket')
   t.equal(redactUrl('not a url'), '[unparseable]')
 })

@@ -212,7 +212,7 @@ t.test('LOG_LEVEL must be a pino level', async (t) => {
   }
 })
 
-t.test('REDIS_URL must be redis:// or rediss://', async (t) => {
+t.test('REDIS_URL must be redis://, rediss:// or unix://', async (t) => {
   t.equal(loadConfig({ ...base, REDIS_URL: 'redis://redis:6379' }).redisUrl, 'redis://redis:6379')
   t.equal(loadConfig({ ...base, REDIS_URL: 'rediss://user:pw@redis:6380/2' }).redisUrl, 'rediss://user:pw@redis:6380/2')
   expectProblem(t, { ...base, REDIS_URL: 'http://redis:6379' }, 'REDIS_URL', /got http:/)
@@ -221,6 +221,10 @@ t.test('REDIS_URL must be redis:// or rediss://', async (t) => {
   expectProblem(t, { ...base, REDIS_URL: 'redis6379' }, 'REDIS_URL', /must be a URL/)
   t.equal(problemsOf({ ...base, REDIS_URL: 'redis:6379' }).length, 1, 'a redis: URL without a host ("redis:6379") is a problem')
   t.equal(loadConfig({ ...base, REDIS_URL: '' }).redisUrl, undefined, 'empty means unset')
+  t.equal(loadConfig({ ...base, REDIS_URL: 'unix:///run/redis/redis.sock?db=3' }).redisUrl, 'unix:///run/redis/redis.sock?db=3', 'a Unix socket')
+  expectProblem(t, { ...base, REDIS_URL: 'unix://redis.sock' }, 'REDIS_URL', /names no host \(got redis\.sock\); write unix:\/\/\/path/)
+  expectProblem(t, { ...base, REDIS_URL: 'unix:///run/redis.sock?password=x' }, 'REDIS_URL', /unknown parameter password/)
+  expectProblem(t, { ...base, REDIS_URL: 'ftp://redis' }, 'REDIS_URL', /redis:\/\/, rediss:\/\/ or unix:\/\//)
 })
 
 t.test('a secret in REDIS_URL never appears in a problem', async (t) => {

@@ -13,6 +13,7 @@ import type {
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { parseControl, RedisLeaseBackend, type LeaseKeys } from './lease-backend.js'
 import { bufferCommand, corkForTurn, isNoScript, RespArgs, ScriptCall } from './script-call.js'
+import { redisUrlOptions } from './redis-url.js'
 import { ADOPT, APPEND, APPEND_SPLIT, FENCED, INTACT, JOIN, OPEN, READ, READ_PLAN, RESET, ROLLED_BACK, SAVE_CURSOR, TOUCH, UNPARK, UNSPLIT } from './scripts.js'
 
 export type Connection = Redis | Cluster
@@ -899,7 +900,10 @@ function isReply (err: unknown, prefix: string): boolean {
 /** One ioredis connection to the target, named for CLIENT LIST. */
 function openConnection (options: RedisStoreConnectOptions, connectionName: string): Connection {
   const base: RedisOptions = { maxRetriesPerRequest: 3, ...options.redisOptions, connectionName }
-  if ('url' in options) return new Redis(options.url, base)
+  if ('url' in options) {
+    const target = redisUrlOptions(options.url)
+    return typeof target === 'string' ? new Redis(target, base) : new Redis({ ...target, ...base })
+  }
   const tls = options.tls === true ? {} : undefined
   const password = options.password
   if ('cluster' in options) {
