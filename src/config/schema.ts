@@ -13,7 +13,7 @@ export const ConfigSchema = Type.Object({
   ADMIN_PORT: Type.Integer({ default: 9090, minimum: 0, maximum: 65535, description: 'Port of the admin listener; kept apart so it never shadows an upstream path.' }),
   LOG_LEVEL: Type.Unsafe<'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'>({ type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info', description: 'pino log level: fatal, error, warn, info, debug, trace or silent.' }),
 
-  REDIS_URL: Type.Optional(Type.String({ description: 'Redis for the event store: redis:// or rediss:// (with password if any), or unix:///path/to/redis.sock for a Redis on the same host or in the same pod. Unset: the embedded in-memory store, single process and not durable.' })),
+  REDIS_URL: Type.Optional(Type.String({ description: 'Redis for the event store: redis:// or rediss:// (with password if any), or unix:///path/to/redis.sock for a Redis on the same host (replicas share it only if they run there too). Unset: the embedded in-memory store, single process and not durable.' })),
   REDIS_CLUSTER_NODES: Type.Optional(Type.String({ description: 'Redis Cluster seed nodes, host:port,host:port,... (instead of REDIS_URL). Password and TLS from REDIS_PASSWORD / REDIS_TLS.' })),
   REDIS_SENTINELS: Type.Optional(Type.String({ description: 'Redis Sentinel addresses, host:port,host:port,... (instead of REDIS_URL); needs REDIS_SENTINEL_NAME.' })),
   REDIS_SENTINEL_NAME: Type.Optional(Type.String({ description: 'Name of the master the Sentinels watch.' })),
