@@ -1,11 +1,13 @@
 // What the benchmark asks Redis: command statistics, client list, cleanup.
 import { readFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
+import { redisUrlOptions } from '../../dist/src/store/redis/redis-url.js'
 
 export async function connectRedis (url) {
   const options = { lazyConnect: true, maxRetriesPerRequest: 1, connectionName: 'mcpgw-bench-observer' }
-  // unix:///path/to/redis.sock (ioredis 5 reads the whole URL as the path).
-  const redis = url.startsWith('unix:') ? new Redis({ ...options, path: decodeURIComponent(new URL(url).pathname) }) : new Redis(url, options)
+  // The gateway's own reading of REDIS_URL (unix:// included), from the build the benchmark runs.
+  const target = redisUrlOptions(url)
+  const redis = typeof target === 'string' ? new Redis(target, options) : new Redis({ ...target, ...options })
   await redis.connect()
   return redis
 }

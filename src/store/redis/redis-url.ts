@@ -45,13 +45,16 @@ export function parseUnixUrl (url: URL): UnixSocketOptions | string {
   if (url.port !== '') return `a unix:// URL has no port; write ${UNIX_FORM}`
   if (url.pathname === '' || url.pathname === '/') return `a unix:// URL needs the socket file's absolute path; write ${UNIX_FORM}`
   if (url.hash !== '') return 'a unix:// URL carries no fragment'
-  const options: { path: string, db?: number, username?: string, password?: string } = { path: decodeURIComponent(url.pathname) }
+  let db: number | undefined
   for (const [name, value] of url.searchParams) {
     if (name !== 'db') return `unknown parameter ${name} in a unix:// URL (only db)`
     if (!/^\d+$/.test(value)) return `db must be a database number, got ${JSON.stringify(value)}`
-    options.db = Number(value)
+    db = Number(value)
   }
-  if (url.username !== '') options.username = decodeURIComponent(url.username)
-  if (url.password !== '') options.password = decodeURIComponent(url.password)
-  return options
+  return {
+    path: decodeURIComponent(url.pathname),
+    ...(db !== undefined && { db }),
+    ...(url.username !== '' && { username: decodeURIComponent(url.username) }),
+    ...(url.password !== '' && { password: decodeURIComponent(url.password) })
+  }
 }
