@@ -1,4 +1,4 @@
-// Redis trouble mid-stream, with its defined outcome (README, "Redis trouble:
+// Redis trouble mid-stream, with its defined outcome (docs/replicas.md, "Redis trouble:
 // what clients see"):
 // - Redis frozen for a while (connections open, no answer): events are
 //   delayed, nothing is lost.

@@ -13,7 +13,7 @@
 // down for at most 1.5 s, within the recorder's 2 s confirm window, so an
 // append Redis applied although the client saw it fail is resent and found
 // applied, never passed on live as well as replayed (test/hardening/append-confirm.test.ts
-// covers that case on its own; README, Limitations, the longer outages).
+// covers that case on its own; docs/replicas.md, the longer outages).
 //
 // A second run kills the gateway replica that is recording a tool call's
 // stream (SIGKILL, real processes from dist/: test/fixtures/replica.ts) and
