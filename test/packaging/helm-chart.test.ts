@@ -13,7 +13,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { execFile } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
 import { promisify } from 'node:util'
@@ -371,6 +371,43 @@ t.test('the chart refuses settings that cannot work', async t => {
   t.ok((defaults.terminationGracePeriodSeconds as number) > (defaults.preStopSleepSeconds as number) + (defaults.graceSeconds as number) + 2, 'the defaults leave room')
   const wrongSchema = await template({ replicaCount: 'two' })
   t.not(wrongSchema.code, 0, 'values.schema.json is enforced by helm')
+})
+
+/** `.Values.a.b` paths read by a template's directives (comments excluded). */
+function valuesPaths (template: string): string[][] {
+  const paths: string[][] = []
+  for (const m of template.replace(/\{\{-?\s*\/\*[\s\S]*?\*\/\s*-?\}\}/g, '').matchAll(/\{\{[\s\S]*?\}\}/g)) {
+    for (const p of m[0].matchAll(/\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)/g)) paths.push((p[1] as string).slice(1).split('.'))
+  }
+  return paths
+}
+
+/** Paths to every leaf of values.yaml (empty maps and lists count as leaves). */
+function leafPaths (node: unknown, prefix: string[] = []): string[][] {
+  if (node === null || typeof node !== 'object' || Array.isArray(node) || Object.keys(node).length === 0) return [prefix]
+  return Object.entries(node as Values).flatMap(([k, v]) => leafPaths(v, [...prefix, k]))
+}
+
+t.test('templates and values.yaml agree on the values that exist', async t => {
+  const templatesDir = join(CHART_DIR, 'templates')
+  const templates = await Promise.all((await readdir(templatesDir)).map(async f => [f, await readFile(join(templatesDir, f), 'utf8')] as const))
+  t.same(valuesPaths('{{ .Values.a.b }} {{/* .Values.c */}} {{ toYaml .Values.d | nindent 2 }}'), [['a', 'b'], ['d']], 'the path finder')
+  const exists = (path: string[]): boolean => {
+    let node: unknown = values
+    for (const key of path) {
+      if (node === null || typeof node !== 'object' || !Object.hasOwn(node, key)) return false
+      node = (node as Values)[key]
+    }
+    return true
+  }
+  for (const [file, template] of templates) {
+    t.same(valuesPaths(template).filter(p => !exists(p)).map(p => p.join('.')), [], `${file} reads only values that values.yaml documents`)
+  }
+  const used = templates.flatMap(([, template]) => valuesPaths(template))
+  const unused = leafPaths(values)
+    .filter(leaf => !used.some(p => p.length <= leaf.length && p.every((k, i) => leaf[i] === k)))
+    .map(p => p.join('.'))
+  t.same(unused, [], 'every value in values.yaml is read by a template (values nobody reads are misleading documentation)')
 })
 
 t.test('Chart.yaml', async t => {
