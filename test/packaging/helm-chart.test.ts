@@ -5,8 +5,11 @@
 //    several replicas, autoscaling, ServiceMonitor, PrometheusRule, Ingress,
 //    HTTPRoute, NetworkPolicy, dashboard);
 //  - every rendered object validated against the Kubernetes OpenAPI schemas
-//    (kubernetes-models, and its Prometheus Operator and Gateway API packages),
-//    with metadata.namespace on every namespaced object;
+//    (kubernetes-models, and its Prometheus Operator and Gateway API packages:
+//    types, formats, enums, required fields), with no field the schema lacks
+//    (their TypeScript types, generated from the same schemas, checked with the
+//    compiler's excess-property check: a misspelt field fails), and
+//    metadata.namespace on every namespaced object;
 //  - what each combination must render, and the settings the chart refuses;
 //  - values.schema.json against the gateway's configuration schema.
 import t from 'tap'
@@ -26,6 +29,7 @@ import { PodDisruptionBudget } from 'kubernetes-models/policy/v1'
 import { Ingress, NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1'
 import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1'
 import { HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1'
+import ts from 'typescript'
 import { ConfigSchema } from '../../src/config/schema.js'
 
 const run = promisify(execFile)
@@ -40,17 +44,66 @@ const MANAGED_BY_CHART = ['PORT', 'ADMIN_PORT', 'ADMIN_HOST', 'SHUTDOWN_GRACE_SE
 type Values = Record<string, unknown>
 type K8sObject = Values & { apiVersion: string, kind: string, metadata: { name: string, namespace?: string, labels?: Record<string, string>, annotations?: Record<string, string> }, spec?: Values, data?: Record<string, string> }
 
-/** A model (with the generated validator) for every kind the chart may render. */
-const MODELS: Record<string, { validate: (data: Values) => void, namespaced: boolean }> = {}
-for (const [model, namespaced] of [
-  [ConfigMap, true], [Secret, true], [Service, true], [ServiceAccount, true], [Deployment, true],
-  [HorizontalPodAutoscaler, true], [PodDisruptionBudget, true], [Ingress, true], [NetworkPolicy, true],
-  [ServiceMonitor, true], [PrometheusRule, true], [HTTPRoute, true]
+/**
+ * A model (with the generated validator) for every kind the chart may render,
+ * and the module and interface of its TypeScript type.
+ */
+const MODELS: Record<string, { validate: (data: Values) => void, namespaced: boolean, type: [string, string] }> = {}
+for (const [model, namespaced, module] of [
+  [ConfigMap, true, 'kubernetes-models/v1/ConfigMap'],
+  [Secret, true, 'kubernetes-models/v1/Secret'],
+  [Service, true, 'kubernetes-models/v1/Service'],
+  [ServiceAccount, true, 'kubernetes-models/v1/ServiceAccount'],
+  [Deployment, true, 'kubernetes-models/apps/v1/Deployment'],
+  [HorizontalPodAutoscaler, true, 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler'],
+  [PodDisruptionBudget, true, 'kubernetes-models/policy/v1/PodDisruptionBudget'],
+  [Ingress, true, 'kubernetes-models/networking.k8s.io/v1/Ingress'],
+  [NetworkPolicy, true, 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy'],
+  [ServiceMonitor, true, '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor'],
+  [PrometheusRule, true, '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule'],
+  [HTTPRoute, true, '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1/HTTPRoute']
 ] as const) {
   MODELS[`${model.apiVersion}/${model.kind}`] = {
     validate: (data) => { new (model as unknown as new (d: Values) => { validate: () => void })(data).validate() },
-    namespaced
+    namespaced,
+    type: [module, `I${model.kind}`]
   }
+}
+
+/**
+ * Fields the schemas do not have, per object (index -> messages): each object is
+ * assigned, as a literal, to a constant of its kind's type, and the compiler
+ * reports every property the type lacks. One program for all objects: loading
+ * the types is the slow part.
+ */
+function unknownFields (objects: K8sObject[]): Map<number, string[]> {
+  // Under test/ so that the compiler finds node_modules from it; never written to disk.
+  const file = join(ROOT, 'test', 'packaging', 'rendered-objects.ts')
+  const kinds = [...new Set(objects.map(o => `${o.apiVersion}/${o.kind}`))].filter(k => MODELS[k] !== undefined)
+  const header = kinds.map(k => `import type { ${MODELS[k]?.type[1] ?? ''} } from '${MODELS[k]?.type[0] ?? ''}'`)
+  const lines = objects.map((o, i) => {
+    const type = MODELS[`${o.apiVersion}/${o.kind}`]?.type[1]
+    return type === undefined ? '' : `export const o${i}: ${type} = ${JSON.stringify(o)}`
+  })
+  const code = [...header, ...lines].join('\n')
+  const options: ts.CompilerOptions = { strict: true, noEmit: true, skipLibCheck: true, types: [], target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext }
+  const host = ts.createCompilerHost(options)
+  const getSourceFile = host.getSourceFile.bind(host)
+  const fileExists = host.fileExists.bind(host)
+  host.getSourceFile = (name, language, ...rest) => name === file ? ts.createSourceFile(name, code, language) : getSourceFile(name, language, ...rest)
+  host.fileExists = name => name === file || fileExists(name)
+  const program = ts.createProgram({ rootNames: [file], options, host })
+  const problems = new Map<number, string[]>()
+  for (const diagnostic of ts.getPreEmitDiagnostics(program)) {
+    const message = ts.flattenDiagnosticMessageText(diagnostic.messageText, ' ')
+    if (diagnostic.file?.fileName !== file || diagnostic.start === undefined) {
+      problems.set(-1, [...(problems.get(-1) ?? []), message])
+      continue
+    }
+    const index = diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start).line - header.length
+    problems.set(index, [...(problems.get(index) ?? []), message])
+  }
+  return problems
 }
 
 /** Schema problems of one rendered object ('' when valid). */
@@ -284,6 +337,9 @@ t.test('the schema validation catches what it exists for', async t => {
   t.match(schemaProblem(noContainers), /containers/)
 })
 
+/** Every object every combination rendered, for the field check at the end. */
+const rendered: Array<{ combination: string, object: K8sObject }> = []
+
 for (const combination of COMBINATIONS) {
   t.test(`${combination.name}: lint, render, valid objects`, async t => {
     const file = await valuesFile(combination.values)
@@ -293,6 +349,7 @@ for (const combination of COMBINATIONS) {
     t.equal(code, 0, `helm template ${stderr}`)
     if (code !== 0) return
     for (const object of objects) {
+      rendered.push({ combination: combination.name, object })
       t.equal(schemaProblem(object), '', `${object.kind} ${object.metadata.name} matches its schema`)
       if (MODELS[`${object.apiVersion}/${object.kind}`]?.namespaced === true) {
         t.equal(object.metadata.namespace, NAMESPACE, `${object.kind} ${object.metadata.name} has metadata.namespace`)
@@ -301,6 +358,18 @@ for (const combination of COMBINATIONS) {
     combination.check(t, objects)
   })
 }
+
+t.test('no rendered object has a field its schema lacks', async t => {
+  const typo = structuredClone(rendered.find(r => r.object.kind === 'Deployment')?.object) as K8sObject
+  ;(((typo.spec as Values).template as Values).spec as Values).terminationGracePeriodSecond = 30
+  const problems = unknownFields([...rendered.map(r => r.object), typo])
+  t.same(problems.get(-1), undefined, 'the types load')
+  t.match(problems.get(rendered.length)?.join(' '), /'"terminationGracePeriodSecond"' does not exist in type 'IPodSpec'/, 'the check catches a misspelt field')
+  t.ok(rendered.length > 50, `${rendered.length} objects checked`)
+  rendered.forEach(({ combination, object }, i) => {
+    t.same(problems.get(i) ?? [], [], `${combination}: ${object.kind} ${object.metadata.name}`)
+  })
+})
 
 t.test('every combination of the values above is one the schema accepts', async t => {
   const ajv = new Ajv({ allErrors: true, strict: true, allowUnionTypes: true })
