@@ -76,8 +76,9 @@ t.test('helpers', async t => {
 
 t.test('services', async t => {
   t.same(Object.keys(services).sort(), ['gateway', 'redis', 'upstream'])
-  t.equal(gateway.build, '.', 'the gateway is built from the Dockerfile')
-  t.equal(upstream.image, gateway.image, 'the example upstream runs from the gateway image')
+  t.same(gateway.build, { context: '.', target: 'runtime' }, 'the gateway is built from the Dockerfile\'s runtime target')
+  t.same(upstream.build, { context: '.', target: 'example' }, 'the example upstream from its own target')
+  t.not(upstream.image, gateway.image, 'two images: the gateway\'s holds no MCP SDK')
   t.same(upstream.command, ['node', 'dist/examples/mcp-server.js'])
   t.match(String(redis.image), /^redis:7(\.|$|-)/)
 })
@@ -114,8 +115,11 @@ t.test('the gateway environment is made of gateway variables with valid values',
   t.equal(config.upstreamUrl.hostname, 'upstream', 'UPSTREAM_URL names the upstream service')
   t.equal(config.upstreamUrl.port, upstream.environment?.PORT, 'on the port the upstream listens on')
   t.equal(new URL(config.redisUrl ?? '').hostname, 'redis', 'REDIS_URL names the redis service')
-  const published = ((gateway.ports ?? []) as string[]).map(p => Number(String(p).split(':').at(-1)))
+  const ports = (gateway.ports ?? []) as string[]
+  const published = ports.map(p => Number(String(p).split(':').at(-1)))
   t.same(published.sort(), [config.port, config.adminPort].sort(), 'PORT and ADMIN_PORT are published')
+  const admin = ports.find(p => Number(String(p).split(':').at(-1)) === config.adminPort)
+  t.match(String(admin), /^127\.0\.0\.1:/, 'the admin port (metrics) on this host\'s loopback only')
 })
 
 t.test('redis persists with AOF from the mounted config', async t => {

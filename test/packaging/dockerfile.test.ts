@@ -53,12 +53,18 @@ function parseDockerfile (text: string): Instruction[] {
   return instructions
 }
 
+/** Stages, with `${ARG}` in FROM replaced by the default of an ARG declared before the first FROM. */
 function stagesOf (instructions: Instruction[]): Stage[] {
   const stages: Stage[] = []
+  const args: Record<string, string> = {}
   for (const ins of instructions) {
-    if (ins.keyword === 'FROM') {
+    if (ins.keyword === 'ARG' && stages.length === 0) {
+      const [name, value] = ins.args.split('=')
+      args[name as string] = value ?? ''
+    } else if (ins.keyword === 'FROM') {
       const m = /^(\S+)(?:\s+AS\s+(\S+))?$/i.exec(ins.args)
-      stages.push({ image: m?.[1] ?? ins.args, name: m?.[2], instructions: [] })
+      const image = (m?.[1] ?? ins.args).replace(/\$\{(\w+)\}/g, (_, name: string) => args[name] ?? '')
+      stages.push({ image, name: m?.[2], instructions: [] })
     } else {
       stages.at(-1)?.instructions.push(ins)
     }
@@ -224,7 +230,10 @@ t.test('the parser', async t => {
 
 t.test('multi-stage build on Node 24', async t => {
   t.ok(stages.length >= 2, 'at least a build and a runtime stage')
-  for (const stage of stages) t.match(stage.image, /^node:24(-|$|\.)/, `${stage.name ?? stage.image} uses node:24`)
+  for (const stage of stages) {
+    if (stages.some(s => s.name === stage.image)) continue // built on an earlier stage
+    t.match(stage.image, /^node:24(-|$|\.)/, `${stage.name ?? stage.image} uses node:24`)
+  }
   t.match(runtime.image, /^node:24(\.\d+)*-(slim|alpine)/, 'a slim runtime base')
   const buildRuns = of(build, 'RUN').map(i => i.args)
   t.ok(buildRuns.some(r => /\bnpm ci\b/.test(r) && !/--omit=dev/.test(r)), 'the build stage installs dev dependencies')
@@ -232,7 +241,32 @@ t.test('multi-stage build on Node 24', async t => {
   const runtimeRuns = of(runtime, 'RUN').map(i => i.args)
   t.ok(runtimeRuns.some(r => /\bnpm ci\b.*--omit=dev/.test(r)), 'the runtime stage installs production dependencies only')
   const fromBuild = of(runtime, 'COPY').filter(c => c.flags.from === build.name)
-  t.ok(fromBuild.some(c => /\/dist\b/.test(c.args)), 'the runtime stage takes dist/ from the build stage')
+  t.ok(fromBuild.some(c => /\/dist\/src\b/.test(c.args)), 'the runtime stage takes dist/src from the build stage (not the examples)')
+})
+
+t.test('the example server has its own target; the runtime stage is the default', async t => {
+  const example = stages.find(s => s.name === 'example')
+  t.ok(example, 'a stage named example')
+  t.equal(example?.image, build.name, 'built on the build stage (its dev dependencies hold the MCP SDK)')
+  t.same(execForm(lastOf(example as Stage, 'CMD')?.args ?? ''), ['node', 'dist/examples/mcp-server.js'])
+  t.equal(runtime.name, 'runtime', 'the last stage, so a plain docker build gives the gateway')
+  const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string>, devDependencies: Record<string, string> }
+  for (const name of ['@modelcontextprotocol/sdk', 'zod']) {
+    t.notOk(name in pkg.dependencies, `${name} is not a production dependency`)
+    t.ok(name in pkg.devDependencies, `${name} is a dev dependency (examples and tests)`)
+  }
+})
+
+t.test('runtime image labels', async t => {
+  const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { version: string, license: string }
+  const labels: Record<string, string> = {}
+  for (const label of of(runtime, 'LABEL')) {
+    for (const m of label.args.matchAll(/([A-Za-z0-9_.-]+)="((?:[^"\\]|\\.)*)"/g)) labels[m[1] as string] = m[2] as string
+  }
+  t.equal(labels['org.opencontainers.image.title'], 'mcp-resumable-gateway')
+  t.equal(labels['org.opencontainers.image.version'], pkg.version, 'the version of package.json')
+  t.equal(labels['org.opencontainers.image.licenses'], pkg.license)
+  t.type(labels['org.opencontainers.image.description'], 'string')
 })
 
 t.test('runtime image settings', async t => {
@@ -326,9 +360,21 @@ t.test('the runtime stage, replayed without Docker, starts, passes its HEALTHCHE
   }
   t.ok(existsSync(join(app, 'dist', 'src', 'main.js')), 'dist/ is in place')
   t.notOk(existsSync(join(app, 'node_modules', 'typescript')), 'no dev dependencies installed')
+  for (const name of ['@modelcontextprotocol/sdk', 'zod', 'express', 'hono']) {
+    t.notOk(existsSync(join(app, 'node_modules', name)), `${name} is not in the production install (the example server's, not the gateway's)`)
+  }
 
   // Every package the compiled code imports (lazily loaded ones too) resolves
   // from the production dependencies alone.
+  t.notOk(existsSync(join(app, 'dist', 'examples')), 'no example code in the runtime image')
+  // `npm start` on the production install runs dist/ as built: no build step
+  // (tsc is a dev dependency). Without UPSTREAM_URL the gateway itself refuses to start.
+  const npmStart = await run('npm', ['start', '--silent'], { cwd: app, env: { ...env, PATH: process.env.PATH ?? '' }, timeout: 30_000 }).then(
+    r => ({ code: 0, output: r.stdout + r.stderr }),
+    (err: { code?: number, stdout?: string, stderr?: string }) => ({ code: err.code ?? 1, output: (err.stdout ?? '') + (err.stderr ?? '') }))
+  t.not(npmStart.code, 0)
+  t.match(npmStart.output, /UPSTREAM_URL/, 'npm start reached the gateway\'s own configuration check')
+  t.notMatch(npmStart.output, /not found|tsc/, 'and ran no build')
   const specifiers = await bareImports(join(app, 'dist'))
   const checker = join(app, 'resolve-check.mjs')
   await writeFile(checker, `const missing = []\nfor (const s of ${JSON.stringify(specifiers)}) { try { import.meta.resolve(s) } catch { missing.push(s) } }\nconsole.log(JSON.stringify(missing))\n`)
@@ -344,11 +390,12 @@ t.test('the runtime stage, replayed without Docker, starts, passes its HEALTHCHE
   const nothingListens = { PORT: String(await freePort()), ADMIN_PORT: String(await freePort()) }
   t.not(await runHealthcheck(healthcheck, app, { ...env, ...nothingListens }), 0, 'the HEALTHCHECK fails while nothing listens')
 
-  // The example upstream, started from the same tree as docker-compose does.
+  // The example upstream, as the example target runs it: from the build stage
+  // (here, the repository with its dev dependencies).
   let upstreamPort = 0
   const upstream = await startUntil('the example upstream', 1, ([p]) => {
     upstreamPort = p as number
-    const started = start(app, ['dist/examples/mcp-server.js'], { ...env, PORT: String(upstreamPort) })
+    const started = start(ROOT, ['dist/examples/mcp-server.js'], { ...env, PORT: String(upstreamPort) })
     t.teardown(() => { started.child.kill('SIGKILL') })
     return started
   }, async () => await fetch(`http://127.0.0.1:${upstreamPort}/healthz`, { signal: AbortSignal.timeout(2000) }).then(r => r.ok, () => false))

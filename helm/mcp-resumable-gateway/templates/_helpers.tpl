@@ -86,14 +86,20 @@ which print as 1.6777216e+07: integers are converted before quoting.
 {{- end }}
 {{- end }}
 
+{{/* Seconds the gateway may take after SHUTDOWN_GRACE_SECONDS before its hard stop (closeWithGrace delay in src/main.ts). */}}
+{{- define "mcpgw.stopMarginSeconds" -}}
+2
+{{- end }}
+
 {{/* Settings that cannot work together fail the release instead of failing at runtime. */}}
 {{- define "mcpgw.validate" -}}
 {{- $replicated := or (gt (int .Values.replicaCount) 1) .Values.autoscaling.enabled }}
 {{- if and $replicated (not (include "mcpgw.usesRedis" .)) }}
 {{- fail "replicaCount > 1 or autoscaling.enabled needs Redis: set redis.url (or redis.existingSecret), config.REDIS_CLUSTER_NODES or config.REDIS_SENTINELS (the embedded store is per process, so a client resuming on another replica would find nothing)" }}
 {{- end }}
-{{- $drain := add .Values.shutdown.preStopSleepSeconds .Values.shutdown.graceSeconds }}
-{{- if le (int .Values.shutdown.terminationGracePeriodSeconds) (int $drain) }}
-{{- fail (printf "shutdown.terminationGracePeriodSeconds (%d) must exceed shutdown.preStopSleepSeconds + shutdown.graceSeconds (%d), or the kubelet kills the gateway mid-drain" (int .Values.shutdown.terminationGracePeriodSeconds) (int $drain)) }}
+{{- /* The gateway's hard stop comes graceSeconds + 2 s after SIGTERM (src/main.ts). */}}
+{{- $stop := add .Values.shutdown.preStopSleepSeconds .Values.shutdown.graceSeconds (include "mcpgw.stopMarginSeconds" .) }}
+{{- if le (int .Values.shutdown.terminationGracePeriodSeconds) (int $stop) }}
+{{- fail (printf "shutdown.terminationGracePeriodSeconds (%d) must exceed shutdown.preStopSleepSeconds + shutdown.graceSeconds + %s s, the gateway's own stop margin (%d), or the kubelet kills the gateway mid-drain" (int .Values.shutdown.terminationGracePeriodSeconds) (include "mcpgw.stopMarginSeconds" .) (int $stop)) }}
 {{- end }}
 {{- end }}
