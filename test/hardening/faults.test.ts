@@ -147,7 +147,7 @@ t.test('an upstream that hangs', async t => {
     const rawMs = Date.now() - started
     t.equal(raw.status, 504, `504 after ${rawMs} ms`)
     t.ok(rawMs >= 900 && rawMs < 4000, 'after about the configured second')
-    t.match(jsonRpcError(raw.text), { id: null, message: /Gateway Timeout/ }, 'a JSON-RPC error body')
+    t.match(jsonRpcError(raw.text), { id: 1, message: /Gateway Timeout/ }, 'a JSON-RPC error body, under the request\'s id')
 
     started = Date.now()
     const connected = await connectClient(`${gw.url}/mcp`).then(async mcp => { await mcp.close(); return 'connected' }, (err: unknown) => err)
