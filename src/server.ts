@@ -67,6 +67,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   const upstream = deps.upstream ?? new UpstreamClient({ origin: config.upstreamUrl, headersTimeoutMs: config.upstreamHeadersTimeoutMs })
   const inflight = new InFlight()
   let draining = false
+  if (config.allowedHosts.kind === 'any') logger.warn('ALLOWED_HOSTS is *: no Host check, so no DNS-rebinding protection; list the names clients use instead')
   const trustedProxies = trustedProxyList(config.trustedProxies)
   const fromTrustedProxy = (address: string | undefined): boolean => isTrusted(trustedProxies, address)
 
