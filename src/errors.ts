@@ -1,7 +1,7 @@
 /**
  * Every error the gateway answers with, defined once: a stable code, a message
- * that says what to do, and the HTTP status. Errors on the MCP endpoint are
- * sent as JSON-RPC error objects (id null), as the transports spec expects.
+ * that says what to do, and the HTTP status. Errors are sent as JSON-RPC
+ * error objects, with the request's id when its body had one, else null.
  */
 import type { UpstreamEvent } from './sse/decoder.js'
 
@@ -35,6 +35,10 @@ export const errors = {
     `Bad Request: this path is another spelling of the MCP endpoint; use ${mcpPath} exactly.`),
   originForbidden: () => new GatewayError('MCPGW_ORIGIN_FORBIDDEN', 403,
     'Forbidden: Origin is not in ALLOWED_ORIGINS.'),
+  hostForbidden: () => new GatewayError('MCPGW_HOST_FORBIDDEN', 403,
+    'Forbidden: Host is not allowed (DNS-rebinding protection). Add the name clients use to ALLOWED_HOSTS.'),
+  requestTimeout: (seconds: number) => new GatewayError('MCPGW_REQUEST_TIMEOUT', 408,
+    `Request Timeout: the request did not arrive within REQUEST_READ_TIMEOUT_SECONDS (${seconds}).`),
   notAcceptable: () => new GatewayError('MCPGW_NOT_ACCEPTABLE', 406,
     'Not Acceptable: a GET on the MCP endpoint must accept text/event-stream.'),
   storeUnavailable: () => new GatewayError('MCPGW_STORE_UNAVAILABLE', 503,

@@ -1,6 +1,7 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyError } from 'fastify'
 import { fastifySSE } from '@fastify/sse'
 import { randomBytes } from 'node:crypto'
+import { STATUS_CODES } from 'node:http'
 import type { Readable } from 'node:stream'
 import { pino, type Logger } from 'pino'
 import { LeaseCoordinator } from './cluster/coordinator.js'
@@ -13,7 +14,10 @@ import { InFlight } from './relay/inflight.js'
 import { SessionHub } from './relay/session-hub.js'
 import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
-import { disguisesMcpPath } from './routes/path.js'
+import { disguisesMcpPath, originForm, targetAuthority } from './routes/path.js'
+import { hostAllowed } from './routes/host-check.js'
+import { isTrusted, limitConnections, trustedProxyList } from './routes/connection-limits.js'
+import { requestIdOfBody } from './protocol/request-stream.js'
 import { registerMcpRoute } from './routes/mcp.js'
 import type { EventStore } from './store/contract.js'
 import { RedisEventStore } from './store/redis/redis-store.js'
@@ -63,6 +67,9 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   const upstream = deps.upstream ?? new UpstreamClient({ origin: config.upstreamUrl, headersTimeoutMs: config.upstreamHeadersTimeoutMs })
   const inflight = new InFlight()
   let draining = false
+  if (config.allowedHosts.kind === 'any') logger.warn('ALLOWED_HOSTS is *: no Host check, so no DNS-rebinding protection; list the names clients use instead')
+  const trustedProxies = trustedProxyList(config.trustedProxies)
+  const fromTrustedProxy = (address: string | undefined): boolean => isTrusted(trustedProxies, address)
 
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,
@@ -77,20 +84,43 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomBytes(9).toString('base64url')
     },
     forceCloseConnections: true,
-    // Oversized header blocks get 431 from Node's parser before any handler runs.
-    http: { maxHeaderSize: config.maxHeaderBytes },
-    // Upstream answers may take long; nothing here should time a request out.
-    requestTimeout: 0,
+    // Forwarding headers (X-Forwarded-*) are believed from TRUSTED_PROXIES only: request.ip, .protocol, .host.
+    trustProxy: config.trustedProxies.length > 0 ? (address: string) => fromTrustedProxy(address) : false,
+    // Absolute-form targets ("GET http://other/x") are routed, checked and forwarded by their path only.
+    rewriteUrl: req => originForm(req.url ?? '/'),
+    http: {
+      // Oversized header blocks get 431 from Node's parser before any handler runs.
+      maxHeaderSize: config.maxHeaderBytes,
+      // A request (headers, then body) must arrive in time: a stalled body holds
+      // its buffered bytes. Only the receiving is timed; answers stream as long
+      // as they last. Node checks every connectionsCheckingInterval.
+      requestTimeout: config.requestReadTimeoutMs,
+      headersTimeout: Math.min(config.requestReadTimeoutMs, 60_000),
+      connectionsCheckingInterval: Math.min(1000, config.requestReadTimeoutMs)
+    },
+    requestTimeout: config.requestReadTimeoutMs,
     // Requests Node's HTTP parser refuses get a JSON-RPC error body like every other refusal.
     clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
-      if (!socket.writable) return
-      const tooLarge = err.code === 'HPE_HEADER_OVERFLOW'
-      const refusal = new GatewayError(tooLarge ? 'MCPGW_HEADERS_TOO_LARGE' : 'MCPGW_BAD_HTTP', tooLarge ? 431 : 400,
-        tooLarge ? `Request Header Fields Too Large: headers are limited to MAX_HEADER_BYTES (${config.maxHeaderBytes}).` : 'Bad Request: the request is not valid HTTP/1.1.')
+      if (err.code === 'ECONNRESET' || !socket.writable) {
+        socket.destroy()
+        return
+      }
+      const refusal = err.code === 'HPE_HEADER_OVERFLOW'
+        ? new GatewayError('MCPGW_HEADERS_TOO_LARGE', 431, `Request Header Fields Too Large: headers are limited to MAX_HEADER_BYTES (${config.maxHeaderBytes}).`)
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? errors.requestTimeout(config.requestReadTimeoutMs / 1000)
+          : new GatewayError('MCPGW_BAD_HTTP', 400, 'Bad Request: the request is not valid HTTP/1.1.')
       const body = jsonRpcErrorBody(refusal)
-      socket.end(`HTTP/1.1 ${refusal.statusCode} ${tooLarge ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n` +
+      socket.end(`HTTP/1.1 ${refusal.statusCode} ${STATUS_CODES[refusal.statusCode] ?? ''}\r\n` +
         `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
+      // Node leaves the socket to this handler: a peer that neither reads nor closes must not keep it.
+      setTimeout(() => socket.destroy(), 1000).unref()
     }
+  })
+  limitConnections(app.server, {
+    maxConnections: config.maxConnections,
+    maxPerAddress: config.maxConnectionsPerAddress,
+    exempt: fromTrustedProxy
   })
   const leases = new LeaseCoordinator({
     backend: deps.leases ?? (store instanceof RedisEventStore ? store.leaseBackend() : new LocalLeaseBackend()),
@@ -112,6 +142,16 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
 
   await app.register(fastifySSE)
+
+  app.decorateRequest('fromTrustedProxy', false)
+  // DNS-rebinding protection, before anything else looks at the request (or its body is read).
+  app.addHook('onRequest', async request => {
+    request.fromTrustedProxy = fromTrustedProxy(request.socket.remoteAddress)
+    const authority = request.originalUrl === request.url ? undefined : targetAuthority(request.originalUrl)
+    if (!hostAllowed(config.allowedHosts, request.host) || (authority !== undefined && !hostAllowed(config.allowedHosts, authority))) {
+      throw errors.hostForbidden()
+    }
+  })
 
   app.addHook('onRequest', async (request, reply) => {
     if (draining) {
@@ -146,7 +186,8 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       return
     }
     reply.code(gatewayError.statusCode).headers(gatewayError.headers).type('application/json')
-    return jsonRpcErrorBody(gatewayError)
+    // The MCP endpoint's bodies are buffers: a request with an id gets its error under that id.
+    return jsonRpcErrorBody(gatewayError, Buffer.isBuffer(request.body) ? requestIdOfBody(request.body) ?? null : null)
   })
 
   // The MCP endpoint gets whole bodies (they are small JSON-RPC messages, bounded by MAX_BODY_BYTES).

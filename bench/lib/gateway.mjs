@@ -32,6 +32,9 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
     LOG_LEVEL: 'warn',
     // The idle scenario holds 10,000 sessions; the default cap is exactly that.
     MAX_SESSIONS: '100000',
+    // Every bench client connects from loopback: the per-address cap would refuse most idle streams.
+    MAX_CONNECTIONS: '100000',
+    MAX_CONNECTIONS_PER_ADDRESS: '100000',
     RETENTION_MAX_EVENTS: String(RETENTION_EVENTS),
     // BENCH_GATEWAY_ENV="NAME=value ...": environment for the gateways only (not the other paths).
     ...envList(process.env.BENCH_GATEWAY_ENV),

@@ -2,6 +2,8 @@ import envSchema from 'env-schema'
 import { ConfigSchema, type RawConfig } from './schema.js'
 import type { RetentionLimits } from '../store/contract.js'
 import { redisUrlProblem } from '../store/redis/redis-url.js'
+import { allowListEntry, defaultHostPolicy, type HostPolicy } from '../routes/host-check.js'
+import { trustedProxyList } from '../routes/connection-limits.js'
 
 export interface GatewayConfig {
   readonly upstreamUrl: URL
@@ -34,6 +36,14 @@ export interface GatewayConfig {
   readonly recoverLostSessions: boolean
   /** null: any Origin is accepted. */
   readonly allowedOrigins: ReadonlySet<string> | null
+  /** Which Host values are served (DNS-rebinding protection). */
+  readonly allowedHosts: HostPolicy
+  /** Outer proxies whose forwarding headers are believed (addresses, CIDR ranges, preset names); empty: none. */
+  readonly trustedProxies: readonly string[]
+  /** Time to receive a whole request (headers and body). */
+  readonly requestReadTimeoutMs: number
+  readonly maxConnections: number
+  readonly maxConnectionsPerAddress: number
   readonly leaseTtlMs: number
   readonly drainSpreadMs: number
   readonly maxHeaderBytes: number
@@ -117,6 +127,12 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
       if (upstreamUrl.search !== '' || upstreamUrl.hash !== '') {
         problems.push('UPSTREAM_URL: must not carry a query or fragment')
       }
+      // WHATWG URLs give "http://mcp:3000" the path "/": the MCP endpoint would be
+      // "/" and clients of "/mcp" would be proxied unrecorded. Only an explicit "/" means "/".
+      if (upstreamUrl.pathname === '/' && !/^[a-z][a-z0-9+.-]*:\/\/[^/]*\/$/i.test(raw.UPSTREAM_URL.trim())) {
+        problems.push(`UPSTREAM_URL: has no path; write the MCP endpoint's full URL, such as ${upstreamUrl.origin}/mcp ` +
+          `(or ${upstreamUrl.origin}/ if the server's MCP endpoint really is /)`)
+      }
     } catch {
       problems.push('UPSTREAM_URL: must be an absolute URL such as http://mcp:3000/mcp')
     }
@@ -137,7 +153,9 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
   } else if (raw.REDIS_SENTINEL_NAME !== undefined) {
     problems.push('REDIS_SENTINEL_NAME: only meaningful with REDIS_SENTINELS')
   }
-  if (raw.PORT !== 0 && raw.PORT === raw.ADMIN_PORT && raw.HOST === raw.ADMIN_HOST) {
+  // A wildcard bind takes the port on every address, loopback included.
+  const wildcard = (host: string): boolean => host === '0.0.0.0' || host === '::'
+  if (raw.PORT !== 0 && raw.PORT === raw.ADMIN_PORT && (raw.HOST === raw.ADMIN_HOST || wildcard(raw.HOST) || wildcard(raw.ADMIN_HOST))) {
     problems.push('ADMIN_PORT: must differ from PORT so admin endpoints never shadow upstream paths')
   }
   let allowedOrigins: Set<string> | null = null
@@ -160,6 +178,25 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
       }
     }
   }
+  let allowedHosts: HostPolicy = defaultHostPolicy(raw.HOST)
+  if (raw.ALLOWED_HOSTS !== undefined) {
+    const entries = raw.ALLOWED_HOSTS.split(',').map(s => s.trim()).filter(Boolean)
+    if (entries.includes('*')) {
+      if (entries.length > 1) problems.push('ALLOWED_HOSTS: "*" cannot be combined with host names')
+      allowedHosts = { kind: 'any' }
+    } else {
+      const names: string[] = []
+      for (const entry of entries) {
+        const name = allowListEntry(entry)
+        if (name === undefined) problems.push(`ALLOWED_HOSTS: "${entry.slice(0, 80)}" is not a host name such as mcp.example.com, *.example.com or 10.0.0.5 (no port, no scheme)`)
+        else names.push(name)
+      }
+      if (entries.length === 0) problems.push('ALLOWED_HOSTS: lists no host; unset it for the default, or write * to turn the check off')
+      allowedHosts = { kind: 'list', names }
+    }
+  }
+  const trustedProxies = (raw.TRUSTED_PROXIES ?? '').split(',').map(s => s.trim()).filter(Boolean)
+  trustedProxyList(trustedProxies, problems)
   if (problems.length > 0 || upstreamUrl === undefined) {
     throw new ConfigError(problems.length > 0 ? problems : ['UPSTREAM_URL: is required'])
   }
@@ -195,6 +232,11 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     principalHeader: raw.PRINCIPAL_HEADER.toLowerCase(),
     recoverLostSessions: raw.RECOVER_LOST_SESSIONS,
     allowedOrigins,
+    allowedHosts: Object.freeze(allowedHosts),
+    trustedProxies: Object.freeze(trustedProxies),
+    requestReadTimeoutMs: raw.REQUEST_READ_TIMEOUT_SECONDS * 1000,
+    maxConnections: raw.MAX_CONNECTIONS,
+    maxConnectionsPerAddress: raw.MAX_CONNECTIONS_PER_ADDRESS,
     leaseTtlMs: raw.LEASE_TTL_MS,
     drainSpreadMs: raw.DRAIN_SPREAD_SECONDS * 1000,
     maxHeaderBytes: raw.MAX_HEADER_BYTES,

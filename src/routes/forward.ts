@@ -31,12 +31,21 @@ function bounded (body: Readable, limit: number): Readable {
   return body.pipe(counter)
 }
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The connection's peer is in TRUSTED_PROXIES: its forwarding headers are believed. */
+    fromTrustedProxy: boolean
+  }
+}
+
 /** The upstream request for a client request, headers cleaned for a proxy hop. */
 export function upstreamHeadersFor (request: FastifyRequest, keepContentLength: boolean): Record<string, string | string[]> {
   return upstreamRequestHeaders(request.headers, {
-    remoteAddress: request.ip,
+    remoteAddress: request.socket.remoteAddress,
+    trustedPeer: request.fromTrustedProxy,
+    // Both from the peer, or from a trusted proxy's X-Forwarded-Proto/-Host (fastify's trustProxy).
     protocol: request.protocol,
-    host: request.headers.host
+    host: request.host === '' ? undefined : request.host
   }, keepContentLength)
 }
 

@@ -316,7 +316,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     await claimed
     const client = streamOptions(reply, log, 'request', state.epoch, streamId, proto)
     hub.attach(sessionId, client)
-    client.open(clientResponseHeaders(res.headers, ['content-type', 'content-length', 'content-encoding', 'cache-control']), 0)
+    client.open(clientResponseHeaders(res.headers, ['content-type', 'content-length', 'content-encoding']), 0)
     // Subscribe before recording starts, so the first event already finds its reader.
     await new StreamFollower({ store, metrics, log, client, sessionId, ...replayPages, untilEnded: true }).start()
     metrics.upstreamStreamsOpen.inc({ kind: 'request' })

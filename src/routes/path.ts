@@ -33,3 +33,31 @@ export function disguisesMcpPath (rawUrl: string, mcpPath: string): boolean {
   const exact = rawUrl.split('?')[0]
   return exact !== mcpPath && canonicalPath(rawUrl) === canonicalPath(mcpPath)
 }
+
+const ABSOLUTE_FORM = /^[a-z][a-z0-9+.-]*:\/\//i
+
+/**
+ * The origin-form (path and query) of a request target. RFC 9112 section
+ * 3.2.2: a server accepts the absolute-form (`GET http://host/x`), whose
+ * authority overrides Host; toward the upstream only the path goes, never a
+ * URL naming another host.
+ */
+export function originForm (target: string): string {
+  if (target.startsWith('/') || !ABSOLUTE_FORM.test(target)) return target
+  try {
+    const url = new URL(target)
+    return url.pathname + url.search
+  } catch {
+    return target
+  }
+}
+
+/** The authority (host[:port]) named by an absolute-form target; undefined for any other form. */
+export function targetAuthority (target: string): string | undefined {
+  if (!ABSOLUTE_FORM.test(target)) return undefined
+  try {
+    return new URL(target).host
+  } catch {
+    return ''
+  }
+}

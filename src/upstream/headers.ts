@@ -18,33 +18,48 @@ function connectionTokens (value: string | string[] | undefined): Set<string> {
   return out
 }
 
+/**
+ * Headers a client could use to pose as someone else toward the upstream
+ * (which builds OAuth metadata URLs and logs from them): believed only from a
+ * trusted outer proxy, as Envoy and Traefik do by default.
+ */
+function isForwardingHeader (name: string): boolean {
+  return name === 'forwarded' || name === 'x-real-ip' || name.startsWith('x-forwarded-')
+}
+
 export interface ForwardContext {
+  /** The peer of the client connection. */
   readonly remoteAddress: string | undefined
+  /** The peer is a trusted outer proxy (TRUSTED_PROXIES): its forwarding headers are kept. */
+  readonly trustedPeer: boolean
   readonly protocol: 'http' | 'https'
   readonly host: string | undefined
 }
 
 /**
  * Headers for the upstream request: end-to-end fields only. `host` and
- * `content-length` are set by the HTTP client for the upstream; X-Forwarded-*
- * say who the real client was.
+ * `content-length` are set by the HTTP client for the upstream; `expect` was
+ * answered here (Node sent 100 Continue), and the upstream gets the whole
+ * body anyway. X-Forwarded-For/-Proto/-Host say what the gateway saw, after
+ * what a trusted outer proxy saw.
  */
 export function upstreamRequestHeaders (incoming: IncomingHttpHeaders, ctx: ForwardContext, keepContentLength: boolean): Record<string, string | string[]> {
   const drop = connectionTokens(incoming.connection)
   const out: Record<string, string | string[]> = {}
   for (const [name, value] of Object.entries(incoming)) {
     if (value === undefined) continue
-    if (HOP_BY_HOP.has(name) || drop.has(name) || name === 'host') continue
+    if (HOP_BY_HOP.has(name) || drop.has(name) || name === 'host' || name === 'expect') continue
     if (name === 'content-length' && !keepContentLength) continue
+    if (!ctx.trustedPeer && isForwardingHeader(name)) continue
     out[name] = value
   }
-  const prior = incoming['x-forwarded-for']
+  const prior = ctx.trustedPeer ? incoming['x-forwarded-for'] : undefined
   const priorList = Array.isArray(prior) ? prior.join(', ') : prior
   if (ctx.remoteAddress !== undefined) {
     out['x-forwarded-for'] = priorList !== undefined && priorList !== '' ? `${priorList}, ${ctx.remoteAddress}` : ctx.remoteAddress
   }
-  if (incoming['x-forwarded-proto'] === undefined) out['x-forwarded-proto'] = ctx.protocol
-  if (incoming['x-forwarded-host'] === undefined && ctx.host !== undefined) out['x-forwarded-host'] = ctx.host
+  if (out['x-forwarded-proto'] === undefined) out['x-forwarded-proto'] = ctx.protocol
+  if (out['x-forwarded-host'] === undefined && ctx.host !== undefined) out['x-forwarded-host'] = ctx.host
   return out
 }
 

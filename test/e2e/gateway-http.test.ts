@@ -259,7 +259,8 @@ function responseTo (events: readonly SseEvent[], id: number): Record<string, un
   return undefined
 }
 
-function isJsonRpcError (t: Test, answer: Answer, status: number, what: string, todo?: string): void {
+/** `id`: the JSON-RPC id of the request's body, which the error answer carries (null without one). */
+function isJsonRpcError (t: Test, answer: Answer, status: number, what: string, todo?: string, id: string | number | null = null): void {
   const extra = todo === undefined ? {} : { todo }
   t.equal(answer.status, status, `${what}: HTTP ${status}`, extra)
   t.match(header(answer.headers, 'content-type') ?? '', /^application\/json/, `${what}: JSON body`, extra)
@@ -271,7 +272,7 @@ function isJsonRpcError (t: Test, answer: Answer, status: number, what: string, 
     return
   }
   t.equal(body.jsonrpc, '2.0', `${what}: a JSON-RPC message`, extra)
-  t.equal(body.id, null, `${what}: id null`, extra)
+  t.equal(body.id, id, `${what}: id ${String(id)}`, extra)
   t.type(body.error?.code, 'number', `${what}: error.code`, extra)
   t.type(body.error?.message, 'string', `${what}: error.message`, extra)
 }
@@ -1119,7 +1120,7 @@ t.test('bounds: bad MCP-Protocol-Version, oversized bodies', async t => {
   const mcpUrl = `${gw.url}/mcp`
   const headers = { 'content-type': 'application/json', accept: ACCEPT_BOTH }
   for (const version of ['banana', '2025-6-18', '2025-06-18x']) {
-    isJsonRpcError(t, await send(mcpUrl, { method: 'POST', headers: { ...headers, 'mcp-protocol-version': version }, body: '{"jsonrpc":"2.0","id":1,"method":"ping"}' }), 400, `POST with MCP-Protocol-Version ${version}`)
+    isJsonRpcError(t, await send(mcpUrl, { method: 'POST', headers: { ...headers, 'mcp-protocol-version': version }, body: '{"jsonrpc":"2.0","id":1,"method":"ping"}' }), 400, `POST with MCP-Protocol-Version ${version}`, undefined, 1)
   }
   isJsonRpcError(t, await send(mcpUrl, { headers: { accept: 'text/event-stream', 'mcp-protocol-version': 'banana' } }), 400, 'GET with a bad MCP-Protocol-Version')
 

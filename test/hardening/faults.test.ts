@@ -147,7 +147,7 @@ t.test('an upstream that hangs', async t => {
     const rawMs = Date.now() - started
     t.equal(raw.status, 504, `504 after ${rawMs} ms`)
     t.ok(rawMs >= 900 && rawMs < 4000, 'after about the configured second')
-    t.match(jsonRpcError(raw.text), { id: null, message: /Gateway Timeout/ }, 'a JSON-RPC error body')
+    t.match(jsonRpcError(raw.text), { id: 1, message: /Gateway Timeout/ }, 'a JSON-RPC error body, under the request\'s id')
 
     started = Date.now()
     const connected = await connectClient(`${gw.url}/mcp`).then(async mcp => { await mcp.close(); return 'connected' }, (err: unknown) => err)
@@ -614,7 +614,8 @@ t.test('1,000 clients reconnecting at once', async t => {
   const emit = (sessionId: string, n: number): void => {
     streams.get(sessionId)?.write(`data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: { n } } })}\n\n`)
   }
-  const gw = await startGateway(t, 'memory', `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`, QUICK_CLOSE)
+  // Every client connects from 127.0.0.1: above the default per-address connection cap.
+  const gw = await startGateway(t, 'memory', `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`, { ...QUICK_CLOSE, MAX_CONNECTIONS_PER_ADDRESS: String(N * 3) })
   const agent = new Agent({ connections: 32 })
   t.teardown(() => agent.close())
 

@@ -34,7 +34,12 @@ t.test('defaults', async (t) => {
   t.equal(config.mcpPath, '/mcp')
   t.equal(config.host, '0.0.0.0')
   t.equal(config.port, 8080)
-  t.equal(config.adminHost, '0.0.0.0')
+  t.equal(config.adminHost, '127.0.0.1', 'the admin listener (no access control) is reachable from this host only')
+  t.same(config.allowedHosts, { kind: 'non-public' }, 'a 0.0.0.0 listener serves names public DNS cannot point at it')
+  t.same(config.trustedProxies, [], 'no forwarding header is believed')
+  t.equal(config.requestReadTimeoutMs, 60_000, 'no looser than nginx\'s client_body_timeout')
+  t.equal(config.maxConnections, 16384)
+  t.equal(config.maxConnectionsPerAddress, 256)
   t.equal(config.adminPort, 9090)
   t.equal(config.logLevel, 'info')
   t.equal(config.redisUrl, undefined, 'no Redis: the embedded store')
@@ -65,6 +70,10 @@ t.test('the defaults above are the schema\'s', async (t) => {
   t.equal(config.port, defaults.PORT)
   t.equal(config.adminPort, defaults.ADMIN_PORT)
   t.equal(config.host, defaults.HOST)
+  t.equal(config.adminHost, defaults.ADMIN_HOST)
+  t.equal(config.requestReadTimeoutMs, (defaults.REQUEST_READ_TIMEOUT_SECONDS as number) * 1000)
+  t.equal(config.maxConnections, defaults.MAX_CONNECTIONS)
+  t.equal(config.maxConnectionsPerAddress, defaults.MAX_CONNECTIONS_PER_ADDRESS)
   t.equal(config.logLevel, defaults.LOG_LEVEL)
   t.equal(config.retention.maxEvents, defaults.RETENTION_MAX_EVENTS)
   t.equal(config.retention.maxBytes, defaults.RETENTION_MAX_BYTES)
@@ -104,6 +113,11 @@ t.test('every variable is read and converted', async (t) => {
     UPSTREAM_HEADERS_TIMEOUT_SECONDS: '9',
     PRINCIPAL_HEADER: 'X-Api-Key',
     ALLOWED_ORIGINS: 'https://app.example.com',
+    ALLOWED_HOSTS: 'mcp.example.com',
+    TRUSTED_PROXIES: '10.0.0.0/8',
+    REQUEST_READ_TIMEOUT_SECONDS: '5',
+    MAX_CONNECTIONS: '100',
+    MAX_CONNECTIONS_PER_ADDRESS: '10',
     SHUTDOWN_GRACE_SECONDS: '3'
   })
   t.equal(config.upstreamUrl.origin, 'https://upstream.example:8443')
@@ -127,6 +141,11 @@ t.test('every variable is read and converted', async (t) => {
   t.equal(config.upstreamHeadersTimeoutMs, 9000)
   t.equal(config.principalHeader, 'x-api-key', 'lower-cased like Node\'s header names')
   t.same([...(config.allowedOrigins ?? [])], ['https://app.example.com'])
+  t.same(config.allowedHosts, { kind: 'list', names: ['mcp.example.com'] })
+  t.same(config.trustedProxies, ['10.0.0.0/8'])
+  t.equal(config.requestReadTimeoutMs, 5000)
+  t.equal(config.maxConnections, 100)
+  t.equal(config.maxConnectionsPerAddress, 10)
   t.equal(config.shutdownGraceMs, 3000)
 })
 
@@ -137,10 +156,41 @@ t.test('every log level is accepted', async (t) => {
 })
 
 t.test('mcpPath comes from the upstream URL', async (t) => {
-  t.equal(loadConfig({ UPSTREAM_URL: 'http://mcp:3000' }).mcpPath, '/')
-  t.equal(loadConfig({ UPSTREAM_URL: 'http://mcp:3000/' }).mcpPath, '/')
+  t.equal(loadConfig({ UPSTREAM_URL: 'http://mcp:3000/' }).mcpPath, '/', 'an explicit / is the MCP endpoint at the root')
   t.equal(loadConfig({ UPSTREAM_URL: 'http://mcp/a/b/mcp' }).mcpPath, '/a/b/mcp')
   t.equal(loadConfig({ UPSTREAM_URL: 'http://[::1]:3000/mcp' }).upstreamUrl.hostname, '[::1]')
+})
+
+t.test('UPSTREAM_URL without a path is refused, saying what to write', async (t) => {
+  // Its path would be "/" and clients of /mcp would be proxied unrecorded.
+  for (const url of ['http://mcp:3000', 'https://mcp.example', 'http://[::1]:3000', ' http://mcp:3000']) {
+    expectProblem(t, { UPSTREAM_URL: url }, 'UPSTREAM_URL', /has no path; write the MCP endpoint's full URL, such as https?:\/\/[^ ]+\/mcp/)
+  }
+  const problems = problemsOf({ UPSTREAM_URL: 'http://mcp:3000', PORT: 'abc' })
+  t.same(problems.map(p => p.slice(0, p.indexOf(':'))).sort(), ['PORT', 'UPSTREAM_URL'], 'reported with the other problems')
+})
+
+t.test('ALLOWED_HOSTS: names without port, * to turn the check off, defaults by HOST', async (t) => {
+  t.same(loadConfig({ ...base, HOST: '127.0.0.1' }).allowedHosts, { kind: 'list', names: ['localhost', '127.0.0.1', '::1'] }, 'loopback listener: the SDKs\' list')
+  t.same(loadConfig({ ...base, HOST: '::1' }).allowedHosts, { kind: 'list', names: ['localhost', '127.0.0.1', '::1'] })
+  t.same(loadConfig({ ...base, HOST: '::' }).allowedHosts, { kind: 'non-public' })
+  t.same(loadConfig({ ...base, HOST: '10.0.0.5' }).allowedHosts, { kind: 'non-public' })
+  t.same(loadConfig({ ...base, ALLOWED_HOSTS: 'MCP.example.com., *.corp.example, 10.0.0.5, [::1], fe80::1' }).allowedHosts,
+    { kind: 'list', names: ['mcp.example.com', '*.corp.example', '10.0.0.5', '::1', 'fe80::1'] })
+  t.same(loadConfig({ ...base, HOST: '127.0.0.1', ALLOWED_HOSTS: '*' }).allowedHosts, { kind: 'any' })
+  expectProblem(t, { ...base, ALLOWED_HOSTS: 'mcp.example.com:8080' }, 'ALLOWED_HOSTS', /no port/)
+  expectProblem(t, { ...base, ALLOWED_HOSTS: 'https://mcp.example.com' }, 'ALLOWED_HOSTS')
+  expectProblem(t, { ...base, ALLOWED_HOSTS: '*, mcp.example.com' }, 'ALLOWED_HOSTS', /cannot be combined/)
+  expectProblem(t, { ...base, ALLOWED_HOSTS: ',' }, 'ALLOWED_HOSTS', /lists no host/)
+  expectProblem(t, { ...base, ALLOWED_HOSTS: '*.10.0.0.5' }, 'ALLOWED_HOSTS')
+})
+
+t.test('TRUSTED_PROXIES: addresses, CIDR ranges and preset names', async (t) => {
+  t.same(loadConfig({ ...base, TRUSTED_PROXIES: '10.0.0.0/8, 192.0.2.1, ::1, fd00::/8, loopback' }).trustedProxies,
+    ['10.0.0.0/8', '192.0.2.1', '::1', 'fd00::/8', 'loopback'])
+  expectProblem(t, { ...base, TRUSTED_PROXIES: 'proxy.example' }, 'TRUSTED_PROXIES')
+  expectProblem(t, { ...base, TRUSTED_PROXIES: '10.0.0.0/33' }, 'TRUSTED_PROXIES')
+  expectProblem(t, { ...base, TRUSTED_PROXIES: '10.0.0.0/x' }, 'TRUSTED_PROXIES')
 })
 
 t.test('UPSTREAM_URL is required', async (t) => {
@@ -283,8 +333,10 @@ t.test('Redis Cluster and Sentinel', async (t) => {
 t.test('PORT and ADMIN_PORT must differ on the same host', async (t) => {
   expectProblem(t, { ...base, PORT: '9090' }, 'ADMIN_PORT', /differ from PORT/)
   expectProblem(t, { ...base, PORT: '7000', ADMIN_PORT: '7000' }, 'ADMIN_PORT', /differ from PORT/)
-  t.same(problemsOf({ ...base, PORT: '7000', ADMIN_PORT: '7000', ADMIN_HOST: '127.0.0.1' }), [], 'different hosts')
+  t.same(problemsOf({ ...base, PORT: '7000', ADMIN_PORT: '7000', HOST: '127.0.0.2', ADMIN_HOST: '127.0.0.1' }), [], 'different hosts')
   t.same(problemsOf({ ...base, PORT: '0', ADMIN_PORT: '0' }), [], 'both ephemeral (tests)')
+  expectProblem(t, { ...base, HOST: '0.0.0.0', ADMIN_HOST: '127.0.0.1', PORT: '7000', ADMIN_PORT: '7000' }, 'ADMIN_PORT', /differ from PORT/)
+  expectProblem(t, { ...base, HOST: '127.0.0.1', ADMIN_HOST: '::', PORT: '7000', ADMIN_PORT: '7000' }, 'ADMIN_PORT', /differ from PORT/)
 })
 
 t.test('every problem is reported at once', async (t) => {
@@ -361,6 +413,24 @@ t.test('unrelated and empty env vars are ignored', async (t) => {
   t.equal(config.redisKeyPrefix, 'mcpgw:', 'empty means the default')
   t.same(env.PORT, '', 'the env object is not modified')
   t.equal(Object.keys(env).length, 11)
+})
+
+t.test('the entry point refuses an UPSTREAM_URL without a path, with the other problems', async (t) => {
+  const main = fileURLToPath(new URL('../../dist/src/main.js', import.meta.url))
+  if (!existsSync(main)) {
+    t.fail(`${main} is missing: run \`npm run build\` first (npm test does it in pretest)`)
+    return
+  }
+  const env = { PATH: process.env.PATH ?? '', UPSTREAM_URL: 'http://mcp:3000', PORT: '0', ADMIN_PORT: '0', MAX_SESSIONS: '0' }
+  const child = spawn(process.execPath, [main], { env, stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (s: string) => { stderr += s })
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
+  const code = await new Promise<number | null>((resolve) => { child.on('close', c => resolve(c)) })
+  clearTimeout(timer)
+  t.equal(code, 2, 'exit code 2: it never starts')
+  t.match(stderr, /UPSTREAM_URL: has no path; write the MCP endpoint's full URL, such as http:\/\/mcp:3000\/mcp/)
+  t.match(stderr, /MAX_SESSIONS: /, 'the other problem too')
 })
 
 t.test('the entry point exits non-zero and lists every problem', async (t) => {

@@ -11,8 +11,10 @@ const HOP_BY_HOP = [
   'te', 'trailer', 'transfer-encoding', 'upgrade'
 ]
 
-const ctx: ForwardContext = { remoteAddress: '203.0.113.7', protocol: 'https', host: 'gateway.example' }
-const noCtx: ForwardContext = { remoteAddress: undefined, protocol: 'http', host: undefined }
+const ctx: ForwardContext = { remoteAddress: '203.0.113.7', trustedPeer: false, protocol: 'https', host: 'gateway.example' }
+/** The peer is an outer proxy in TRUSTED_PROXIES. */
+const proxied: ForwardContext = { ...ctx, trustedPeer: true }
+const noCtx: ForwardContext = { remoteAddress: undefined, trustedPeer: false, protocol: 'http', host: undefined }
 
 /** End-to-end headers an MCP client sends. */
 const endToEnd: IncomingHttpHeaders = {
@@ -82,29 +84,50 @@ t.test('upstreamRequestHeaders: content-length is kept or dropped per flag', asy
   t.notOk('transfer-encoding' in upstreamRequestHeaders({ ...incoming, 'transfer-encoding': 'chunked' }, noCtx, true), 'never transfer-encoding')
 })
 
-t.test('upstreamRequestHeaders: x-forwarded-for is appended', async (t) => {
+t.test('upstreamRequestHeaders: x-forwarded-for is the peer, after a trusted proxy\'s list', async (t) => {
   t.equal(upstreamRequestHeaders({}, ctx, true)['x-forwarded-for'], '203.0.113.7', 'set when absent')
-  t.equal(upstreamRequestHeaders({ 'x-forwarded-for': '198.51.100.1' }, ctx, true)['x-forwarded-for'], '198.51.100.1, 203.0.113.7', 'appended')
-  t.equal(upstreamRequestHeaders({ 'x-forwarded-for': '10.0.0.1, 10.0.0.2' }, ctx, true)['x-forwarded-for'], '10.0.0.1, 10.0.0.2, 203.0.113.7', 'appended to a list')
-  t.equal(upstreamRequestHeaders({ 'x-forwarded-for': '' }, ctx, true)['x-forwarded-for'], '203.0.113.7', 'empty prior value')
+  t.equal(upstreamRequestHeaders({ 'x-forwarded-for': '198.51.100.1' }, ctx, true)['x-forwarded-for'], '203.0.113.7', 'a client\'s value is replaced')
+  t.equal(upstreamRequestHeaders({ 'x-forwarded-for': '198.51.100.1' }, proxied, true)['x-forwarded-for'], '198.51.100.1, 203.0.113.7', 'a trusted proxy\'s is appended to')
+  t.equal(upstreamRequestHeaders({ 'x-forwarded-for': '10.0.0.1, 10.0.0.2' }, proxied, true)['x-forwarded-for'], '10.0.0.1, 10.0.0.2, 203.0.113.7', 'appended to a list')
+  t.equal(upstreamRequestHeaders({ 'x-forwarded-for': '' }, proxied, true)['x-forwarded-for'], '203.0.113.7', 'empty prior value')
   const repeated = { 'x-forwarded-for': ['10.0.0.1', '10.0.0.2'] } as unknown as IncomingHttpHeaders
-  t.equal(upstreamRequestHeaders(repeated, ctx, true)['x-forwarded-for'], '10.0.0.1, 10.0.0.2, 203.0.113.7', 'repeated headers joined')
-  t.equal(upstreamRequestHeaders({ 'x-forwarded-for': '198.51.100.1' }, noCtx, true)['x-forwarded-for'], '198.51.100.1', 'unknown peer: passed unchanged')
+  t.equal(upstreamRequestHeaders(repeated, proxied, true)['x-forwarded-for'], '10.0.0.1, 10.0.0.2, 203.0.113.7', 'repeated headers joined')
+  t.notOk('x-forwarded-for' in upstreamRequestHeaders({ 'x-forwarded-for': '198.51.100.1' }, noCtx, true), 'unknown peer: a client\'s value is not passed')
   t.notOk('x-forwarded-for' in upstreamRequestHeaders({}, noCtx, true), 'unknown peer, no prior: absent')
   const v6 = upstreamRequestHeaders({}, { ...ctx, remoteAddress: '::ffff:127.0.0.1' }, true)
   t.equal(v6['x-forwarded-for'], '::ffff:127.0.0.1')
 })
 
-t.test('upstreamRequestHeaders: x-forwarded-proto and x-forwarded-host only when absent', async (t) => {
+t.test('upstreamRequestHeaders: x-forwarded-proto and -host say what the gateway saw', async (t) => {
   const fresh = upstreamRequestHeaders({}, ctx, true)
   t.equal(fresh['x-forwarded-proto'], 'https')
   t.equal(fresh['x-forwarded-host'], 'gateway.example')
-  const prior = upstreamRequestHeaders({ 'x-forwarded-proto': 'http', 'x-forwarded-host': 'edge.example' }, ctx, true)
-  t.equal(prior['x-forwarded-proto'], 'http', 'an outer proxy\'s value is kept')
+  const forged = upstreamRequestHeaders({ 'x-forwarded-proto': 'http', 'x-forwarded-host': 'evil.example' }, ctx, true)
+  t.equal(forged['x-forwarded-proto'], 'https', 'a client\'s value is overwritten')
+  t.equal(forged['x-forwarded-host'], 'gateway.example')
+  const prior = upstreamRequestHeaders({ 'x-forwarded-proto': 'http', 'x-forwarded-host': 'edge.example' }, proxied, true)
+  t.equal(prior['x-forwarded-proto'], 'http', 'a trusted proxy\'s value is kept')
   t.equal(prior['x-forwarded-host'], 'edge.example')
   const noHost = upstreamRequestHeaders({}, noCtx, true)
   t.equal(noHost['x-forwarded-proto'], 'http')
   t.notOk('x-forwarded-host' in noHost, 'no host known: not set')
+})
+
+t.test('upstreamRequestHeaders: Forwarded, X-Real-IP and other X-Forwarded-* only from a trusted proxy', async (t) => {
+  const incoming: IncomingHttpHeaders = {
+    forwarded: 'for=198.51.100.1;host=evil.example;proto=https',
+    'x-real-ip': '198.51.100.1',
+    'x-forwarded-port': '443',
+    'x-forwarded-prefix': '/evil'
+  }
+  const out = upstreamRequestHeaders(incoming, ctx, true)
+  for (const name of ['forwarded', 'x-real-ip', 'x-forwarded-port', 'x-forwarded-prefix']) t.notOk(name in out, `${name} dropped from a client`)
+  const trusted = upstreamRequestHeaders(incoming, proxied, true)
+  for (const name of ['forwarded', 'x-real-ip', 'x-forwarded-port', 'x-forwarded-prefix']) t.equal(trusted[name], incoming[name], `${name} kept from a trusted proxy`)
+})
+
+t.test('upstreamRequestHeaders: Expect is answered here, never forwarded', async (t) => {
+  t.notOk('expect' in upstreamRequestHeaders({ ...endToEnd, expect: '100-continue' }, ctx, true))
 })
 
 t.test('upstreamRequestHeaders: undefined values are skipped, the input is not modified', async (t) => {
