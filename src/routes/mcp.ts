@@ -101,8 +101,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     await guard.settleRecovery(request, confirmed)
   }
 
-  async function requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest, proto: ProtocolInfo): Promise<void> {
-    await guard.requireKnownSessionOrStateless(sessionId, request, proto)
+  async function requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest, _proto: ProtocolInfo): Promise<void> {
+    await guard.requireKnownSessionOrStateless(sessionId, request)
   }
 
   function principalOf (request: FastifyRequest, _header: string): string {

@@ -5,7 +5,6 @@ import { HeaderPrincipal, type Identity, type PrincipalResolver } from '../auth/
 import type { GatewayConfig } from '../config/load.js'
 import { errors } from '../errors.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
-import type { ProtocolInfo } from '../protocol/era.js'
 import type { EventStore, SessionRecord } from '../store/contract.js'
 import type { SessionCache } from './session-cache.js'
 
@@ -96,9 +95,11 @@ export class SessionGuard {
           throw e
         }
       }
+      const known = sessions.stale(sessionId)
       if (record === null && recoverFor !== undefined) record = await this.recoverLostSession(sessionId, principal, recoverFor)
-      if (record === null) sessions.delete(sessionId)
-      else sessions.set(sessionId, record)
+      // Who owned a session the store lost stays known: another principal's attempt must not erase it.
+      if (record === null && (known === undefined || known.principal === principal)) sessions.delete(sessionId)
+      else if (record !== null) sessions.set(sessionId, record)
     }
     // Another principal's session looks exactly like a missing one.
     if (record === null || record.principal !== principal) throw errors.sessionNotFound()
@@ -112,9 +113,14 @@ export class SessionGuard {
    * recorded again, under a new epoch, bound to this request's principal: the
    * client's old ids then read as a gap. The request goes on to the upstream,
    * which decides whether the session still exists: see settleRecovery.
+   * A session this replica verified within its lifetime is recovered only for
+   * the principal it was bound to: whoever learnt its id and comes back first
+   * after the loss gets 404, as before it.
    */
   async recoverLostSession (sessionId: string, principal: string, request: FastifyRequest): Promise<SessionRecord | null> {
     if (!this.#config.recoverLostSessions) return null
+    const known = this.#sessions.stale(sessionId)
+    if (known !== undefined && known.principal !== principal) return null
     try {
       const intactSince = await this.#metrics.timeStore('intact_since', () => this.#store.intactSince())
       const lostFor = Date.now() - Math.min(intactSince, Date.now())
@@ -156,26 +162,15 @@ export class SessionGuard {
   }
 
   /**
-   * For requests proxied transparently: a known session must belong to the
-   * caller; an unknown one passes only in the modern era (no sessions there).
+   * For requests proxied transparently that name a session: it must be one
+   * the gateway knows, bound to the caller, whatever the protocol revision
+   * claims. The modern era has no sessions, so its clients send no session
+   * id; one that does could only mean a session a legacy upstream would
+   * honour, and a session id whose record expired must not pass under any
+   * principal. No recovery here (these are not the session's own methods).
    */
-  async requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest, proto: ProtocolInfo): Promise<void> {
+  async requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest): Promise<void> {
     const principal = this.principalOf(request)
-    if (proto.era === 'legacy') {
-      // No recovery: these methods are not the MCP session's own (POST, GET, DELETE).
-      await this.requireSession(sessionId, principal)
-      return
-    }
-    let record: SessionRecord | null | undefined = this.#sessions.fresh(sessionId)
-    if (record === undefined) {
-      try {
-        record = await this.#metrics.timeStore('get_session', () => this.#store.getSession(sessionId))
-      } catch (err) {
-        const e = errors.storeUnavailable()
-        e.cause = err
-        throw e
-      }
-    }
-    if (record !== null && record.principal !== principal) throw errors.sessionNotFound()
+    await this.requireSession(sessionId, principal)
   }
 }
