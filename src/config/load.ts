@@ -27,6 +27,7 @@ export interface GatewayConfig {
   readonly maxBodyBytes: number
   readonly clientBufferMaxBytes: number
   readonly maxSessions: number
+  readonly maxSessionsPerPrincipal: number
   readonly standaloneHoldMs: number
   readonly keepAliveMs: number
   readonly retryMs: number
@@ -232,6 +233,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     maxBodyBytes: raw.MAX_BODY_BYTES,
     clientBufferMaxBytes: raw.CLIENT_BUFFER_MAX_BYTES,
     maxSessions: raw.MAX_SESSIONS,
+    maxSessionsPerPrincipal: raw.MAX_SESSIONS_PER_PRINCIPAL ?? Math.ceil(raw.MAX_SESSIONS / 10),
     standaloneHoldMs: raw.STANDALONE_HOLD_SECONDS * 1000,
     keepAliveMs: raw.KEEPALIVE_INTERVAL_SECONDS * 1000,
     retryMs: raw.SSE_RETRY_MS,
