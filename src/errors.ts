@@ -25,6 +25,11 @@ export class GatewayError extends Error {
 export const errors = {
   sessionNotFound: (): GatewayError => new GatewayError('MCPGW_SESSION_NOT_FOUND', 404,
     'Session not found: it expired, was deleted, or belongs to another principal. Start a new session with initialize.', -32001),
+  unauthorized: (message: string, challenge: string) => new GatewayError('MCPGW_UNAUTHORIZED', 401, message, -32001, { 'www-authenticate': challenge }),
+  authUnavailable: () => new GatewayError('MCPGW_AUTH_UNAVAILABLE', 503,
+    'Service Unavailable: the gateway could not fetch the authorization server\'s keys (AUTH_JWKS_URL) to verify the access token. Retry shortly.', -32000, { 'retry-after': '5' }),
+  tooManyPrincipalSessions: () => new GatewayError('MCPGW_TOO_MANY_PRINCIPAL_SESSIONS', 429,
+    'Too Many Requests: this principal holds MAX_SESSIONS_PER_PRINCIPAL standalone streams on this gateway. End sessions you no longer use (DELETE), or retry later.', -32000, { 'retry-after': '10' }),
   sessionRequired: () => new GatewayError('MCPGW_SESSION_REQUIRED', 400,
     'Bad Request: Mcp-Session-Id header is required for this request.'),
   badProtocolVersion: (value: string) => new GatewayError('MCPGW_BAD_PROTOCOL_VERSION', 400,

@@ -12,6 +12,8 @@ import { errors, GatewayError, jsonRpcErrorBody } from './errors.js'
 import { GatewayMetrics } from './metrics/metrics.js'
 import { InFlight } from './relay/inflight.js'
 import { SessionHub } from './relay/session-hub.js'
+import { PrincipalQuota } from './relay/principal-quota.js'
+import { HeaderPrincipal } from './auth/principal.js'
 import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
 import { disguisesMcpPath, originForm, targetAuthority } from './routes/path.js'
@@ -138,7 +140,12 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     holdMs: config.standaloneHoldMs,
     maxEventBytes: config.maxEventBytes,
     maxSessions: config.maxSessions,
-    leases
+    leases,
+    admission: new PrincipalQuota({
+      maxPerPrincipal: config.maxSessionsPerPrincipal,
+      principalOf: async sessionId => (await store.getSession(sessionId))?.principal,
+      exempt: config.jwt === undefined ? new HeaderPrincipal(config.principalHeader).identify({}).principal : undefined
+    })
   })
 
   await app.register(fastifySSE)

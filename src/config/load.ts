@@ -4,6 +4,7 @@ import type { RetentionLimits } from '../store/contract.js'
 import { redisUrlProblem } from '../store/redis/redis-url.js'
 import { allowListEntry, defaultHostPolicy, type HostPolicy } from '../routes/host-check.js'
 import { trustedProxyList } from '../routes/connection-limits.js'
+import type { JwtOptions } from '../auth/jwt-principal.js'
 
 export interface GatewayConfig {
   readonly upstreamUrl: URL
@@ -28,11 +29,14 @@ export interface GatewayConfig {
   readonly maxBodyBytes: number
   readonly clientBufferMaxBytes: number
   readonly maxSessions: number
+  readonly maxSessionsPerPrincipal: number
   readonly standaloneHoldMs: number
   readonly keepAliveMs: number
   readonly retryMs: number
   readonly upstreamHeadersTimeoutMs: number
   readonly principalHeader: string
+  /** Bearer JWT verification; undefined: sessions are bound to the hash of principalHeader. */
+  readonly jwt: JwtOptions | undefined
   readonly recoverLostSessions: boolean
   /** null: any Origin is accepted. */
   readonly allowedOrigins: ReadonlySet<string> | null
@@ -65,6 +69,46 @@ function parseAddresses (name: string, value: string, problems: string[]): Array
   }
   if (out.length === 0 && problems.every(p => !p.startsWith(name))) problems.push(`${name}: needs at least one host:port`)
   return out
+}
+
+const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]'])
+
+/** The AUTH_JWT_* / AUTH_JWKS_* group: all three main ones or none; problems are pushed, not thrown. */
+function jwtOptions (raw: RawConfig, problems: string[]): JwtOptions | undefined {
+  const { AUTH_JWT_ISSUER: issuer, AUTH_JWKS_URL: jwksUrl, AUTH_JWT_AUDIENCE: audience } = raw
+  if (issuer === undefined && jwksUrl === undefined && audience === undefined) {
+    if (raw.AUTH_RESOURCE_METADATA_URL !== undefined) problems.push('AUTH_RESOURCE_METADATA_URL: only meaningful with AUTH_JWT_ISSUER')
+    return undefined
+  }
+  if (issuer === undefined || jwksUrl === undefined || audience === undefined) {
+    problems.push('AUTH_JWT_ISSUER, AUTH_JWKS_URL and AUTH_JWT_AUDIENCE: set all three (or none)')
+    return undefined
+  }
+  let url: URL | undefined
+  try {
+    url = new URL(jwksUrl)
+  } catch {}
+  // Keys fetched in clear could be swapped on the way: anyone could then sign tokens.
+  if (url === undefined || !(url.protocol === 'https:' || (url.protocol === 'http:' && LOOPBACK.has(url.hostname)))) {
+    problems.push('AUTH_JWKS_URL: must be an https:// URL (http:// only on loopback)')
+  }
+  const audiences = audience.split(',').map(a => a.trim()).filter(Boolean)
+  if (audiences.length === 0) problems.push('AUTH_JWT_AUDIENCE: needs at least one audience')
+  const metadata = raw.AUTH_RESOURCE_METADATA_URL
+  if (metadata !== undefined && (!URL.canParse(metadata) || /["\\\s]/.test(metadata))) {
+    problems.push('AUTH_RESOURCE_METADATA_URL: must be an absolute URL')
+  }
+  if (url === undefined) return undefined
+  return Object.freeze({
+    issuer,
+    jwksUrl: url,
+    audience: Object.freeze(audiences),
+    clockToleranceSeconds: raw.AUTH_JWT_CLOCK_TOLERANCE_SECONDS,
+    jwksTimeoutMs: raw.AUTH_JWKS_TIMEOUT_MS,
+    jwksCacheMaxAgeMs: raw.AUTH_JWKS_CACHE_SECONDS * 1000,
+    jwksCooldownMs: raw.AUTH_JWKS_COOLDOWN_SECONDS * 1000,
+    ...(metadata !== undefined && { resourceMetadataUrl: metadata })
+  })
 }
 
 export class ConfigError extends Error {
@@ -197,6 +241,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
   }
   const trustedProxies = (raw.TRUSTED_PROXIES ?? '').split(',').map(s => s.trim()).filter(Boolean)
   trustedProxyList(trustedProxies, problems)
+  const jwt = jwtOptions(raw, problems)
   if (problems.length > 0 || upstreamUrl === undefined) {
     throw new ConfigError(problems.length > 0 ? problems : ['UPSTREAM_URL: is required'])
   }
@@ -225,11 +270,13 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     maxBodyBytes: raw.MAX_BODY_BYTES,
     clientBufferMaxBytes: raw.CLIENT_BUFFER_MAX_BYTES,
     maxSessions: raw.MAX_SESSIONS,
+    maxSessionsPerPrincipal: raw.MAX_SESSIONS_PER_PRINCIPAL ?? Math.ceil(raw.MAX_SESSIONS / 10),
     standaloneHoldMs: raw.STANDALONE_HOLD_SECONDS * 1000,
     keepAliveMs: raw.KEEPALIVE_INTERVAL_SECONDS * 1000,
     retryMs: raw.SSE_RETRY_MS,
     upstreamHeadersTimeoutMs: raw.UPSTREAM_HEADERS_TIMEOUT_SECONDS * 1000,
     principalHeader: raw.PRINCIPAL_HEADER.toLowerCase(),
+    jwt,
     recoverLostSessions: raw.RECOVER_LOST_SESSIONS,
     allowedOrigins,
     allowedHosts: Object.freeze(allowedHosts),

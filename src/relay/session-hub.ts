@@ -8,6 +8,7 @@ import type { GatewayMetrics, CloseOutcome } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { StandalonePump, type PumpClients, type PumpOutcome } from './standalone-pump.js'
+import type { PumpAdmission } from './principal-quota.js'
 
 export interface SessionHubOptions {
   readonly upstream: UpstreamClient
@@ -20,6 +21,8 @@ export interface SessionHubOptions {
   readonly maxSessions: number
   /** Which replica holds each session's upstream GET. */
   readonly leases: LeaseCoordinator
+  /** Per-principal places for upstream GETs (MAX_SESSIONS_PER_PRINCIPAL), if any. */
+  readonly admission?: PumpAdmission
 }
 
 /** What this process holds for one session. */
@@ -112,12 +115,14 @@ export class SessionHub {
       return await s.opening
     } finally {
       s.opening = undefined
+      if (s.pump === undefined || s.pump.stopped) this.#o.admission?.release(sessionId)
       // The client attaches next (keeping the headers a takeover needs); if it never does, forget later.
       setTimeout(() => this.#forget(sessionId), FORGET_AFTER_MS).unref()
     }
   }
 
   async #claim (s: LocalSession, sessionId: string, log: Logger): Promise<UpstreamResponse | null> {
+    await this.#o.admission?.admit(sessionId)
     let lease: Lease | 'held' | 'gone'
     try {
       lease = await this.#o.metrics.timeStore('lease_acquire', () => this.#o.leases.acquire(sessionId))
@@ -173,6 +178,7 @@ export class SessionHub {
 
   #pumpStopped (s: LocalSession, sessionId: string, pump: StandalonePump, outcome: PumpOutcome): void {
     this.#pumps--
+    this.#o.admission?.release(sessionId)
     if (s.pump === pump) s.pump = undefined
     const local = s.clients.get(STANDALONE_STREAM)
     switch (outcome) {

@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { LeaseCoordinator } from '../cluster/coordinator.js'
@@ -16,6 +16,7 @@ import type { InFlight } from '../relay/inflight.js'
 import type { SessionHub } from '../relay/session-hub.js'
 import { SessionRateLimiter } from './rate-limit.js'
 import { SessionCache } from './session-cache.js'
+import { SessionGuard, sessionHash } from './session-guard.js'
 import { ClientStream } from '../sse/client-stream.js'
 import { KeepAliveTicker } from '../sse/keep-alive.js'
 import { STANDALONE_STREAM, type EventStore, type ReadResult, type SessionRecord, type StreamState } from '../store/contract.js'
@@ -47,14 +48,7 @@ const RECORDER_LOST = 'recorder_lost'
 /** Transports spec: session ids are visible ASCII (0x21-0x7E). */
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 
-export function sessionHash (sessionId: string): string {
-  return createHash('sha256').update(sessionId).digest('hex').slice(0, 12)
-}
-
-function principalOf (request: FastifyRequest, header: string): string {
-  const value = headerValue(request.headers[header]) ?? ''
-  return createHash('sha256').update(value).digest('base64url').slice(0, 22)
-}
+export { sessionHash }
 
 type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'
 
@@ -74,8 +68,10 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   const { config, store, hub, upstream, metrics } = deps
   const random = deps.random ?? randomBytes
   const sessions = new SessionCache({ freshMs: 2000, staleMs: config.retention.ttlMs, maxEntries: Math.max(10_000, config.maxSessions * 4) })
-  /** Lost sessions a request recorded again, until the upstream's answer settles them. */
-  const recovering = new WeakMap<FastifyRequest, { sessionId: string, epoch: string, intactSince: number }>()
+  // Who requests act for, and whether the sessions they name are theirs.
+  const guard = new SessionGuard({ config, store, metrics, sessions })
+  guard.register(app)
+  const recovering = guard.recovering
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: Math.max(10_000, config.maxSessions * 4) })
   // A page is written in one piece: never larger than a client's send buffer may hold.
   const pageMaxBytes = Math.min(REPLAY_PAGE_MAX_BYTES, config.clientBufferMaxBytes)
@@ -97,106 +93,20 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       keepAlive
     })
 
-  /**
-   * The session's record, if it belongs to `principal`. `recoverFor`: the
-   * request goes on to the upstream, which confirms or refuses a session the
-   * store lost (settleRecovery).
-   */
   async function requireSession (sessionId: string, principal: string, recoverFor?: FastifyRequest): Promise<SessionRecord> {
-    let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
-    if (record === undefined) {
-      try {
-        record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
-      } catch (err) {
-        // Degraded mode: a session verified before the store failed keeps working.
-        record = sessions.stale(sessionId)
-        if (record === undefined) {
-          const e = errors.storeUnavailable()
-          e.cause = err
-          throw e
-        }
-      }
-      if (record === null && recoverFor !== undefined) record = await recoverLostSession(sessionId, principal, recoverFor)
-      if (record === null) sessions.delete(sessionId)
-      else sessions.set(sessionId, record)
-    }
-    // Another principal's session looks exactly like a missing one.
-    if (record === null || record.principal !== principal) throw errors.sessionNotFound()
-    return record
+    return await guard.requireSession(sessionId, principal, recoverFor)
   }
 
-  /**
-   * A session the store does not know, from a client that had it. When the
-   * store lost its records since then (Redis restarted empty, the embedded
-   * store's process restarted) and no longer ago than a session lives, it is
-   * recorded again, under a new epoch, bound to this request's principal: the
-   * client's old ids then read as a gap. The request goes on to the upstream,
-   * which decides whether the session still exists: see settleRecovery.
-   */
-  async function recoverLostSession (sessionId: string, principal: string, request: FastifyRequest): Promise<SessionRecord | null> {
-    if (!config.recoverLostSessions) return null
-    try {
-      const intactSince = await metrics.timeStore('intact_since', () => store.intactSince())
-      const lostFor = Date.now() - Math.min(intactSince, Date.now())
-      // A mark that is not a time (written by something else) reads as intact: no recovery.
-      if (!Number.isFinite(lostFor) || lostFor >= config.retention.ttlMs) return null
-      const record = await metrics.timeStore('adopt_session', () => store.adoptSession(sessionId, principal))
-      if (record.principal === principal) recovering.set(request, { sessionId, epoch: record.epoch, intactSince })
-      return record
-    } catch (err) {
-      const e = errors.storeUnavailable()
-      e.cause = err
-      throw e
-    }
-  }
-
-  /**
-   * The upstream answered a request that recorded a lost session again: a 2xx
-   * confirms the session (counted, logged); anything else, or no answer at all,
-   * drops the record again, unless another request gave it a new life meanwhile.
-   */
   async function settleRecovery (request: FastifyRequest, confirmed: boolean): Promise<void> {
-    const recovery = recovering.get(request)
-    if (recovery === undefined) return
-    recovering.delete(request)
-    const { sessionId, epoch, intactSince } = recovery
-    if (confirmed) {
-      metrics.sessionsRecovered.inc()
-      request.log.warn({ sessionHash: sessionHash(sessionId), epoch, storeIntactSince: new Date(intactSince).toISOString() },
-        'a session the event store had lost (it restarted empty, or evicted it) goes on under a new epoch; resuming clients are told of the gap')
-      return
-    }
-    sessions.delete(sessionId)
-    try {
-      const record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
-      if (record?.epoch === epoch) await metrics.timeStore('delete_session', () => store.deleteSession(sessionId))
-    } catch (err) {
-      request.log.warn({ err }, 'could not drop the record of a lost session the upstream did not confirm (it expires with its TTL)')
-    }
+    await guard.settleRecovery(request, confirmed)
   }
 
-  /**
-   * For requests proxied transparently: a known session must belong to the
-   * caller; an unknown one passes only in the modern era (no sessions there).
-   */
-  async function requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest, proto: ProtocolInfo): Promise<void> {
-    const principal = principalOf(request, config.principalHeader)
-    if (proto.era === 'legacy') {
-      // No recovery: these methods are not the MCP session's own (POST, GET, DELETE).
-      await requireSession(sessionId, principal)
-      return
-    }
-    let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
-    if (record === undefined) {
-      try {
-        record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
-      } catch (err) {
-        const e = errors.storeUnavailable()
-        e.cause = err
-        throw e
-      }
-    }
-    if (record !== null && record.principal !== principal) throw errors.sessionNotFound()
+  async function requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest, _proto: ProtocolInfo): Promise<void> {
+    await guard.requireKnownSessionOrStateless(sessionId, request)
+  }
+
+  function principalOf (request: FastifyRequest, _header: string): string {
+    return guard.principalOf(request)
   }
 
   function sessionIdOf (request: FastifyRequest): string | undefined {

@@ -19,6 +19,9 @@ const LF = 0x0a
 const CR = 0x0d
 const COLON = 0x3a
 const BOM = Buffer.from([0xef, 0xbb, 0xbf])
+const EMPTY = Buffer.alloc(0)
+/** Bytes of a line that tell which field it is ("retry:" and one more). */
+const HEAD_BYTES = 8
 
 /** Does the line [start, end) of `buf` name the field `name` ("name" alone, or "name:...")? */
 function isField (buf: Buffer, start: number, end: number, name: string): boolean {
@@ -68,19 +71,27 @@ function withoutRetryLines (buf: Buffer, start: number, end: number): Buffer {
  */
 export class SseDecoder {
   readonly #maxEventBytes: number
-  /** Bytes of the block being assembled (everything since the last boundary). */
-  #pending: Buffer | undefined
-  /** Where scanning stopped in #pending: the start of its unfinished line. */
-  #scanned = 0
+  /**
+   * The unfinished block's bytes from earlier reads (copies, so a read's
+   * buffer is not pinned), in order. Kept as a list and joined once, when
+   * the block completes: a large event arriving in small reads costs time
+   * in proportion to its size, not to its size squared.
+   */
+  #pending: Buffer[] = []
+  #pendingBytes = 0
+  /** The pieces of #pending that hold the unfinished line (it started in an earlier read). */
+  #lineParts: Buffer[] = []
+  #lineBytes = 0
   #hasData = false
   /** The block has a retry field (kept out of the frame). */
   #hasRetry = false
-  /** The block's last id line, as offsets into #pending. */
-  #idStart = -1
-  #idEnd = -1
+  /** The value of the block's last id line, if any. */
+  #blockId: string | undefined
   /** The previous read ended with CR: an LF starting the next read belongs to it. */
   #skipLf = false
   #atStart = true
+  /** The first bytes of the body, while too few to tell whether they start with a byte order mark. */
+  #head: Buffer | undefined
   #retry: number | undefined
   #lastId: string | undefined
 
@@ -121,20 +132,19 @@ export class SseDecoder {
       if (bytes[0] === LF) bytes = bytes.subarray(1)
     }
     if (this.#atStart) {
-      const pending = this.#pending === undefined ? bytes : Buffer.concat([this.#pending, bytes])
+      const head = this.#head === undefined ? bytes : Buffer.concat([this.#head, bytes])
       // Too short to tell whether it starts with a byte order mark: wait for more.
-      if (pending.length < BOM.length && BOM.subarray(0, pending.length).equals(pending)) {
-        this.#pending = pending
+      if (head.length < BOM.length && BOM.subarray(0, head.length).equals(head)) {
+        this.#head = head
         return
       }
       this.#atStart = false
-      this.#pending = undefined
-      bytes = pending.subarray(0, BOM.length).equals(BOM) ? pending.subarray(BOM.length) : pending
+      this.#head = undefined
+      bytes = head.subarray(0, BOM.length).equals(BOM) ? head.subarray(BOM.length) : head
     }
     if (bytes.length === 0) return
-    const buf = this.#pending === undefined ? bytes : Buffer.concat([this.#pending, bytes])
     try {
-      this.#scan(buf, into)
+      this.#scan(bytes, into)
     } finally {
       // The events are copied out of the chunk before the caller has it back.
       into.flush()
@@ -143,16 +153,27 @@ export class SseDecoder {
 
   /** End of the upstream body: an unterminated last event is discarded, as the SSE spec says. */
   end (): UpstreamEvent[] {
-    this.#pending = undefined
-    this.#scanned = 0
+    this.#reset()
     return []
   }
 
+  /** Forget the unfinished block. */
+  #reset (): void {
+    this.#pending = []
+    this.#pendingBytes = 0
+    this.#lineParts = []
+    this.#lineBytes = 0
+    this.#hasData = false
+    this.#hasRetry = false
+    this.#blockId = undefined
+  }
+
   #scan (buf: Buffer, into: EventBatchBuilder): void {
+    /** Where the unfinished block starts in `buf`; 0 with #pending non-empty: it started in an earlier read. */
     let blockStart = 0
-    let pos = this.#scanned
+    let pos = 0
     // Most upstreams end lines with LF alone: then one search per line does.
-    const anyCr = buf.indexOf(CR, pos) !== -1
+    const anyCr = buf.indexOf(CR) !== -1
     for (;;) {
       let end: number
       let next: number
@@ -177,32 +198,50 @@ export class SseDecoder {
           next = end + 1
         }
       }
-      if (end === pos) {
+      if (this.#lineBytes > 0) {
+        // The end of a line that started in an earlier read.
+        this.#splitField(buf, end)
+      } else if (end === pos) {
         // A blank line: the block is over.
-        if (pos > blockStart) this.#dispatch(buf, blockStart, pos, into)
+        if (this.#pendingBytes > 0) this.#dispatchJoined(buf, pos, into)
+        else if (pos > blockStart) this.#dispatch(buf, blockStart, pos, into)
         blockStart = next
       } else {
         this.#field(buf, pos, end)
       }
       pos = next
     }
-    const rest = buf.length - blockStart
+    const rest = this.#pendingBytes + buf.length - blockStart
     if (rest > this.#maxEventBytes) {
-      this.#pending = undefined
+      this.#reset()
       throw new EventTooLargeError(this.#maxEventBytes)
     }
-    if (rest === 0) {
-      this.#pending = undefined
-      this.#scanned = 0
-    } else {
-      // Keep only the unfinished block (a copy: the read's buffer is not pinned by it).
-      this.#pending = Buffer.from(buf.subarray(blockStart))
-      this.#scanned = pos - blockStart
-      if (this.#idStart !== -1) {
-        this.#idStart -= blockStart
-        this.#idEnd -= blockStart
-      }
+    if (blockStart === buf.length) return
+    // Keep the unfinished block's bytes from this read (a copy: the read's buffer is not pinned by it).
+    const kept = Buffer.from(buf.subarray(blockStart))
+    this.#pending.push(kept)
+    this.#pendingBytes += kept.length
+    if (pos < buf.length) {
+      const line = kept.subarray(pos - blockStart)
+      this.#lineParts.push(line)
+      this.#lineBytes += line.length
     }
+  }
+
+  /**
+   * A line that started in an earlier read ends at `end` in `buf`. Only its
+   * first bytes tell which field it is; the whole line is joined only for the
+   * fields whose value the gateway reads (id, retry), once.
+   */
+  #splitField (buf: Buffer, end: number): void {
+    const length = this.#lineBytes + end
+    const first = this.#lineParts[0] as Buffer
+    const whole = first[0] === 0x69 || first[0] === 0x72 || length <= HEAD_BYTES // i(d), r(etry)
+    // Otherwise its head is enough: #field reads no further than a field name and its colon.
+    const line = Buffer.concat([...this.#lineParts, buf.subarray(0, whole ? end : Math.min(end, HEAD_BYTES))], whole ? length : HEAD_BYTES)
+    this.#lineParts = []
+    this.#lineBytes = 0
+    this.#field(line, 0, length)
   }
 
   /** Note what the gateway needs from one field line [start, end). */
@@ -212,10 +251,7 @@ export class SseDecoder {
         if (!this.#hasData && isField(buf, start, end, 'data')) this.#hasData = true
         break
       case 0x69: // i
-        if (isField(buf, start, end, 'id')) {
-          this.#idStart = start
-          this.#idEnd = end
-        }
+        if (isField(buf, start, end, 'id')) this.#blockId = fieldValue(buf, start, end, 2)
         break
       case 0x72: // r
         if (isField(buf, start, end, 'retry')) {
@@ -227,18 +263,29 @@ export class SseDecoder {
     }
   }
 
+  /** A block that started in an earlier read ends at `end` in `buf`: its pieces joined, once. */
+  #dispatchJoined (buf: Buffer, end: number, into: EventBatchBuilder): void {
+    const length = this.#pendingBytes + end
+    // Too large events are refused before their bytes are joined.
+    const block = this.#hasData && length <= this.#maxEventBytes ? Buffer.concat([...this.#pending, buf.subarray(0, end)], length) : EMPTY
+    this.#pending = []
+    this.#pendingBytes = 0
+    this.#dispatch(block, 0, length, into)
+  }
+
   #dispatch (buf: Buffer, start: number, end: number, into: EventBatchBuilder): void {
     let id: string | undefined
-    if (this.#idStart !== -1) {
-      const value = fieldValue(buf, this.#idStart, this.#idEnd, 2)
-      // An id containing NUL is ignored by clients (SSE spec).
-      if (!value.includes('\0')) {
-        id = value
-        this.#lastId = value
-      }
+    const value = this.#blockId
+    // An id containing NUL is ignored by clients (SSE spec).
+    if (value !== undefined && !value.includes('\0')) {
+      id = value
+      this.#lastId = value
     }
     if (this.#hasData) {
-      if (end - start > this.#maxEventBytes) throw new EventTooLargeError(this.#maxEventBytes)
+      if (end - start > this.#maxEventBytes) {
+        this.#reset()
+        throw new EventTooLargeError(this.#maxEventBytes)
+      }
       if (this.#hasRetry) {
         const frame = withoutRetryLines(buf, start, end)
         into.addFrame(frame, 0, frame.length, id)
@@ -248,7 +295,6 @@ export class SseDecoder {
     }
     this.#hasData = false
     this.#hasRetry = false
-    this.#idStart = -1
-    this.#idEnd = -1
+    this.#blockId = undefined
   }
 }

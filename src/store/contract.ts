@@ -119,10 +119,11 @@ export interface EventStore {
   adoptSession (sessionId: string, principal: string): Promise<SessionRecord>
   /**
    * Since when (ms since the Unix epoch) this store holds everything it was
-   * given: its own start or its last eviction of a session (embedded store),
-   * or the moment it was first found without its records (Redis restarted
-   * empty, or a new Redis). A session the store does not know may have been
-   * lost only if it is older than this.
+   * given: its own start (embedded store; 0 once its cap evicted a session,
+   * see MemoryEventStore), or the moment it was first found without its
+   * records (Redis restarted empty, or a new Redis). A session the store does
+   * not know may have been lost only if it is older than this; one it dropped
+   * under a bound (TTL, the embedded store's cap) was not lost.
    */
   intactSince (): Promise<number>
 

@@ -1004,7 +1004,7 @@ t.test('hand-written upstream (memory store)', async t => {
     t.equal(reader.retries.length, 0, 'no retry hint injected')
 
     const seen = fake.seen.length
-    const get = await send(mcpUrl, { headers: { accept: 'text/event-stream', 'mcp-protocol-version': MODERN, 'last-event-id': 'up-1', 'mcp-session-id': 'whatever' } })
+    const get = await send(mcpUrl, { headers: { accept: 'text/event-stream', 'mcp-protocol-version': MODERN, 'last-event-id': 'up-1' } })
     t.equal(get.status, 405, 'the upstream\'s answer to GET')
     t.equal(fake.seen[seen]?.headers['last-event-id'], 'up-1', 'Last-Event-ID forwarded unchanged')
     const weird = await send(mcpUrl, { headers: { accept: 'text/event-stream', 'mcp-protocol-version': MODERN, 'last-event-id': 'not a gateway id' } })

@@ -175,7 +175,7 @@ export class MemoryEventStore implements EventStore {
   readonly #now: () => number
   readonly #random: (size: number) => Uint8Array
   readonly #recordBytes: { readonly session: number, readonly stream: number }
-  /** When this store last lost a session to the cap (or started). */
+  /** When this store started (it lost everything before); 0 once it evicted a session. */
   #intactSince: number
   /** Bytes of session and stream records (RECORD_BYTES each). */
   #recordTotal = 0
@@ -224,7 +224,11 @@ export class MemoryEventStore implements EventStore {
     return session.record
   }
 
-  /** Everything before this process started is gone, and sessions the cap evicted. */
+  /**
+   * Everything before this process started is gone; but once the cap evicted
+   * a session, the store cannot tell a session it lost from one it dropped,
+   * and claims no loss at all (0: intact since ever).
+   */
   async intactSince (): Promise<number> {
     return this.#intactSince
   }
@@ -472,8 +476,10 @@ export class MemoryEventStore implements EventStore {
       if (this.heldBytes <= this.#maxBytes) break
       if (session === currentSession) continue
       this.#drop(id)
-      // A session a client may come back with is gone: recovery applies (intactSince).
-      this.#intactSince = this.#now()
+      // Dropped under a bound, like an expired session: not lost. From now on an
+      // id this store does not know may be one it dropped, which whoever comes
+      // back with it first must not adopt: the store stops claiming a loss.
+      this.#intactSince = 0
     }
   }
 

@@ -1,0 +1,71 @@
+import { errors } from '../errors.js'
+
+/** Admission of upstream GET streams (SessionHub): a place reserved per session while its stream is held here. */
+export interface PumpAdmission {
+  /** Reserve the session's place; throws (429) when its principal already holds its share. */
+  admit (sessionId: string): Promise<void>
+  /** The session's upstream GET is not, or no longer, held here. Idempotent. */
+  release (sessionId: string): void
+}
+
+export interface PrincipalQuotaOptions {
+  /** Upstream GET streams one principal may have held by this process at once. */
+  readonly maxPerPrincipal: number
+  /** The principal a session is bound to (its stored record); undefined when unknown. */
+  readonly principalOf: (sessionId: string) => Promise<string | undefined>
+  /**
+   * A principal the quota does not apply to: requests without credentials,
+   * which all share one principal (every user, when the upstream needs no
+   * auth). MAX_SESSIONS still bounds them.
+   */
+  readonly exempt?: string
+}
+
+/**
+ * MAX_SESSIONS_PER_PRINCIPAL: one principal cannot take every upstream GET
+ * this process may hold (MAX_SESSIONS), for instance by opening sessions and
+ * leaving them, each then held STANDALONE_HOLD_SECONDS: it gets 429 for its
+ * own new streams while other principals still get theirs.
+ */
+export class PrincipalQuota implements PumpAdmission {
+  readonly #max: number
+  readonly #principalOf: PrincipalQuotaOptions['principalOf']
+  readonly #exempt: string | undefined
+  /** Sessions holding a place, and whose principal they count for. */
+  readonly #holders = new Map<string, string>()
+  readonly #counts = new Map<string, number>()
+
+  constructor (options: PrincipalQuotaOptions) {
+    this.#max = options.maxPerPrincipal
+    this.#principalOf = options.principalOf
+    this.#exempt = options.exempt
+  }
+
+  /** Places held by `principal`, for tests. */
+  held (principal: string): number { return this.#counts.get(principal) ?? 0 }
+
+  async admit (sessionId: string): Promise<void> {
+    if (this.#holders.has(sessionId)) return
+    let principal: string | undefined
+    try {
+      principal = await this.#principalOf(sessionId)
+    } catch {
+      // The store did not answer: the quota is a fairness bound, not the binding; MAX_SESSIONS still holds.
+      return
+    }
+    if (principal === undefined || principal === this.#exempt || this.#holders.has(sessionId)) return
+    const count = this.#counts.get(principal) ?? 0
+    if (count >= this.#max) throw errors.tooManyPrincipalSessions()
+    this.#holders.set(sessionId, principal)
+    this.#counts.set(principal, count + 1)
+  }
+
+  release (sessionId: string): void {
+    const principal = this.#holders.get(sessionId)
+    if (principal === undefined) return
+    this.#holders.delete(sessionId)
+    const count = (this.#counts.get(principal) ?? 1) - 1
+    if (count <= 0) this.#counts.delete(principal)
+    else this.#counts.set(principal, count)
+  }
+}

@@ -1,0 +1,176 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { createHash } from 'node:crypto'
+import { JwtPrincipal } from '../auth/jwt-principal.js'
+import { HeaderPrincipal, type Identity, type PrincipalResolver } from '../auth/principal.js'
+import type { GatewayConfig } from '../config/load.js'
+import { errors } from '../errors.js'
+import type { GatewayMetrics } from '../metrics/metrics.js'
+import type { EventStore, SessionRecord } from '../store/contract.js'
+import type { SessionCache } from './session-cache.js'
+
+export interface SessionGuardOptions {
+  readonly config: GatewayConfig
+  readonly store: EventStore
+  readonly metrics: GatewayMetrics
+  readonly sessions: SessionCache
+  /** Who requests act for; by default from the configuration (JWT verification or PRINCIPAL_HEADER). */
+  readonly principals?: PrincipalResolver
+}
+
+/** A lost session a request recorded again, until the upstream's answer settles it. */
+interface Recovery { readonly sessionId: string, readonly epoch: string, readonly intactSince: number }
+
+export function createPrincipalResolver (config: GatewayConfig): PrincipalResolver {
+  return config.jwt === undefined ? new HeaderPrincipal(config.principalHeader) : new JwtPrincipal(config.jwt)
+}
+
+export function sessionHash (sessionId: string): string {
+  return createHash('sha256').update(sessionId).digest('hex').slice(0, 12)
+}
+
+/**
+ * The binding of sessions to principals on the MCP endpoint: who a request
+ * acts for, whether the session it names is theirs, and the recovery of
+ * sessions the store lost. A session's events are only ever served to the
+ * principal that created it; anything else looks like a missing session.
+ */
+export class SessionGuard {
+  readonly #config: GatewayConfig
+  readonly #store: EventStore
+  readonly #metrics: GatewayMetrics
+  readonly #sessions: SessionCache
+  readonly #principals: PrincipalResolver
+  /** Identities resolved before the handler runs (a JWT's verification is asynchronous). */
+  readonly #identities = new WeakMap<FastifyRequest, Identity>()
+  /** Lost sessions a request recorded again, until the upstream's answer settles them. */
+  readonly recovering = new WeakMap<FastifyRequest, Recovery>()
+
+  constructor (options: SessionGuardOptions) {
+    this.#config = options.config
+    this.#store = options.store
+    this.#metrics = options.metrics
+    this.#sessions = options.sessions
+    this.#principals = options.principals ?? createPrincipalResolver(options.config)
+  }
+
+  /**
+   * Resolve every request's identity as it arrives on `app` (the MCP route's
+   * context), before its body is read: the handlers then ask for it
+   * synchronously. A request that fails verification is not refused here: it
+   * is refused where a principal is needed (a stateless modern-era request
+   * goes on to the upstream, which answers for its token itself).
+   */
+  register (app: FastifyInstance): void {
+    if (this.#principals.kind === 'header') return
+    app.addHook('onRequest', async (request) => {
+      this.#identities.set(request, await this.#principals.identify(request.headers))
+    })
+  }
+
+  /** The principal the request acts for; throws 401 (or 503) when its token could not be verified. */
+  principalOf (request: FastifyRequest): string {
+    const identity = this.#identities.get(request) ?? this.#principals.identify(request.headers)
+    if (identity instanceof Promise) throw new Error('the principal of a request is resolved by the hook SessionGuard.register adds')
+    if (identity.error !== undefined) throw identity.error
+    return identity.principal
+  }
+
+  /**
+   * The session's record, if it belongs to `principal`. `recoverFor`: the
+   * request goes on to the upstream, which confirms or refuses a session the
+   * store lost (settleRecovery).
+   */
+  async requireSession (sessionId: string, principal: string, recoverFor?: FastifyRequest): Promise<SessionRecord> {
+    const sessions = this.#sessions
+    let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
+    if (record === undefined) {
+      try {
+        record = await this.#metrics.timeStore('get_session', () => this.#store.getSession(sessionId))
+      } catch (err) {
+        // Degraded mode: a session verified before the store failed keeps working.
+        record = sessions.stale(sessionId)
+        if (record === undefined) {
+          const e = errors.storeUnavailable()
+          e.cause = err
+          throw e
+        }
+      }
+      const known = sessions.stale(sessionId)
+      if (record === null && recoverFor !== undefined) record = await this.recoverLostSession(sessionId, principal, recoverFor)
+      // Who owned a session the store lost stays known: another principal's attempt must not erase it.
+      if (record === null && (known === undefined || known.principal === principal)) sessions.delete(sessionId)
+      else if (record !== null) sessions.set(sessionId, record)
+    }
+    // Another principal's session looks exactly like a missing one.
+    if (record === null || record.principal !== principal) throw errors.sessionNotFound()
+    return record
+  }
+
+  /**
+   * A session the store does not know, from a client that had it. When the
+   * store lost its records since then (Redis restarted empty, the embedded
+   * store's process restarted) and no longer ago than a session lives, it is
+   * recorded again, under a new epoch, bound to this request's principal: the
+   * client's old ids then read as a gap. The request goes on to the upstream,
+   * which decides whether the session still exists: see settleRecovery.
+   * A session this replica verified within its lifetime is recovered only for
+   * the principal it was bound to: whoever learnt its id and comes back first
+   * after the loss gets 404, as before it.
+   */
+  async recoverLostSession (sessionId: string, principal: string, request: FastifyRequest): Promise<SessionRecord | null> {
+    if (!this.#config.recoverLostSessions) return null
+    const known = this.#sessions.stale(sessionId)
+    if (known !== undefined && known.principal !== principal) return null
+    try {
+      const intactSince = await this.#metrics.timeStore('intact_since', () => this.#store.intactSince())
+      const lostFor = Date.now() - Math.min(intactSince, Date.now())
+      // A mark that is not a time (written by something else) reads as intact: no recovery.
+      if (!Number.isFinite(lostFor) || lostFor >= this.#config.retention.ttlMs) return null
+      const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal))
+      if (record.principal === principal) this.recovering.set(request, { sessionId, epoch: record.epoch, intactSince })
+      return record
+    } catch (err) {
+      const e = errors.storeUnavailable()
+      e.cause = err
+      throw e
+    }
+  }
+
+  /**
+   * The upstream answered a request that recorded a lost session again: a 2xx
+   * confirms the session (counted, logged); anything else, or no answer at all,
+   * drops the record again, unless another request gave it a new life meanwhile.
+   */
+  async settleRecovery (request: FastifyRequest, confirmed: boolean): Promise<void> {
+    const recovery = this.recovering.get(request)
+    if (recovery === undefined) return
+    this.recovering.delete(request)
+    const { sessionId, epoch, intactSince } = recovery
+    if (confirmed) {
+      this.#metrics.sessionsRecovered.inc()
+      request.log.warn({ sessionHash: sessionHash(sessionId), epoch, storeIntactSince: new Date(intactSince).toISOString() },
+        'a session the event store had lost (it restarted empty, or evicted it) goes on under a new epoch; resuming clients are told of the gap')
+      return
+    }
+    this.#sessions.delete(sessionId)
+    try {
+      const record = await this.#metrics.timeStore('get_session', () => this.#store.getSession(sessionId))
+      if (record?.epoch === epoch) await this.#metrics.timeStore('delete_session', () => this.#store.deleteSession(sessionId))
+    } catch (err) {
+      request.log.warn({ err }, 'could not drop the record of a lost session the upstream did not confirm (it expires with its TTL)')
+    }
+  }
+
+  /**
+   * For requests proxied transparently that name a session: it must be one
+   * the gateway knows, bound to the caller, whatever the protocol revision
+   * claims. The modern era has no sessions, so its clients send no session
+   * id; one that does could only mean a session a legacy upstream would
+   * honour, and a session id whose record expired must not pass under any
+   * principal. No recovery here (these are not the session's own methods).
+   */
+  async requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest): Promise<void> {
+    const principal = this.principalOf(request)
+    await this.requireSession(sessionId, principal)
+  }
+}

@@ -1,0 +1,120 @@
+// Taking over a session whose id leaked, by making the gateway forget it: an
+// initialize flood that evicts it from the embedded store (which used to open
+// the lost-session recovery to whoever came first), or a modern-era protocol
+// version on a session whose record expired (which used to be forwarded under
+// any principal); and after a real loss, coming back first with the id.
+// Real gateway, SDK example upstream, raw HTTP, real Redis.
+import t from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { startExampleServer } from '../../examples/mcp-server.js'
+import { RECORD_BYTES, type MemoryEventStore } from '../../src/store/memory/memory-store.js'
+import { pino } from 'pino'
+import { buildGateway } from '../../src/server.js'
+import { RedisEventStore } from '../../src/store/redis/redis-store.js'
+import { startGateway, testConfig } from '../fixtures/gateway.js'
+import { deleteKeys, useRedis } from '../fixtures/redis.js'
+import { exchange, jsonRpcError, rawInitialize } from '../fixtures/hardening.js'
+
+const CAP = 1048576
+/** Past the session cache's fresh window (2 s): the next request asks the store. */
+const CACHE_FRESH_MS = 2100
+const ping = (id: number): string => JSON.stringify({ jsonrpc: '2.0', id, method: 'ping' })
+const GATEWAY_404 = /^Session not found/
+
+t.test('an initialize flood that evicts a session does not hand it to another principal', async t => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const gw = await startGateway(t, 'memory', upstream.url, { MEMORY_STORE_MAX_BYTES: String(CAP), SESSION_REQUESTS_PER_SECOND: '1000' })
+  const mcpUrl = `${gw.url}/mcp`
+  const store = gw.gateway.store as MemoryEventStore
+  const alice = await rawInitialize(mcpUrl, { headers: { authorization: 'Bearer alice' } })
+  t.equal((await exchange(mcpUrl, { method: 'POST', headers: alice.headers(), body: ping(1) })).status, 200, 'alice\'s session works')
+  const intactBefore = await store.intactSince()
+
+  // The flood: as many new sessions as the cap holds, straight into the store
+  // (what a flood of initialize requests does to it, without 2,000 upstream sessions).
+  const flood = Math.ceil(CAP / RECORD_BYTES.session) + 10
+  for (let i = 0; i < flood; i++) await store.createSession(`flood-${i}`, 'mallory-principal')
+  t.equal(await store.getSession(alice.sessionId), null, 'alice\'s session was evicted')
+  t.ok(await store.intactSince() <= intactBefore, 'the store does not call the eviction a loss (intactSince does not move forward)')
+  await sleep(CACHE_FRESH_MS)
+
+  const mallory = await exchange(mcpUrl, { method: 'POST', headers: alice.headers({ authorization: 'Bearer mallory' }), body: ping(2) })
+  t.equal(mallory.status, 404, 'mallory with alice\'s leaked session id: 404')
+  t.match(jsonRpcError(mallory.text)?.message, GATEWAY_404, 'the gateway\'s answer, not the upstream\'s')
+  const stream = await exchange(mcpUrl, { headers: alice.getHeaders(undefined, { authorization: 'Bearer mallory' }) }, 800)
+  t.equal(stream.status, 404, 'nor alice\'s standalone stream')
+
+  // Evicted is gone, as expired is: the owner starts a new session too (the store's cap is the bound).
+  const owner = await exchange(mcpUrl, { method: 'POST', headers: alice.headers(), body: ping(3) })
+  t.equal(owner.status, 404, 'alice gets 404 too, and initializes again')
+  t.equal(await store.getSession(alice.sessionId), null, 'nothing recorded under anyone')
+})
+
+t.test('an evicted session this replica never verified is not recovered for anyone', async t => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const gw = await startGateway(t, 'memory', upstream.url, { MEMORY_STORE_MAX_BYTES: String(CAP) })
+  const mcpUrl = `${gw.url}/mcp`
+  const store = gw.gateway.store as MemoryEventStore
+  // A session the upstream knows but this gateway's cache never saw (as on a restarted replica).
+  const bob = await rawInitialize(upstream.url, { headers: { authorization: 'Bearer bob' } })
+  await store.createSession(bob.sessionId, 'bob-principal-hash')
+  for (let i = 0; i < Math.ceil(CAP / RECORD_BYTES.session) + 10; i++) await store.createSession(`flood-${i}`, 'mallory-principal')
+  t.equal(await store.getSession(bob.sessionId), null, 'evicted')
+  const mallory = await exchange(mcpUrl, { method: 'POST', headers: bob.headers({ authorization: 'Bearer mallory' }), body: ping(1) })
+  t.equal(mallory.status, 404)
+  t.match(jsonRpcError(mallory.text)?.message, GATEWAY_404, 'the gateway\'s 404: no recovery opened by the flood')
+  t.equal(await store.getSession(bob.sessionId), null, 'nothing recorded under mallory')
+})
+
+t.test('after a real loss (Redis restarted empty), a session this replica knew is recovered only for its principal', async t => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const { url: redisUrl, prefix, redis } = await useRedis(t, 'takeover')
+  const config = testConfig(upstream.url, { REDIS_URL: redisUrl, REDIS_KEY_PREFIX: prefix })
+  const store = await RedisEventStore.connect({ url: redisUrl, keyPrefix: prefix, retention: config.retention })
+  const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) })
+  const { url } = await gateway.listen()
+  t.teardown(() => gateway.close())
+  const mcpUrl = `${url}/mcp`
+  const alice = await rawInitialize(mcpUrl, { headers: { authorization: 'Bearer alice' } })
+  // What a Redis restarted empty does: the session's keys gone, the intact mark new.
+  t.ok(await deleteKeys(redis, `${prefix}{${alice.sessionId}}`) > 0, 'alice\'s records are gone')
+  await redis.set(`${prefix}intact`, String(Date.now()))
+  await sleep(CACHE_FRESH_MS)
+  for (const attempt of [1, 2]) {
+    const mallory = await exchange(mcpUrl, { method: 'POST', headers: alice.headers({ authorization: 'Bearer mallory' }), body: ping(attempt) })
+    t.equal(mallory.status, 404, `mallory first, attempt ${attempt}: 404`)
+    t.match(jsonRpcError(mallory.text)?.message, GATEWAY_404, 'the gateway\'s answer')
+  }
+  t.equal(await store.getSession(alice.sessionId), null, 'nothing recorded under mallory')
+  const owner = await exchange(mcpUrl, { method: 'POST', headers: alice.headers(), body: ping(3) })
+  t.equal(owner.status, 200, 'alice: her session recovered under a new epoch (the upstream confirmed it)')
+  t.not(await store.getSession(alice.sessionId), null, 'recorded again, for alice')
+  t.equal((await exchange(mcpUrl, { method: 'POST', headers: alice.headers({ authorization: 'Bearer mallory' }), body: ping(4) })).status, 404, 'mallory still 404')
+})
+
+t.test('a modern-era protocol version does not get around the binding of a session whose record expired', async t => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const gw = await startGateway(t, 'memory', upstream.url, { RETENTION_TTL_SECONDS: '1' })
+  const mcpUrl = `${gw.url}/mcp`
+  const store = gw.gateway.store as MemoryEventStore
+  const alice = await rawInitialize(mcpUrl, { headers: { authorization: 'Bearer alice' } })
+  t.equal((await exchange(mcpUrl, { method: 'POST', headers: alice.headers({ 'mcp-protocol-version': '2026-07-28' }), body: ping(1) })).status !== 404, true,
+    'alice, her live session, modern era: not refused by the gateway')
+  // Expired: the record's TTL ran out (and the cache's windows with it).
+  await store.deleteSession(alice.sessionId)
+  await sleep(CACHE_FRESH_MS)
+  for (const [who, auth] of [['mallory', 'Bearer mallory'], ['alice', 'Bearer alice']] as const) {
+    for (const method of ['POST', 'GET', 'DELETE', 'PUT'] as const) {
+      const headers = method === 'GET' ? alice.getHeaders(undefined, { authorization: auth, 'mcp-protocol-version': '2026-07-28' }) : alice.headers({ authorization: auth, 'mcp-protocol-version': '2026-07-28' })
+      const answer = await exchange(mcpUrl, { method, headers, ...(method === 'POST' || method === 'PUT' ? { body: ping(2) } : {}) }, 800)
+      t.equal(answer.status, 404, `${who}, ${method}, 2026-07-28, the expired session's id: 404`)
+      t.match(jsonRpcError(answer.text)?.message, GATEWAY_404, `${who}, ${method}: the gateway's answer, nothing forwarded`)
+    }
+  }
+  const stateless = await exchange(mcpUrl, { method: 'POST', headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', 'mcp-protocol-version': '2026-07-28' }, body: ping(3) })
+  t.not(stateless.status, 404, 'a modern-era request without a session id still goes to the upstream')
+})
