@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto'
 import type { Readable } from 'node:stream'
 import { pino, type Logger } from 'pino'
 import { LeaseCoordinator } from './cluster/coordinator.js'
-import { drainReplica } from './cluster/drain.js'
+import { drainReplica, servedWhileDraining } from './cluster/drain.js'
 import { LocalLeaseBackend, type LeaseBackend } from './cluster/lease.js'
 import type { GatewayConfig } from './config/load.js'
 import { errors, GatewayError, jsonRpcErrorBody } from './errors.js'
@@ -117,7 +117,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     if (draining) {
       // The client's next attempt opens a new connection, to a ready replica.
       reply.header('connection', 'close')
-      throw errors.draining()
+      if (!servedWhileDraining({ method: request.method, routeUrl: request.routeOptions.url, sessionId: request.headers['mcp-session-id'] }, config.mcpPath)) throw errors.draining()
     }
     const origin = request.headers.origin
     if (config.allowedOrigins !== null && origin !== undefined && !config.allowedOrigins.has(origin)) {
@@ -185,7 +185,9 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
         graceMs: config.shutdownGraceMs,
         spreadMs: config.drainSpreadMs,
         // The client reconnects after the retry hint, then asks for its stream.
-        handoverWaitMs: config.retryMs + 1500
+        handoverWaitMs: config.retryMs + 1500,
+        retryMs: config.retryMs,
+        exitRetryMs: config.drainRetryMs
       })
     })()
     return await drained
