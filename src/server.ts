@@ -171,7 +171,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
 
   const admin = Fastify({ loggerInstance: logger.child({ listener: 'admin' }) as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) })
-  registerAdminRoutes(admin, { store, metrics, isDraining: () => draining, pingTimeoutMs: 2000 })
+  registerAdminRoutes(admin, { store, metrics, isDraining: () => draining, pingTimeoutMs: 2000, upstream, mcpPath: config.mcpPath })
 
   let drained: Promise<void> | undefined
   const drain = async (): Promise<void> => {
