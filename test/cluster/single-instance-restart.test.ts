@@ -88,3 +88,30 @@ for (const kind of ['redis', 'memory'] as const) {
     t.notOk(mcp.errors.some(e => /Maximum reconnection attempts/.test(e.message)), 'the client never gave up reconnecting')
   })
 }
+
+for (const kind of ['redis', 'memory'] as const) {
+  t.test(`${kind} store: a tool call that outlasts the grace period ends with an error answer, not a hang`, async t => {
+    const upstream = await startExampleServer()
+    t.teardown(() => upstream.close())
+    const env: Record<string, string> = { DRAIN_SPREAD_SECONDS: '0', SHUTDOWN_GRACE_SECONDS: '4' }
+    if (kind === 'redis') {
+      const redis = await useRedis(t, 'restart-cut')
+      Object.assign(env, { REDIS_URL: redis.url, REDIS_KEY_PREFIX: redis.prefix })
+    }
+    const first = await startReplica(t, { upstreamUrl: upstream.url, env, name: 'first' })
+    const mcp = await connectClient(`${first.url}${new URL(upstream.url).pathname}`)
+    t.teardown(() => mcp.close())
+    const call = mcp.client.callTool({ name: 'stream_notifications', arguments: { count: 1000, intervalMs: 20 } }, undefined, { timeout: 60_000 })
+      .then(result => ({ result }), (err: unknown) => ({ err: err as Error }))
+    t.ok(await waitUntil(() => sequencesOf(mcp.notifications, 'stream_notifications').length >= 20, 10_000), 'the tool call streams')
+    first.kill('SIGTERM')
+    await stopped(first, 10_000)
+    await sleep(RESTART_DELAY_MS)
+    await startReplica(t, { upstreamUrl: upstream.url, env: { ...env, PORT: String(first.port) }, name: 'second' })
+    const started = Date.now()
+    const outcome = await call
+    t.comment(`${kind}: ${JSON.stringify('err' in outcome ? outcome.err.message : outcome.result).slice(0, 200)} after ${sequencesOf(mcp.notifications, 'stream_notifications').length} notifications, ${Date.now() - started} ms after the new process was ready`)
+    t.ok('err' in outcome && /lost|broke off|went away/i.test(outcome.err.message), 'the call fails with the gateway\'s error answer')
+    t.ok(Date.now() - started < 20_000, 'promptly, not at the client\'s timeout')
+  })
+}
