@@ -21,6 +21,9 @@ import { UpstreamClient } from './upstream/client.js'
 import { VERSION } from './version.js'
 import { LazyChildLogger } from './lazy-logger.js'
 
+/** How long recorders whose upstream answer was cut at shutdown get to store its end. */
+const CUT_SETTLE_MS = 1000
+
 export interface GatewayDeps {
   readonly store: EventStore
   readonly logger?: Logger
@@ -209,7 +212,15 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       await drain()
       await app.close()
       await admin.close()
-      await upstream.close()
+      if (inflight.size > 0) {
+        // The grace period is over: cut what is still being read (close() would
+        // wait for it), and give the recorders a moment to store the error
+        // answer that ends each such stream.
+        await upstream.destroy()
+        await inflight.settle(CUT_SETTLE_MS)
+      } else {
+        await upstream.close()
+      }
       await leases.close()
       await store.close()
     }

@@ -18,6 +18,9 @@ const INTERVAL_MS = 20
 const GRACE_SECONDS = 20
 const AFTER = 5
 const RESTART_DELAY_MS = 2000
+// Longer than the default (5 s): a busy test machine can take several seconds to
+// start a process. The SDK client tries at 1x and 2x the hint after the exit.
+const DRAIN_RETRY_MS = 8000
 
 for (const kind of ['redis', 'memory'] as const) {
   t.test(`${kind} store: a single instance restarted while a tool call streams`, async t => {
@@ -25,6 +28,7 @@ for (const kind of ['redis', 'memory'] as const) {
     t.teardown(() => upstream.close())
     const env: Record<string, string> = {
       DRAIN_SPREAD_SECONDS: '1',
+      DRAIN_RETRY_MS: String(DRAIN_RETRY_MS),
       SHUTDOWN_GRACE_SECONDS: String(GRACE_SECONDS)
     }
     if (kind === 'redis') {
@@ -50,7 +54,7 @@ for (const kind of ['redis', 'memory'] as const) {
     t.equal((await first.exited).code, 0, 'the old process exited cleanly')
     // As a restart policy would: the same command on the same port, once the old
     // process is gone, after a delay (a policy's back-off, a slow start) longer
-    // than the SDK's two attempts with the ordinary SSE_RETRY_MS would cover.
+    // than the SDK's two attempts at the ordinary SSE_RETRY_MS (1 s) cover.
     await sleep(RESTART_DELAY_MS)
     const second = await startReplica(t, { upstreamUrl: upstream.url, env: { ...env, PORT: String(first.port) }, name: 'second' })
     const startedAt = Date.now()
@@ -70,10 +74,10 @@ for (const kind of ['redis', 'memory'] as const) {
     t.ok(whileDraining.some(e => e.method === 'GET' && e.lastEventId !== undefined && e.status === 200), 'the draining process served the client\'s resumes')
     t.same(mcp.exchanges.filter(e => e.status === 503).length, 0, 'no request was refused with 503')
     const exitHints = whileDraining.filter(e => e.method === 'GET' && e.status === 200 && e.retry !== undefined).map(e => e.retry)
-    t.ok(exitHints.includes(5000), `a stream served while draining was closed with the restart's retry hint (DRAIN_RETRY_MS default; hints seen: ${exitHints.join(', ')})`)
+    t.ok(exitHints.includes(DRAIN_RETRY_MS), `a stream served while draining was closed with the restart's retry hint, DRAIN_RETRY_MS (hints seen: ${exitHints.join(', ')})`)
 
     // The standalone stream comes back to the new process, which holds the upstream GET again.
-    t.ok(await waitUntil(() => mcp.exchanges.some(e => e.method === 'GET' && e.status === 200 && e.startedAt >= startedAt && e.lastEventId?.includes('.s.') === true), 15_000),
+    t.ok(await waitUntil(() => mcp.exchanges.some(e => e.method === 'GET' && e.status === 200 && e.startedAt >= startedAt && e.lastEventId?.includes('.s.') === true), 2 * DRAIN_RETRY_MS + 5000),
       'the standalone stream resumed on the new process')
     await sleep(300)
     await mcp.client.callTool({ name: 'broadcast', arguments: { count: AFTER, intervalMs: 10, tag: 'after' } })
@@ -86,32 +90,5 @@ for (const kind of ['redis', 'memory'] as const) {
     if (kind === 'redis') t.same(gaps.map(g => g.kind === 'gap' ? g.reason : ''), ['upstream_handover'], 'Redis: the history survived (no epoch gap); the reopened upstream GET is marked')
     else t.ok(gaps.some(g => g.kind === 'gap' && g.reason === 'epoch'), 'embedded store: the client is told the history is gone (epoch gap)')
     t.notOk(mcp.errors.some(e => /Maximum reconnection attempts/.test(e.message)), 'the client never gave up reconnecting')
-  })
-}
-
-for (const kind of ['redis', 'memory'] as const) {
-  t.test(`${kind} store: a tool call that outlasts the grace period ends with an error answer, not a hang`, async t => {
-    const upstream = await startExampleServer()
-    t.teardown(() => upstream.close())
-    const env: Record<string, string> = { DRAIN_SPREAD_SECONDS: '0', SHUTDOWN_GRACE_SECONDS: '4' }
-    if (kind === 'redis') {
-      const redis = await useRedis(t, 'restart-cut')
-      Object.assign(env, { REDIS_URL: redis.url, REDIS_KEY_PREFIX: redis.prefix })
-    }
-    const first = await startReplica(t, { upstreamUrl: upstream.url, env, name: 'first' })
-    const mcp = await connectClient(`${first.url}${new URL(upstream.url).pathname}`)
-    t.teardown(() => mcp.close())
-    const call = mcp.client.callTool({ name: 'stream_notifications', arguments: { count: 1000, intervalMs: 20 } }, undefined, { timeout: 60_000 })
-      .then(result => ({ result }), (err: unknown) => ({ err: err as Error }))
-    t.ok(await waitUntil(() => sequencesOf(mcp.notifications, 'stream_notifications').length >= 20, 10_000), 'the tool call streams')
-    first.kill('SIGTERM')
-    await stopped(first, 10_000)
-    await sleep(RESTART_DELAY_MS)
-    await startReplica(t, { upstreamUrl: upstream.url, env: { ...env, PORT: String(first.port) }, name: 'second' })
-    const started = Date.now()
-    const outcome = await call
-    t.comment(`${kind}: ${JSON.stringify('err' in outcome ? outcome.err.message : outcome.result).slice(0, 200)} after ${sequencesOf(mcp.notifications, 'stream_notifications').length} notifications, ${Date.now() - started} ms after the new process was ready`)
-    t.ok('err' in outcome && /lost|broke off|went away/i.test(outcome.err.message), 'the call fails with the gateway\'s error answer')
-    t.ok(Date.now() - started < 20_000, 'promptly, not at the client\'s timeout')
   })
 }
