@@ -212,15 +212,11 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       await drain()
       await app.close()
       await admin.close()
-      if (inflight.size > 0) {
-        // The grace period is over: cut what is still being read (close() would
-        // wait for it), and give the recorders a moment to store the error
-        // answer that ends each such stream.
-        await upstream.destroy()
-        await inflight.settle(CUT_SETTLE_MS)
-      } else {
-        await upstream.close()
-      }
+      // The drain is over: whatever is still being read upstream is cut (close()
+      // would wait for it), and the recorders get a moment to store the error
+      // answer that ends each such stream.
+      await upstream.destroy()
+      if (inflight.size > 0) await inflight.settle(CUT_SETTLE_MS)
       await leases.close()
       await store.close()
     }
