@@ -5,7 +5,7 @@ import { STATUS_CODES } from 'node:http'
 import type { Readable } from 'node:stream'
 import { pino, type Logger } from 'pino'
 import { LeaseCoordinator } from './cluster/coordinator.js'
-import { drainReplica } from './cluster/drain.js'
+import { drainReplica, servedWhileDraining } from './cluster/drain.js'
 import { LocalLeaseBackend, type LeaseBackend } from './cluster/lease.js'
 import type { GatewayConfig } from './config/load.js'
 import { errors, GatewayError, jsonRpcErrorBody } from './errors.js'
@@ -26,6 +26,9 @@ import { RedisEventStore } from './store/redis/redis-store.js'
 import { UpstreamClient } from './upstream/client.js'
 import { VERSION } from './version.js'
 import { LazyChildLogger } from './lazy-logger.js'
+
+/** How long recorders whose upstream answer was cut at shutdown get to store its end. */
+const CUT_SETTLE_MS = 1000
 
 export interface GatewayDeps {
   readonly store: EventStore
@@ -164,7 +167,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     if (draining) {
       // The client's next attempt opens a new connection, to a ready replica.
       reply.header('connection', 'close')
-      throw errors.draining()
+      if (!servedWhileDraining({ method: request.method, routeUrl: request.routeOptions.url, sessionId: request.headers['mcp-session-id'] }, config.mcpPath)) throw errors.draining()
     }
     const origin = request.headers.origin
     if (config.allowedOrigins !== null && origin !== undefined && !config.allowedOrigins.has(origin)) {
@@ -219,7 +222,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
 
   const admin = Fastify({ loggerInstance: logger.child({ listener: 'admin' }) as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) })
-  registerAdminRoutes(admin, { store, metrics, isDraining: () => draining, pingTimeoutMs: 2000 })
+  registerAdminRoutes(admin, { store, metrics, isDraining: () => draining, pingTimeoutMs: 2000, upstream, mcpPath: config.mcpPath })
 
   let drained: Promise<void> | undefined
   const drain = async (): Promise<void> => {
@@ -233,7 +236,9 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
         graceMs: config.shutdownGraceMs,
         spreadMs: config.drainSpreadMs,
         // The client reconnects after the retry hint, then asks for its stream.
-        handoverWaitMs: config.retryMs + 1500
+        handoverWaitMs: config.retryMs + 1500,
+        retryMs: config.retryMs,
+        exitRetryMs: config.drainRetryMs
       })
     })()
     return await drained
@@ -255,7 +260,11 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       await drain()
       await app.close()
       await admin.close()
-      await upstream.close()
+      // The drain is over: whatever is still being read upstream is cut (close()
+      // would wait for it), and the recorders get a moment to store the error
+      // answer that ends each such stream.
+      await upstream.destroy()
+      if (inflight.size > 0) await inflight.settle(CUT_SETTLE_MS)
       await leases.close()
       await store.close()
     }

@@ -1,4 +1,5 @@
 import type { Server } from 'node:http'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { InFlight } from '../relay/inflight.js'
 import type { SessionHub } from '../relay/session-hub.js'
@@ -19,12 +20,18 @@ export interface DrainOptions {
    * plus a margin), before it is released anyway.
    */
   readonly handoverWaitMs: number
+  /** SSE_RETRY_MS: the hint the streams closed at the start of the drain were given. */
+  readonly retryMs: number
+  /** DRAIN_RETRY_MS: the hint given, at the end, to the streams still served here. */
+  readonly exitRetryMs: number
   readonly now?: () => number
 }
 
 /** Kept for closing listeners, the upstream client and the store once the drain is over. */
 const EXIT_MARGIN_MS = 1500
 const IDLE_SWEEP_MS = 100
+/** Time a client closed with the retry hint is given, beyond the hint, to come back. */
+const RETURN_MARGIN_MS = 1000
 
 /**
  * SIGTERM (DESIGN.md, "Replicas"). Readiness is already false when this runs.
@@ -38,6 +45,13 @@ const IDLE_SWEEP_MS = 100
  * 4. Whatever upstream GET is still held is released (the next replica to get
  *    a client of the session takes it over at once, with a gap marker); one
  *    whose client was closed here waits a little for that client to ask.
+ *    Meanwhile the clients closed in step 2 get the time of their retry hint
+ *    to come back.
+ * 5. Client streams served here while draining (resumes that came back: this
+ *    is a single instance, or a balancer still sends here) are closed last,
+ *    with a longer retry hint: the client comes back after the restart, when
+ *    there is one, instead of spending its reconnection attempts on a closed
+ *    port.
  * Everything ends within the grace period, with a margin for closing.
  * Resolves with the drain's duration in milliseconds.
  */
@@ -51,13 +65,24 @@ export async function drainReplica (o: DrainOptions): Promise<number> {
     o.log.info({ clients: o.hub.clientCount, recording: o.inflight.size, upstreamStreams: o.hub.pumpCount }, 'draining: handing upstream streams over, closing client streams with a retry hint')
     await o.hub.beginDrain().catch((err: unknown) => o.log.warn({ err }, 'draining: could not offer the upstream streams'))
     const spreadMs = Math.min(o.spreadMs, Math.max(0, deadline - now()))
-    const [, finished] = await Promise.all([
-      o.hub.closeClients(spreadMs, deadline),
+    let closedAt = now()
+    const [closed, finished] = await Promise.all([
+      o.hub.closeClients(spreadMs, deadline).then(n => {
+        closedAt = now()
+        return n
+      }),
       o.inflight.settle(Math.max(0, deadline - now()))
     ])
     if (!finished) o.log.warn({ recording: o.inflight.size }, 'grace period over: upstream answers still being read are cut')
     const handoverWaitMs = Math.min(o.handoverWaitMs, Math.max(0, deadline - now()))
-    await Promise.race([o.hub.releaseAll(handoverWaitMs), new Promise(resolve => setTimeout(resolve, Math.max(0, deadline - now())).unref())])
+    const returnWaitMs = closed > 0 ? Math.min(closedAt + o.retryMs + RETURN_MARGIN_MS, deadline) - now() : 0
+    await Promise.race([
+      Promise.all([o.hub.releaseAll(handoverWaitMs), sleep(Math.max(0, returnWaitMs), undefined, { ref: false })]),
+      sleep(Math.max(0, deadline - now()), undefined, { ref: false })
+    ])
+    const served = o.hub.clientCount
+    if (served > 0) o.log.info({ clients: served, retryMs: o.exitRetryMs }, 'draining: closing the streams served while draining, with the retry hint for a restart')
+    o.hub.closeAll(o.exitRetryMs)
     o.server.closeIdleConnections()
     const drainMs = now() - started
     o.log.info({ drainMs }, 'drained')
@@ -65,4 +90,15 @@ export async function drainReplica (o: DrainOptions): Promise<number> {
   } finally {
     clearInterval(idleSweep)
   }
+}
+
+/**
+ * What a draining process still serves: a GET of a session's stream on the
+ * MCP endpoint (a resume, or the standalone stream), from the store. On a
+ * single instance no other process can serve it, and an SDK client with
+ * default options stops reconnecting after two refusals. Everything else is
+ * refused, so that it goes to a ready replica.
+ */
+export function servedWhileDraining (request: { readonly method: string, readonly routeUrl: string | undefined, readonly sessionId: unknown }, mcpPath: string): boolean {
+  return request.method === 'GET' && request.routeUrl === mcpPath && typeof request.sessionId === 'string'
 }

@@ -50,6 +50,8 @@ export interface GatewayConfig {
   readonly maxConnectionsPerAddress: number
   readonly leaseTtlMs: number
   readonly drainSpreadMs: number
+  /** The retry hint a draining process gives, as it exits, to the streams it still serves. */
+  readonly drainRetryMs: number
   readonly maxHeaderBytes: number
   readonly sessionRequestsPerSecond: number
   readonly shutdownGraceMs: number
@@ -286,6 +288,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     maxConnectionsPerAddress: raw.MAX_CONNECTIONS_PER_ADDRESS,
     leaseTtlMs: raw.LEASE_TTL_MS,
     drainSpreadMs: raw.DRAIN_SPREAD_SECONDS * 1000,
+    drainRetryMs: raw.DRAIN_RETRY_MS,
     maxHeaderBytes: raw.MAX_HEADER_BYTES,
     sessionRequestsPerSecond: raw.SESSION_REQUESTS_PER_SECOND,
     shutdownGraceMs: raw.SHUTDOWN_GRACE_SECONDS * 1000

@@ -66,6 +66,8 @@ export class SessionHub {
   #draining = false
   /** Draining: sessions whose standalone client was closed here; it will ask for the stream from another replica. */
   readonly #handoverExpected = new Set<string>()
+  /** Set once the drain closed its last streams: the retry hint for any attached later. */
+  #exitRetryMs: number | undefined
 
   constructor (options: SessionHubOptions) {
     this.#o = options
@@ -272,8 +274,11 @@ export class SessionHub {
       }
       this.#forget(sessionId)
     })
-    // Attached while draining: closed (with a retry hint) right after its head is written.
-    if (this.#draining) setImmediate(() => this.#closeForDrain(client, Date.now() + DRAIN_POLL_MS * 100))
+    // Attached while draining (a client came back here: a single instance, or a
+    // balancer still sending here): served from the store until closeAll(); after
+    // it, closed with its retry hint right after its head is written.
+    const exitRetryMs = this.#exitRetryMs
+    if (exitRetryMs !== undefined) setImmediate(() => client.close('draining', exitRetryMs))
   }
 
   /** The session is gone (DELETE, upstream 404): release its upstream GET and close its clients. */
@@ -305,18 +310,26 @@ export class SessionHub {
    * Close every client stream with a retry hint, spread evenly over
    * `spreadMs` so the clients do not all reconnect at once. A request stream
    * that has not written an event id yet cannot be resumed, so it is closed
-   * once it has (or at `deadline`). Resolves when none is left open, or at
-   * `deadline`.
+   * once it has (or at `deadline`). Resolves with how many it closed, when
+   * none of them is left open, or at `deadline`. Streams attached after this
+   * started are left to closeAll().
    */
-  async closeClients (spreadMs: number, deadline: number): Promise<void> {
+  async closeClients (spreadMs: number, deadline: number): Promise<number> {
     const clients: Array<[string, ClientStream]> = []
     for (const [sessionId, s] of this.#sessions) for (const client of s.clients.values()) clients.push([sessionId, client])
     const step = clients.length > 1 ? spreadMs / clients.length : 0
     const timers = clients.map(([sessionId, client], i) => setTimeout(() => this.#closeForDrain(client, deadline, sessionId), Math.round(i * step)))
-    while (this.clientCount > 0 && Date.now() < deadline) await sleep(DRAIN_POLL_MS)
+    while (clients.some(([, client]) => !client.closed) && Date.now() < deadline) await sleep(DRAIN_POLL_MS)
     for (const timer of timers) clearTimeout(timer)
+    for (const [, client] of clients) client.close('draining', true)
+    return clients.length
+  }
+
+  /** The end of a drain: close every client stream still open, telling it to come back after `retryMs`. */
+  closeAll (retryMs: number): void {
+    this.#exitRetryMs = retryMs
     for (const s of this.#sessions.values()) {
-      for (const client of [...s.clients.values()]) client.close('draining', true)
+      for (const client of [...s.clients.values()]) client.close('draining', retryMs)
     }
   }
 

@@ -1,18 +1,52 @@
 import type { FastifyInstance } from 'fastify'
 import type { EventStore } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
+import { GatewayError } from '../errors.js'
+import { discardBody, UpstreamAbort, type UpstreamClient } from '../upstream/client.js'
 
 export interface AdminDeps {
   readonly store: EventStore
   readonly metrics: GatewayMetrics
   readonly isDraining: () => boolean
-  /** How long readiness waits for the store before calling it down. */
+  /** How long readiness waits for the store (and /upstreamz for the upstream) before calling it down. */
   readonly pingTimeoutMs: number
+  readonly upstream: UpstreamClient
+  /** The MCP endpoint's path on the upstream, which /upstreamz asks. */
+  readonly mcpPath: string
+}
+
+export type UpstreamProbe = { readonly reachable: true, readonly statusCode: number } | { readonly reachable: false, readonly code: string, readonly statusCode?: number }
+
+/**
+ * Asks the upstream's MCP endpoint for its stream without a session: any HTTP
+ * answer below 500 (400, 405, 401 and the like) shows a server that answers;
+ * the body, if any, is dropped unread.
+ */
+export async function probeUpstream (upstream: UpstreamClient, path: string, timeoutMs: number): Promise<UpstreamProbe> {
+  const abort = new UpstreamAbort()
+  const timer = setTimeout(() => abort.abort(), timeoutMs)
+  try {
+    const res = await upstream.request({ method: 'GET', path, headers: { accept: 'text/event-stream' }, signal: abort })
+    discardBody(res.body)
+    return res.statusCode < 500 ? { reachable: true, statusCode: res.statusCode } : { reachable: false, code: 'upstream_error_status', statusCode: res.statusCode }
+  } catch (err) {
+    if (abort.aborted) return { reachable: false, code: 'timeout' }
+    return { reachable: false, code: err instanceof GatewayError ? err.code : 'unknown' }
+  } finally {
+    clearTimeout(timer)
+  }
 }
 
 /**
- * Liveness, readiness and metrics, on their own port so they never shadow a
- * path of the upstream.
+ * Liveness, readiness, upstream health and metrics, on their own port so they
+ * never shadow a path of the upstream.
+ *
+ * Readiness is this process's own ability to serve: not draining, and its
+ * event store answers. The upstream is left out on purpose: it is shared by
+ * every replica, so a readiness tied to it would take them all out of the
+ * balancer at once, turning the gateway's JSON-RPC errors into the balancer's
+ * bare refusals and stopping the replays the store can still serve. Its health
+ * is reported apart, by /upstreamz.
  */
 export function registerAdminRoutes (admin: FastifyInstance, deps: AdminDeps): void {
   admin.get('/healthz', async () => ({ status: 'ok' }))
@@ -32,6 +66,13 @@ export function registerAdminRoutes (admin: FastifyInstance, deps: AdminDeps): v
       clearTimeout(timer)
     }
     return { status: 'ready', store: deps.store.kind }
+  })
+
+  admin.get('/upstreamz', async (_request, reply) => {
+    const probe = await probeUpstream(deps.upstream, deps.mcpPath, deps.pingTimeoutMs)
+    if (probe.reachable) return { status: 'reachable', statusCode: probe.statusCode }
+    reply.log.warn({ code: probe.code, statusCode: probe.statusCode }, 'the upstream does not answer')
+    return await reply.code(503).send({ status: 'unreachable', code: probe.code, ...(probe.statusCode !== undefined && { statusCode: probe.statusCode }) })
   })
 
   admin.get('/metrics', async (_request, reply) => {

@@ -275,10 +275,13 @@ export class ClientStream implements KeepAliveTarget {
     this.#onClose = this.#onClose.concat(listener)
   }
 
-  /** Close from the gateway's side; with `retry`, the client is told when to come back. */
-  close (outcome: CloseOutcome, retry = true): void {
+  /**
+   * Close from the gateway's side; with `retry`, the client is told when to
+   * come back (after SSE_RETRY_MS, or after the given milliseconds).
+   */
+  close (outcome: CloseOutcome, retry: boolean | number = true): void {
     if (this.#closed) return
-    if (retry && !this.#raw.destroyed) this.#raw.write(formatRetry(this.#retryMs))
+    if (retry !== false && !this.#raw.destroyed) this.#raw.write(formatRetry(retry === true ? this.#retryMs : retry))
     this.#finish(outcome)
     this.#reply.sse.close()
   }

@@ -84,6 +84,11 @@ export class UpstreamClient {
   async close (): Promise<void> {
     if (this.#ownsDispatcher) await this.#dispatcher.close()
   }
+
+  /** Like close(), but answers still being read are cut instead of awaited. */
+  async destroy (): Promise<void> {
+    if (this.#ownsDispatcher) await this.#dispatcher.destroy()
+  }
 }
 
 /**
