@@ -256,6 +256,18 @@ const COMBINATIONS: Array<{ name: string, values: Values, check: (t: Test, objec
       const backend = JSON.stringify((ingress.spec as Values).rules)
       t.match(backend, `"name":"${FULLNAME}"`, 'to the MCP Service')
       t.match(backend, '"port":{"name":"mcp"}')
+      const data = find(objects, 'ConfigMap')?.data as Values
+      t.equal(data.ALLOWED_HOSTS, 'mcp.example.com', 'the Ingress host is an allowed Host')
+      t.equal(data.MAX_CONNECTIONS_PER_ADDRESS, '16384', 'no per-address cap on the ingress proxies')
+    }
+  },
+  {
+    name: 'Ingress with the Host list and trusted proxies given',
+    values: { ingress: { enabled: true }, config: { UPSTREAM_URL: 'http://mcp:3000/mcp', ALLOWED_HOSTS: 'a.example.com', TRUSTED_PROXIES: '10.0.0.0/8' } },
+    check: (t, objects) => {
+      const data = find(objects, 'ConfigMap')?.data as Values
+      t.equal(data.ALLOWED_HOSTS, 'a.example.com', 'the configured list wins')
+      t.equal(data.MAX_CONNECTIONS_PER_ADDRESS, undefined, 'real client addresses are counted behind trusted proxies')
     }
   },
   {
