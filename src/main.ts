@@ -1,6 +1,8 @@
 import closeWithGrace from 'close-with-grace'
 import { ConfigError, loadConfig, type GatewayConfig } from './config/load.js'
-import { buildGateway, createLogger } from './server.js'
+import { describeConfig } from './config/describe.js'
+import { createLogger, routeConsoleTo } from './logger.js'
+import { buildGateway } from './server.js'
 import { createStore, redactUrl } from './store/create.js'
 import type { FastifyBaseLogger } from 'fastify'
 import { VERSION } from './version.js'
@@ -19,6 +21,9 @@ async function main (): Promise<void> {
   }
   const logger = createLogger(config.logLevel)
   const log = logger as unknown as FastifyBaseLogger
+  routeConsoleTo(logger)
+  log.info({ version: VERSION, config: describeConfig(config) }, 'effective configuration')
+  for (const warning of config.warnings) log.warn(warning)
   let store
   try {
     store = await createStore(config, log)
