@@ -1,5 +1,5 @@
 import { format } from 'node:util'
-import { pino, stdTimeFunctions, type DestinationStream, type Logger } from 'pino'
+import { pino, stdSerializers, stdTimeFunctions, type DestinationStream, type Logger } from 'pino'
 
 /** Fields never logged in clear: credentials travel through the gateway. */
 export const REDACT_PATHS = [
@@ -18,6 +18,17 @@ export interface LoggerOptions {
   /** A warning or error with the same message is written once per window (30 s by default). */
   readonly repeatWindowMs?: number
   readonly now?: () => number
+}
+
+/** An error as logged below error level: what it is, not where it came from. */
+class StacklessError {
+  constructor (readonly type: string, readonly message: string, readonly code: unknown) {}
+}
+
+/** pino's error serializer, but a StacklessError goes as it is. */
+function serializeError (err: unknown): unknown {
+  if (err instanceof StacklessError) return { type: err.type, message: err.message, ...(err.code !== undefined && { code: err.code }) }
+  return stdSerializers.err(err as Error)
 }
 
 /** Messages remembered at most: they are constants in the code, this only bounds a surprise. */
@@ -39,6 +50,7 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
     level,
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     formatters: { level: label => ({ level: label }) },
+    serializers: { err: serializeError },
     timestamp: stdTimeFunctions.isoTime,
     hooks: {
       logMethod (args, method, levelValue) {
@@ -61,8 +73,8 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
         }
         const err = fields?.err
         if (levelValue < ERROR && levelValue > DEBUG && err instanceof Error) {
-          const code = (err as NodeJS.ErrnoException).code
-          out = [{ ...(out[0] as Record<string, unknown>), err: { type: err.name, message: err.message, ...(code !== undefined && { code }) } }, ...out.slice(1)]
+          const stackless = new StacklessError(err.name, err.message, (err as NodeJS.ErrnoException).code)
+          out = [{ ...(out[0] as Record<string, unknown>), err: stackless }, ...out.slice(1)]
         }
         method.apply(this, out as Parameters<typeof method>)
       }

@@ -59,7 +59,7 @@ function unknownVariables (env: NodeJS.ProcessEnv, known: readonly string[]): st
   const warnings: string[] = []
   for (const name of Object.keys(env).sort()) {
     if (known.includes(name) || !name.includes('_') || !prefixes.has(name.slice(0, name.indexOf('_') + 1))) continue
-    if (SERVICE_LINK.test(name) && !known.some(k => SERVICE_LINK.test(k))) continue
+    if (SERVICE_LINK.test(name)) continue
     warnings.push(`${name}: not a variable of the gateway (ignored); did you mean ${closest(name, known as string[])}?`)
   }
   return warnings
