@@ -3,6 +3,7 @@ import { ConfigError, loadConfig, type GatewayConfig } from './config/load.js'
 import { describeConfig } from './config/describe.js'
 import { createLogger, routeConsoleTo } from './logger.js'
 import { buildGateway } from './server.js'
+import { startTracing } from './tracing/tracing.js'
 import { createStore, redactUrl } from './store/create.js'
 import type { FastifyBaseLogger } from 'fastify'
 import { VERSION } from './version.js'
@@ -35,7 +36,9 @@ async function main (): Promise<void> {
       'Check that Redis is running and reachable from here, or unset REDIS_URL to use the embedded store.\n')
     process.exit(1)
   }
-  const gateway = await buildGateway(config, { store, logger })
+  const tracing = startTracing(process.env, VERSION)
+  if (tracing !== undefined) log.info('tracing: spans exported over OTLP/HTTP as the OTEL_* variables say')
+  const gateway = await buildGateway(config, { store, logger, ...(tracing !== undefined && { tracer: tracing.tracer }) })
   if (config.allowedOrigins === null) log.warn('ALLOWED_ORIGINS is not set: requests from any Origin are accepted')
 
   // The grace period covers the drain; close-with-grace exits non-zero if it runs out.
@@ -43,6 +46,7 @@ async function main (): Promise<void> {
     if (err !== undefined) log.error({ err }, 'fatal error: shutting down')
     log.info({ signal }, 'shutting down')
     await gateway.close()
+    await tracing?.shutdown()
   })
 
   const { url, adminUrl } = await gateway.listen()

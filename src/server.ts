@@ -2,6 +2,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, t
 import { fastifySSE } from '@fastify/sse'
 import { randomBytes } from 'node:crypto'
 import type { Readable } from 'node:stream'
+import type { Tracer } from '@opentelemetry/api'
 import type { Logger } from 'pino'
 import { createLogger } from './logger.js'
 import { LeaseCoordinator } from './cluster/coordinator.js'
@@ -12,6 +13,7 @@ import { errors, GatewayError, jsonRpcErrorBody } from './errors.js'
 import { GatewayMetrics } from './metrics/metrics.js'
 import { InFlight } from './relay/inflight.js'
 import { SessionHub } from './relay/session-hub.js'
+import { traceRequests } from './tracing/spans.js'
 import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
 import { disguisesMcpPath } from './routes/path.js'
@@ -31,6 +33,8 @@ export interface GatewayDeps {
   readonly random?: (size: number) => Uint8Array
   /** Where the upstream GET leases live; by default next to the store (Redis) or in this process. */
   readonly leases?: LeaseBackend
+  /** OpenTelemetry tracing is on: spans for requests and store operations. */
+  readonly tracer?: Tracer
 }
 
 export interface Gateway {
@@ -101,6 +105,11 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
         `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
     }
   })
+  if (deps.tracer !== undefined) {
+    // First of the hooks: refusals get their span too.
+    traceRequests(app, deps.tracer)
+    metrics.traceStore(deps.tracer)
+  }
   const leases = new LeaseCoordinator({
     backend: deps.leases ?? (store instanceof RedisEventStore ? store.leaseBackend() : new LocalLeaseBackend()),
     ttlMs: config.leaseTtlMs,

@@ -1,7 +1,9 @@
+import type { Tracer } from '@opentelemetry/api'
 import type { FastifyBaseLogger } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { errors } from '../errors.js'
 import type { MemoryStoreUsage } from '../store/memory/memory-store.js'
+import { traceStoreOperation } from '../tracing/spans.js'
 
 // Every label value the code uses, listed once: each series is exported at 0
 // from the start, so a rate() or a ratio over a healthy system is 0, not "No data".
@@ -70,6 +72,7 @@ export class GatewayMetrics {
   /** Since when store operations fail (undefined: they succeed), and how many did. */
   #storeDownSince: number | undefined
   #storeFailures = 0
+  #tracer: Tracer | undefined
 
   constructor (options: { version: string, store: string, defaultMetrics?: boolean }) {
     const registers = [this.registry]
@@ -168,8 +171,18 @@ export class GatewayMetrics {
     for (const what of EVICTED) evictions.inc({ what }, 0)
   }
 
-  /** Time a store operation, counting failures. */
-  async timeStore<T> (op: StoreOp, fn: () => Promise<T>): Promise<T> {
+  /** Store operations get spans of their own (tracing on). */
+  traceStore (tracer: Tracer): void {
+    this.#tracer = tracer
+  }
+
+  /** Time a store operation, counting failures (and trace it, tracing on). */
+  timeStore<T> (op: StoreOp, fn: () => Promise<T>): Promise<T> {
+    if (this.#tracer === undefined) return this.#timed(op, fn)
+    return traceStoreOperation(this.#tracer, op, async () => await this.#timed(op, fn))
+  }
+
+  async #timed<T> (op: StoreOp, fn: () => Promise<T>): Promise<T> {
     const started = performance.now()
     try {
       const result = await fn()
