@@ -3,7 +3,7 @@ import { ConfigError, loadConfig, type GatewayConfig } from './config/load.js'
 import { describeConfig } from './config/describe.js'
 import { createLogger, routeConsoleTo } from './logger.js'
 import { buildGateway } from './server.js'
-import { startTracing } from './tracing/tracing.js'
+import { tracingWanted } from './tracing/wanted.js'
 import { createStore, redactUrl } from './store/create.js'
 import type { FastifyBaseLogger } from 'fastify'
 import { VERSION } from './version.js'
@@ -36,7 +36,8 @@ async function main (): Promise<void> {
       'Check that Redis is running and reachable from here, or unset REDIS_URL to use the embedded store.\n')
     process.exit(1)
   }
-  const tracing = startTracing(process.env, VERSION)
+  // The SDK is loaded only when tracing is on.
+  const tracing = tracingWanted(process.env) ? (await import('./tracing/tracing.js')).startTracing(process.env, VERSION) : undefined
   if (tracing !== undefined) log.info('tracing: spans exported over OTLP/HTTP as the OTEL_* variables say')
   const gateway = await buildGateway(config, { store, logger, ...(tracing !== undefined && { tracer: tracing.tracer }) })
   if (config.allowedOrigins === null) log.warn('ALLOWED_ORIGINS is not set: requests from any Origin are accepted')

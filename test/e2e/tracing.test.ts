@@ -2,8 +2,11 @@
 // for it; on, the incoming traceparent is continued, the upstream request
 // carries it on, and store appends and replays have spans, all exported over
 // OTLP/HTTP to a receiver this test runs on loopback.
-import t from 'tap'
+import t, { type Test } from 'tap'
+import { spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { createServer, type IncomingMessage, type Server } from 'node:http'
+import { fileURLToPath } from 'node:url'
 import type { AddressInfo } from 'node:net'
 import { buildGateway } from '../../src/server.js'
 import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
@@ -16,6 +19,25 @@ interface ExportedSpan { traceId: string, spanId: string, parentSpanId?: string,
 async function listen (server: Server): Promise<string> {
   await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
+
+/** An OTLP/HTTP receiver (JSON encoding, as @opentelemetry/exporter-trace-otlp-http sends) on loopback. */
+async function otlpReceiver (t: Test): Promise<{ url: string, spans: ExportedSpan[], contentTypes: string[] }> {
+  const spans: ExportedSpan[] = []
+  const contentTypes: string[] = []
+  const receiver = createServer((req, res) => {
+    body(req).then(text => {
+      contentTypes.push(String(req.headers['content-type']))
+      if (req.url === '/v1/traces') {
+        const data = JSON.parse(text) as { resourceSpans: Array<{ scopeSpans: Array<{ spans: ExportedSpan[] }> }> }
+        for (const rs of data.resourceSpans) for (const ss of rs.scopeSpans) spans.push(...ss.spans)
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+    }).catch(() => res.destroy())
+  })
+  const url = await listen(receiver)
+  t.teardown(() => { receiver.closeAllConnections(); receiver.close() })
+  return { url, spans, contentTypes }
 }
 
 async function body (req: IncomingMessage): Promise<string> {
@@ -36,21 +58,7 @@ t.test('off unless the standard variables ask for it', async t => {
 })
 
 t.test('traceparent continued to the upstream; spans for the request, the upstream call, appends and replays, exported over OTLP/HTTP', async t => {
-  // The OTLP/HTTP receiver (JSON encoding, as @opentelemetry/exporter-trace-otlp-http sends).
-  const spans: ExportedSpan[] = []
-  const contentTypes: string[] = []
-  const receiver = createServer((req, res) => {
-    body(req).then(text => {
-      contentTypes.push(String(req.headers['content-type']))
-      if (req.url === '/v1/traces') {
-        const data = JSON.parse(text) as { resourceSpans: Array<{ scopeSpans: Array<{ spans: ExportedSpan[] }> }> }
-        for (const rs of data.resourceSpans) for (const ss of rs.scopeSpans) spans.push(...ss.spans)
-      }
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
-    }).catch(() => res.destroy())
-  })
-  const receiverUrl = await listen(receiver)
-  t.teardown(() => { receiver.closeAllConnections(); receiver.close() })
+  const { url: receiverUrl, spans, contentTypes } = await otlpReceiver(t)
 
   // An upstream that records the traceparent it gets and answers over SSE.
   const seen: Array<{ method: string, traceparent: string | undefined }> = []
@@ -123,4 +131,45 @@ t.test('traceparent continued to the upstream; spans for the request, the upstre
   const resumed = spans.filter(s => s.traceId === resumeTrace)
   t.ok(resumed.some(s => s.name === 'GET /mcp'), 'the resume\'s server span')
   t.ok(resumed.some(s => s.name === 'store read'), 'the replay read from the store')
+})
+
+t.test('the built gateway: OTEL_EXPORTER_OTLP_ENDPOINT turns tracing on; spans are flushed on shutdown', async t => {
+  const main = fileURLToPath(new URL('../../dist/src/main.js', import.meta.url))
+  if (!existsSync(main)) throw new Error('dist/ is missing: run npm run build first')
+  const { url: receiverUrl, spans } = await otlpReceiver(t)
+  const seen: Array<string | undefined> = []
+  const upstream = createServer((req, res) => {
+    seen.push(req.headers.traceparent as string | undefined)
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{"issuer":"x"}')
+  })
+  const upstreamUrl = await listen(upstream)
+  t.teardown(() => { upstream.closeAllConnections(); upstream.close() })
+  const env = {
+    PATH: process.env.PATH,
+    UPSTREAM_URL: `${upstreamUrl}/mcp`,
+    HOST: '127.0.0.1',
+    ADMIN_HOST: '127.0.0.1',
+    PORT: '0',
+    ADMIN_PORT: '0',
+    SHUTDOWN_GRACE_SECONDS: '1',
+    DRAIN_SPREAD_SECONDS: '0',
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiverUrl,
+    OTEL_SERVICE_NAME: 'gw-under-test'
+  }
+  const child = spawn(process.execPath, [main], { env, stdio: ['ignore', 'pipe', 'inherit'] })
+  t.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL') })
+  let stdout = ''
+  child.stdout.setEncoding('utf8').on('data', (s: string) => { stdout += s })
+  const exited = new Promise<void>(resolve => child.on('close', () => resolve()))
+  for (let i = 0; i < 600 && !stdout.includes('gateway listening') && child.exitCode === null; i++) await new Promise(resolve => setTimeout(resolve, 100))
+  const listening = /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(stdout)
+  if (listening === null) throw new Error(`the gateway did not start: ${stdout}`)
+  const traceId = '5bf92f3577b34da6a3ce929d0e0e4737'
+  const answer = await exchange(`${listening[1] as string}/.well-known/oauth-authorization-server`, { headers: { traceparent: `00-${traceId}-10f067aa0ba902b8-01` } })
+  t.equal(answer.status, 200, 'proxied')
+  child.kill('SIGTERM')
+  await exited
+  t.match(stdout, /tracing: spans exported over OTLP/, 'says tracing is on')
+  t.equal(seen[0]?.split('-')[1], traceId, 'the upstream got the trace')
+  t.ok(spans.some(s => s.traceId === traceId && s.kind === 2), 'the server span was exported before the process exited')
 })
