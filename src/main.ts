@@ -1,6 +1,9 @@
 import closeWithGrace from 'close-with-grace'
 import { ConfigError, loadConfig, type GatewayConfig } from './config/load.js'
-import { buildGateway, createLogger } from './server.js'
+import { describeConfig } from './config/describe.js'
+import { createLogger, routeConsoleTo } from './logger.js'
+import { buildGateway } from './server.js'
+import { tracingWanted } from './tracing/wanted.js'
 import { createStore, redactUrl } from './store/create.js'
 import type { FastifyBaseLogger } from 'fastify'
 import { VERSION } from './version.js'
@@ -19,6 +22,9 @@ async function main (): Promise<void> {
   }
   const logger = createLogger(config.logLevel)
   const log = logger as unknown as FastifyBaseLogger
+  routeConsoleTo(logger)
+  log.info({ version: VERSION, config: describeConfig(config) }, 'effective configuration')
+  for (const warning of config.warnings) log.warn(warning)
   let store
   try {
     store = await createStore(config, log)
@@ -30,7 +36,10 @@ async function main (): Promise<void> {
       'Check that Redis is running and reachable from here, or unset REDIS_URL to use the embedded store.\n')
     process.exit(1)
   }
-  const gateway = await buildGateway(config, { store, logger })
+  // The SDK is loaded only when tracing is on.
+  const tracing = tracingWanted(process.env) ? (await import('./tracing/tracing.js')).startTracing(process.env, VERSION) : undefined
+  if (tracing !== undefined) log.info('tracing: spans exported over OTLP/HTTP as the OTEL_* variables say')
+  const gateway = await buildGateway(config, { store, logger, ...(tracing !== undefined && { tracer: tracing.tracer }) })
   if (config.allowedOrigins === null) log.warn('ALLOWED_ORIGINS is not set: requests from any Origin are accepted')
 
   // The grace period covers the drain; close-with-grace exits non-zero if it runs out.
@@ -38,6 +47,7 @@ async function main (): Promise<void> {
     if (err !== undefined) log.error({ err }, 'fatal error: shutting down')
     log.info({ signal }, 'shutting down')
     await gateway.close()
+    await tracing?.shutdown()
   })
 
   const { url, adminUrl } = await gateway.listen()

@@ -3,7 +3,9 @@ import { fastifySSE } from '@fastify/sse'
 import { randomBytes } from 'node:crypto'
 import { STATUS_CODES } from 'node:http'
 import type { Readable } from 'node:stream'
-import { pino, type Logger } from 'pino'
+import type { Tracer } from '@opentelemetry/api'
+import type { Logger } from 'pino'
+import { createLogger } from './logger.js'
 import { LeaseCoordinator } from './cluster/coordinator.js'
 import { drainReplica, servedWhileDraining } from './cluster/drain.js'
 import { LocalLeaseBackend, type LeaseBackend } from './cluster/lease.js'
@@ -20,8 +22,10 @@ import { disguisesMcpPath, originForm, targetAuthority } from './routes/path.js'
 import { hostAllowed } from './routes/host-check.js'
 import { isTrusted, limitConnections, trustedProxyList } from './routes/connection-limits.js'
 import { requestIdOfBody } from './protocol/request-stream.js'
-import { registerMcpRoute } from './routes/mcp.js'
+import { registerMcpRoute, sessionHash } from './routes/mcp.js'
+import { traceRequests } from './tracing/spans.js'
 import type { EventStore } from './store/contract.js'
+import { MemoryEventStore } from './store/memory/memory-store.js'
 import { RedisEventStore } from './store/redis/redis-store.js'
 import { UpstreamClient } from './upstream/client.js'
 import { VERSION } from './version.js'
@@ -38,6 +42,8 @@ export interface GatewayDeps {
   readonly random?: (size: number) => Uint8Array
   /** Where the upstream GET leases live; by default next to the store (Redis) or in this process. */
   readonly leases?: LeaseBackend
+  /** OpenTelemetry tracing is on: spans for requests and store operations. */
+  readonly tracer?: Tracer
 }
 
 export interface Gateway {
@@ -54,14 +60,18 @@ export interface Gateway {
   close (): Promise<void>
 }
 
-/** Fields never logged in clear: credentials travel through the gateway. */
-export const REDACT_PATHS = [
-  'req.headers.authorization', 'req.headers.cookie', 'req.headers["proxy-authorization"]',
-  'req.headers["x-api-key"]', 'res.headers["set-cookie"]', '*.authorization', '*.cookie'
-]
+export { createLogger, REDACT_PATHS } from './logger.js'
 
-export function createLogger (level: string): Logger {
-  return pino({ level, redact: { paths: REDACT_PATHS, censor: '[redacted]' } })
+/**
+ * Refusals the gateway expects (a client's mistake, draining, a store or
+ * upstream that is down) are logged without a stack, below error level: a
+ * rollout or an outage is not a flood of errors. Only the unexpected is an error.
+ */
+function logRefusal (log: FastifyBaseLogger, refusal: GatewayError, err: Error): void {
+  const fields = { code: refusal.code, statusCode: refusal.statusCode, ...(refusal.cause instanceof Error && { cause: refusal.cause.message }) }
+  if (!(err instanceof GatewayError) && refusal.statusCode >= 500) log.error({ err }, 'request failed')
+  else if (refusal.statusCode >= 500 && refusal.code !== 'MCPGW_DRAINING') log.warn(fields, refusal.message)
+  else log.info(fields, refusal.message)
 }
 
 /** Build the gateway; it does not listen until `listen()` (tests call this with port 0). */
@@ -69,6 +79,8 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   const logger = deps.logger ?? createLogger(config.logLevel)
   const store = deps.store
   const metrics = deps.metrics ?? new GatewayMetrics({ version: VERSION, store: store.kind })
+  metrics.reportStoreHealth(logger as FastifyBaseLogger)
+  if (store instanceof MemoryEventStore) metrics.watchMemoryStore(store)
   const upstream = deps.upstream ?? new UpstreamClient({ origin: config.upstreamUrl, headersTimeoutMs: config.upstreamHeadersTimeoutMs })
   const inflight = new InFlight()
   let draining = false
@@ -116,6 +128,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
           ? errors.requestTimeout(config.requestReadTimeoutMs / 1000)
           : new GatewayError('MCPGW_BAD_HTTP', 400, 'Bad Request: the request is not valid HTTP/1.1.')
       const body = jsonRpcErrorBody(refusal)
+      metrics.countRefusal(refusal.statusCode, refusal.code)
       socket.end(`HTTP/1.1 ${refusal.statusCode} ${STATUS_CODES[refusal.statusCode] ?? ''}\r\n` +
         `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
       // Node leaves the socket to this handler: a peer that neither reads nor closes must not keep it.
@@ -127,6 +140,11 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     maxPerAddress: config.maxConnectionsPerAddress,
     exempt: fromTrustedProxy
   })
+  if (deps.tracer !== undefined) {
+    // First of the hooks: refusals get their span too.
+    traceRequests(app, deps.tracer)
+    metrics.traceStore(deps.tracer)
+  }
   const leases = new LeaseCoordinator({
     backend: deps.leases ?? (store instanceof RedisEventStore ? store.leaseBackend() : new LocalLeaseBackend()),
     ttlMs: config.leaseTtlMs,
@@ -164,6 +182,8 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
 
   app.addHook('onRequest', async (request, reply) => {
+    // Set on the socket's response: streamed answers (written through reply.raw) carry it too.
+    reply.raw.setHeader('x-request-id', request.id)
     if (draining) {
       // The client's next attempt opens a new connection, to a ready replica.
       reply.header('connection', 'close')
@@ -177,7 +197,9 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
 
   // One log line per request, at its end (for streams, when the stream closes).
   app.addHook('onResponse', async (request, reply) => {
+    const sessionId = request.headers['mcp-session-id'] ?? reply.getHeader('mcp-session-id')
     request.log.info({
+      ...(typeof sessionId === 'string' && { sessionHash: sessionHash(sessionId) }),
       req: { method: request.method, url: request.url },
       res: { statusCode: reply.statusCode },
       responseTime: Math.round(reply.elapsedTime)
@@ -189,8 +211,8 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       ? err as unknown as GatewayError
       : new GatewayError(err.code ?? 'MCPGW_INTERNAL', err.statusCode !== undefined && err.statusCode >= 400 ? err.statusCode : 500,
         err.statusCode !== undefined && err.statusCode < 500 ? err.message : 'Internal error in the gateway.')
-    if (gatewayError.statusCode >= 500) request.log.error({ err }, 'request failed')
-    else request.log.info({ code: gatewayError.code, statusCode: gatewayError.statusCode }, gatewayError.message)
+    metrics.countRefusal(gatewayError.statusCode, gatewayError.code)
+    logRefusal(request.log, gatewayError, err)
     if (reply.raw.headersSent) {
       reply.raw.destroy()
       return

@@ -1,4 +1,5 @@
 import envSchema from 'env-schema'
+import { closest } from 'fastest-levenshtein'
 import { ConfigSchema, type RawConfig } from './schema.js'
 import type { RetentionLimits } from '../store/contract.js'
 import { redisUrlProblem } from '../store/redis/redis-url.js'
@@ -55,6 +56,46 @@ export interface GatewayConfig {
   readonly maxHeaderBytes: number
   readonly sessionRequestsPerSecond: number
   readonly shutdownGraceMs: number
+  /** What start-up should warn about (unknown variables, a password given twice); never fatal. */
+  readonly warnings: readonly string[]
+}
+
+/**
+ * Names Kubernetes injects for each Service of the namespace (REDIS_PORT,
+ * REDIS_SERVICE_HOST, REDIS_PORT_6379_TCP_ADDR, ...): not the gateway's.
+ */
+const SERVICE_LINK = /_SERVICE_(HOST|PORT)(_\w+)?$|_PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?$/
+
+/**
+ * Variables that look like the gateway's (their first word is one of its
+ * variables' first words) but that it does not read: most likely misspelled.
+ */
+function unknownVariables (env: NodeJS.ProcessEnv, known: readonly string[]): string[] {
+  const prefixes = new Set(known.filter(k => k.includes('_')).map(k => k.slice(0, k.indexOf('_') + 1)))
+  const warnings: string[] = []
+  for (const name of Object.keys(env).sort()) {
+    if (known.includes(name) || !name.includes('_') || !prefixes.has(name.slice(0, name.indexOf('_') + 1))) continue
+    if (SERVICE_LINK.test(name)) continue
+    warnings.push(`${name}: not a variable of the gateway (ignored); did you mean ${closest(name, known as string[])}?`)
+  }
+  return warnings
+}
+
+/**
+ * REDIS_PASSWORD completes a REDIS_URL that carries no password (a Secret may
+ * hold only the password); a password in the URL wins.
+ */
+function withRedisPassword (url: string, password: string | undefined, warnings: string[]): string {
+  if (password === undefined) return url
+  const parsed = new URL(url)
+  if (parsed.password !== '') {
+    warnings.push('REDIS_PASSWORD: ignored, REDIS_URL carries a password of its own (the URL\'s wins)')
+    return url
+  }
+  // A unix:// URL takes credentials with the host localhost only (unix://:password@localhost/path).
+  if (parsed.protocol === 'unix:' && parsed.hostname === '') parsed.hostname = 'localhost'
+  parsed.password = encodeURIComponent(password)
+  return parsed.toString()
 }
 
 /** "host:port,host:port" -> addresses; problems are pushed, not thrown. */
@@ -244,6 +285,8 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
   const trustedProxies = (raw.TRUSTED_PROXIES ?? '').split(',').map(s => s.trim()).filter(Boolean)
   trustedProxyList(trustedProxies, problems)
   const jwt = jwtOptions(raw, problems)
+  const warnings = unknownVariables(env, Object.keys(ConfigSchema.properties))
+  const redisUrl = raw.REDIS_URL === undefined || problems.length > 0 ? raw.REDIS_URL : withRedisPassword(raw.REDIS_URL, raw.REDIS_PASSWORD, warnings)
   if (problems.length > 0 || upstreamUrl === undefined) {
     throw new ConfigError(problems.length > 0 ? problems : ['UPSTREAM_URL: is required'])
   }
@@ -256,7 +299,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     adminHost: raw.ADMIN_HOST,
     adminPort: raw.ADMIN_PORT,
     logLevel: raw.LOG_LEVEL,
-    redisUrl: raw.REDIS_URL,
+    redisUrl,
     redisClusterNodes,
     redisSentinel,
     redisPassword: raw.REDIS_PASSWORD,
@@ -291,6 +334,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     drainRetryMs: raw.DRAIN_RETRY_MS,
     maxHeaderBytes: raw.MAX_HEADER_BYTES,
     sessionRequestsPerSecond: raw.SESSION_REQUESTS_PER_SECOND,
-    shutdownGraceMs: raw.SHUTDOWN_GRACE_SECONDS * 1000
+    shutdownGraceMs: raw.SHUTDOWN_GRACE_SECONDS * 1000,
+    warnings: Object.freeze(warnings)
   })
 }

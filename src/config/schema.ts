@@ -17,7 +17,7 @@ export const ConfigSchema = Type.Object({
   REDIS_CLUSTER_NODES: Type.Optional(Type.String({ description: 'Redis Cluster seed nodes, host:port,host:port,... (instead of REDIS_URL). Password and TLS from REDIS_PASSWORD / REDIS_TLS.' })),
   REDIS_SENTINELS: Type.Optional(Type.String({ description: 'Redis Sentinel addresses, host:port,host:port,... (instead of REDIS_URL); needs REDIS_SENTINEL_NAME.' })),
   REDIS_SENTINEL_NAME: Type.Optional(Type.String({ description: 'Name of the master the Sentinels watch.' })),
-  REDIS_PASSWORD: Type.Optional(Type.String({ description: 'Password for Redis Cluster nodes or the Sentinel-managed master (REDIS_URL carries its own).' })),
+  REDIS_PASSWORD: Type.Optional(Type.String({ description: 'Password for Redis Cluster nodes or the Sentinel-managed master, and for REDIS_URL when the URL carries none (a password in REDIS_URL wins; a warning says so).' })),
   REDIS_TLS: Type.Boolean({ default: false, description: 'Use TLS for REDIS_CLUSTER_NODES / REDIS_SENTINELS connections (REDIS_URL uses rediss:// instead).' }),
   REDIS_KEY_PREFIX: Type.String({ default: 'mcpgw:', description: 'Prefix of every Redis key the gateway writes.' }),
 

@@ -1,8 +1,39 @@
+import type { Tracer } from '@opentelemetry/api'
+import type { FastifyBaseLogger } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { errors, type GatewayError } from '../errors.js'
+import type { MemoryStoreUsage } from '../store/memory/memory-store.js'
+import { traceStoreOperation } from '../tracing/spans.js'
 
-export type StreamKind = 'standalone' | 'request' | 'resume'
-export type CloseOutcome = 'completed' | 'client_gone' | 'slow_client' | 'superseded' | 'upstream_error' | 'draining' | 'session_deleted'
-export type ResumeOutcome = 'replayed' | 'gap' | 'unknown' | 'refused'
+// Every label value the code uses, listed once: each series is exported at 0
+// from the start, so a rate() or a ratio over a healthy system is 0, not "No data".
+const STREAM_KINDS = ['standalone', 'request', 'resume'] as const
+const CLOSE_OUTCOMES = ['completed', 'client_gone', 'slow_client', 'superseded', 'upstream_error', 'draining', 'session_deleted'] as const
+const RESUME_OUTCOMES = ['replayed', 'gap', 'unknown', 'refused'] as const
+const GAP_REASONS = ['trimmed', 'epoch', 'unknown_stream', 'future_id', 'recorder_lost', 'event_too_large', 'store_unavailable', 'upstream_handover'] as const
+const UNRECORDED_REASONS = ['too_large', 'store_error'] as const
+const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', 'adopt_session', 'delete_session', 'intact_since', 'open_stream', 'load_cursor', 'lease_acquire'] as const
+const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
+const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken'] as const
+const UPSTREAM_STREAM_KINDS = ['standalone', 'request'] as const
+const EVICTED = ['stream', 'events', 'session'] as const
+
+export type StreamKind = typeof STREAM_KINDS[number]
+export type CloseOutcome = typeof CLOSE_OUTCOMES[number]
+export type ResumeOutcome = typeof RESUME_OUTCOMES[number]
+export type StoreOp = typeof STORE_OPS[number]
+
+/**
+ * Refusals the gateway answers itself besides those in `errors`: Node's HTTP
+ * parser (431, 400), fastify's body limit (413), and anything unexpected (500).
+ */
+const OTHER_REFUSALS: ReadonlyArray<readonly [string, number]> = [
+  ['MCPGW_HEADERS_TOO_LARGE', 431], ['MCPGW_BAD_HTTP', 400], ['FST_ERR_CTP_BODY_TOO_LARGE', 413], ['MCPGW_INTERNAL', 500]
+]
+const REFUSALS: ReadonlyArray<{ readonly code: string, readonly status: string, readonly reason: string }> =
+  [...Object.values(errors).map(make => (make as (...args: never[]) => GatewayError)(...(['1', '1'] as never[]))).map(e => [e.code, e.statusCode] as const), ...OTHER_REFUSALS]
+    .map(([code, status]) => ({ code, status: String(status), reason: code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? 'body_too_large' : code.replace(/^MCPGW_/, '').toLowerCase() }))
+const REFUSAL_REASONS: ReadonlyMap<string, string> = new Map(REFUSALS.map(r => [r.code, r.reason]))
 
 /**
  * The gateway's Prometheus metrics, on an application-owned registry (tests
@@ -34,13 +65,26 @@ export class GatewayMetrics {
   readonly sessionsRecovered: Counter
   readonly leaseTakeovers: Counter
   readonly buildInfo: Gauge<'version' | 'node_version' | 'store'>
+  readonly requestsRefused: Counter<'status' | 'reason'>
   /** By operation (a handful of names, fixed in the code). */
   readonly #storeTimers = new Map<string, { observe: (value: number) => void }>()
+  #storeLog: Pick<FastifyBaseLogger, 'warn' | 'info'> | undefined
+  /** Since when store operations fail (undefined: they succeed), and how many did. */
+  #storeDownSince: number | undefined
+  #storeFailures = 0
+  #tracer: Tracer | undefined
 
   constructor (options: { version: string, store: string, defaultMetrics?: boolean }) {
     const registers = [this.registry]
     const p = 'mcpgw_'
-    if (options.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry })
+    if (options.defaultMetrics !== false) {
+      collectDefaultMetrics({ register: this.registry })
+      // Gauges named like counters (promtool rejects them); each is the sum of
+      // its labelled namesake (nodejs_active_handles by type, and so on).
+      for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) {
+        this.registry.removeSingleMetric(name)
+      }
+    }
     this.clientStreamsOpen = new Gauge({ name: `${p}client_streams_open`, help: 'Client SSE streams currently open, by kind.', labelNames: ['kind'], registers })
     this.streamsOpened = new Counter({ name: `${p}streams_opened_total`, help: 'Client SSE streams opened, by kind.', labelNames: ['kind'], registers })
     this.streamsClosed = new Counter({ name: `${p}streams_closed_total`, help: 'Client SSE streams closed, by kind and outcome.', labelNames: ['kind', 'outcome'], registers })
@@ -65,19 +109,114 @@ export class GatewayMetrics {
     this.leaseTakeovers = new Counter({ name: `${p}lease_takeovers_total`, help: 'Upstream GET streams taken over from another replica.', registers })
     this.buildInfo = new Gauge({ name: `${p}build_info`, help: 'Gateway build information (always 1).', labelNames: ['version', 'node_version', 'store'], registers })
     this.buildInfo.set({ version: options.version, node_version: process.version, store: options.store }, 1)
+    this.requestsRefused = new Counter({ name: `${p}requests_refused_total`, help: 'Requests the gateway answered with an error of its own (not an upstream answer passed on), by HTTP status and reason (the error code).', labelNames: ['status', 'reason'], registers })
+    this.#zero()
   }
 
-  /** Time a store operation, counting failures. */
-  async timeStore<T> (op: string, fn: () => Promise<T>): Promise<T> {
+  /** Every known series at 0 (also after registry.resetMetrics(), which drops them). */
+  #zero (): void {
+    for (const kind of STREAM_KINDS) {
+      this.clientStreamsOpen.set({ kind }, 0)
+      this.streamsOpened.inc({ kind }, 0)
+      for (const outcome of CLOSE_OUTCOMES) this.streamsClosed.inc({ kind, outcome }, 0)
+    }
+    for (const outcome of RESUME_OUTCOMES) this.resumes.inc({ outcome }, 0)
+    for (const reason of GAP_REASONS) this.gaps.inc({ reason }, 0)
+    for (const reason of UNRECORDED_REASONS) this.eventsUnrecorded.inc({ reason }, 0)
+    for (const op of STORE_OPS) {
+      this.storeErrors.inc({ op }, 0)
+      this.storeOperationDuration.zero({ op })
+    }
+    for (const outcome of RESEND_OUTCOMES) this.appendResends.inc({ outcome }, 0)
+    for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.inc({ kind }, 0)
+    for (const kind of UPSTREAM_STREAM_KINDS) this.upstreamStreamsOpen.set({ kind }, 0)
+    for (const { status, reason } of REFUSALS) this.requestsRefused.inc({ status, reason }, 0)
+  }
+
+  /** Zero every series again (tests; prom-client's reset drops labelled series). */
+  reset (): void {
+    this.registry.resetMetrics()
+    this.#zero()
+  }
+
+  /** Count an error answer of the gateway's own; codes outside the known set count as "other". */
+  countRefusal (statusCode: number, code: string): void {
+    this.requestsRefused.inc({ status: String(statusCode), reason: REFUSAL_REASONS.get(code) ?? 'other' })
+  }
+
+  /** The embedded store's room and evictions, read at each scrape. */
+  watchMemoryStore (store: { usage: () => MemoryStoreUsage }): void {
+    const registers = [this.registry]
+    const p = 'mcpgw_memory_store_'
+    const gauges: Array<[string, string, (usage: MemoryStoreUsage) => number]> = [
+      ['bytes', 'Embedded store: bytes counted against MEMORY_STORE_MAX_BYTES (event data plus per-session and per-stream records).', u => u.heldBytes],
+      ['max_bytes', 'Embedded store: MEMORY_STORE_MAX_BYTES.', u => u.maxBytes],
+      ['sessions', 'Embedded store: sessions held.', u => u.sessions]
+    ]
+    for (const [name, help, read] of gauges) {
+      this.registry.registerMetric(new Gauge({ name: `${p}${name}`, help, registers: [], collect () { this.set(read(store.usage())) } }))
+    }
+    const evictions = new Counter({
+      name: `${p}evictions_total`,
+      help: 'Embedded store: what the MEMORY_STORE_MAX_BYTES cap evicted, by what: stream (a stream emptied, least recently appended first), events (oldest events of the stream being appended to), session (a whole session, least recently used first).',
+      labelNames: ['what'],
+      registers,
+      collect () {
+        // The store keeps the totals: set them (a counter has no set()).
+        const evicted = store.usage().evicted
+        this.reset()
+        for (const what of EVICTED) this.inc({ what }, evicted[what])
+      }
+    })
+    for (const what of EVICTED) evictions.inc({ what }, 0)
+  }
+
+  /** Store operations get spans of their own (tracing on). */
+  traceStore (tracer: Tracer): void {
+    this.#tracer = tracer
+  }
+
+  /** Time a store operation, counting failures (and trace it, tracing on). */
+  timeStore<T> (op: StoreOp, fn: () => Promise<T>): Promise<T> {
+    if (this.#tracer === undefined) return this.#timed(op, fn)
+    return traceStoreOperation(this.#tracer, op, async () => await this.#timed(op, fn))
+  }
+
+  async #timed<T> (op: StoreOp, fn: () => Promise<T>): Promise<T> {
     const started = performance.now()
     try {
-      return await fn()
+      const result = await fn()
+      if (this.#storeDownSince !== undefined) this.#storeBack()
+      return result
     } catch (err) {
       this.storeErrors.inc({ op })
+      this.#storeFailed(op, err)
       throw err
     } finally {
       this.#storeTimer(op).observe((performance.now() - started) / 1000)
     }
+  }
+
+  /**
+   * Log one line when store operations start failing and one when they
+   * succeed again (with how long and how many), whatever the number of
+   * requests that failed in between: each of those has its own 503 already.
+   */
+  reportStoreHealth (log: Pick<FastifyBaseLogger, 'warn' | 'info'>): void {
+    this.#storeLog = log
+  }
+
+  #storeFailed (op: StoreOp, err: unknown): void {
+    this.#storeFailures++
+    if (this.#storeDownSince !== undefined) return
+    this.#storeDownSince = Date.now()
+    this.#storeLog?.warn({ op, err }, 'event store: operations failing; requests that need it get 503 until it answers')
+  }
+
+  #storeBack (): void {
+    this.#storeLog?.info({ downMs: Date.now() - (this.#storeDownSince as number), failedOperations: this.#storeFailures }, 'event store: answering again')
+    this.#storeDownSince = undefined
+    this.#storeFailures = 0
   }
 
   /**

@@ -36,6 +36,8 @@ class LocalSession implements PumpClients {
   log: Logger | undefined
   /** Set while another replica holds the stream and a client is attached here. */
   unwatch: (() => void) | undefined
+  /** A DELETE of the session is on its way upstream (which may end the GET before it answers). */
+  deleting = false
 
   // PumpClients: the pump's view of the standalone client attached here (methods,
   // not closures per session).
@@ -186,6 +188,8 @@ export class SessionHub {
     switch (outcome) {
       case 'refused':
       case 'handed_over':
+      case 'stopped':
+        // stopped: dropSession closes the clients itself, with its own outcome (session_deleted).
         break
       case 'hold_expired':
       case 'lease_lost':
@@ -194,7 +198,7 @@ export class SessionHub {
         break
       default:
         // The upstream GET ended or broke: the client reconnects (retry hint) and reopens it.
-        local?.close('upstream_error', true)
+        local?.close(s.deleting ? 'session_deleted' : 'upstream_error', true)
     }
     this.#forget(sessionId)
   }
@@ -279,6 +283,12 @@ export class SessionHub {
     // it, closed with its retry hint right after its head is written.
     const exitRetryMs = this.#exitRetryMs
     if (exitRetryMs !== undefined) setImmediate(() => client.close('draining', exitRetryMs))
+  }
+
+  /** A DELETE of the session goes upstream (pending) or was answered: closes meanwhile are the DELETE's. */
+  deleting (sessionId: string, pending: boolean): void {
+    const s = this.#sessions.get(sessionId)
+    if (s !== undefined) s.deleting = pending
   }
 
   /** The session is gone (DELETE, upstream 404): release its upstream GET and close its clients. */

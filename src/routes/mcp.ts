@@ -475,15 +475,18 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     if (sessionId === undefined) return await forwardTransparently(deps, request, reply, undefined)
     await requireSession(sessionId, principalOf(request, config.principalHeader), request)
     let res: UpstreamResponse
+    hub.deleting(sessionId, true)
     try {
       res = await timedUpstream('DELETE', () => upstream.request({
         method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
       }))
     } catch (err) {
+      hub.deleting(sessionId, false)
       await settleRecovery(request, false)
       throw err
     }
     const gone = (res.statusCode >= 200 && res.statusCode < 300) || res.statusCode === 404
+    if (!gone) hub.deleting(sessionId, false)
     // A lost session deleted at once is not counted as recovered: its records go below,
     // or, the upstream having refused the DELETE, as an unconfirmed recovery.
     if (gone) recovering.delete(request)

@@ -1,8 +1,10 @@
-// Store operations timed into the histogram by operation, failures counted
-// (src/metrics/metrics.ts).
+// The gateway's metrics (src/metrics/metrics.ts): store operations timed and
+// failures counted, every labelled series at 0 from the start, refusals, the
+// embedded store's room, and the store's health told in two log lines.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { GatewayMetrics } from '../../src/metrics/metrics.js'
+import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
 
 async function histogram (metrics: GatewayMetrics, op: string): Promise<{ count: number, sum: number, le: Record<string, number> }> {
   const values = (await metrics.storeOperationDuration.get()).values.filter(v => v.labels.op === op)
@@ -30,8 +32,96 @@ t.test('timeStore: each operation its own series, its time in seconds, failures 
   await t.rejects(metrics.timeStore('read', async () => { throw new Error('down') }), /down/, 'a failure is the caller\'s')
   t.equal((await histogram(metrics, 'read')).count, 4, 'and timed too')
   const errors = (await metrics.storeErrors.get()).values
-  t.same(errors.map(v => [v.labels.op, v.value]), [['read', 1]], 'and counted, by operation')
+  t.same(errors.filter(v => v.value > 0).map(v => [v.labels.op, v.value]), [['read', 1]], 'and counted, by operation (the other operations at 0)')
   metrics.registry.resetMetrics()
   await metrics.timeStore('read', async () => 1)
   t.equal((await histogram(metrics, 'read')).count, 1, 'after a reset, counted from zero again')
+})
+
+async function scrape (metrics: GatewayMetrics): Promise<string> {
+  return await metrics.registry.metrics()
+}
+
+function sample (text: string, name: string, labels: Record<string, string> = {}): number | undefined {
+  const line = text.split('\n').find(l => (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) &&
+    Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)))
+  return line === undefined ? undefined : Number(line.split(' ').at(-1))
+}
+
+t.test('every labelled series exists at 0 before anything happened, and again after reset()', async t => {
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const expectZero = (text: string): void => {
+    for (const [name, labels] of [
+      ['mcpgw_gaps_total', { reason: 'trimmed' }], ['mcpgw_gaps_total', { reason: 'recorder_lost' }], ['mcpgw_gaps_total', { reason: 'upstream_handover' }],
+      ['mcpgw_store_errors_total', { op: 'append' }], ['mcpgw_store_errors_total', { op: 'lease_acquire' }],
+      ['mcpgw_upstream_errors_total', { kind: 'request' }], ['mcpgw_upstream_errors_total', { kind: 'stream_broken' }],
+      ['mcpgw_events_unrecorded_total', { reason: 'store_error' }], ['mcpgw_append_resends_total', { outcome: 'recorded' }],
+      ['mcpgw_streams_closed_total', { kind: 'request', outcome: 'session_deleted' }], ['mcpgw_streams_opened_total', { kind: 'resume' }],
+      ['mcpgw_client_streams_open', { kind: 'standalone' }], ['mcpgw_upstream_streams_open', { kind: 'request' }],
+      ['mcpgw_resumes_total', { outcome: 'refused' }], ['mcpgw_store_operation_duration_seconds_count', { op: 'read' }],
+      ['mcpgw_requests_refused_total', { status: '503', reason: 'draining' }], ['mcpgw_requests_refused_total', { status: '403', reason: 'origin_forbidden' }],
+      ['mcpgw_requests_refused_total', { status: '404', reason: 'session_not_found' }], ['mcpgw_requests_refused_total', { status: '502', reason: 'upstream_unavailable' }]
+    ] as const) t.equal(sample(text, name, labels), 0, `${name} ${JSON.stringify(labels)}`)
+  }
+  expectZero(await scrape(metrics))
+  metrics.gaps.inc({ reason: 'trimmed' })
+  metrics.reset()
+  expectZero(await scrape(metrics))
+})
+
+t.test('refusals: by status and reason; a code outside the known set is "other"', async t => {
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  metrics.countRefusal(429, 'MCPGW_RATE_LIMITED')
+  metrics.countRefusal(429, 'MCPGW_RATE_LIMITED')
+  metrics.countRefusal(413, 'FST_ERR_CTP_BODY_TOO_LARGE')
+  metrics.countRefusal(415, 'FST_ERR_CTP_INVALID_MEDIA_TYPE')
+  const text = await scrape(metrics)
+  t.equal(sample(text, 'mcpgw_requests_refused_total', { status: '429', reason: 'rate_limited' }), 2)
+  t.equal(sample(text, 'mcpgw_requests_refused_total', { status: '413', reason: 'body_too_large' }), 1)
+  t.equal(sample(text, 'mcpgw_requests_refused_total', { status: '415', reason: 'other' }), 1)
+})
+
+t.test('the embedded store: bytes, cap, sessions and evictions, read at each scrape', async t => {
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const store = new MemoryEventStore({ retention: { maxEvents: 1000, maxBytes: 1 << 20, ttlMs: 60_000 }, maxBytes: 2000, recordBytes: { session: 0, stream: 0 } })
+  t.teardown(() => store.close())
+  metrics.watchMemoryStore(store)
+  let text = await scrape(metrics)
+  t.equal(sample(text, 'mcpgw_memory_store_bytes'), 0)
+  t.equal(sample(text, 'mcpgw_memory_store_max_bytes'), 2000)
+  t.equal(sample(text, 'mcpgw_memory_store_evictions_total', { what: 'stream' }), 0, 'evictions at 0 from the start')
+  const data = 'x'.repeat(400)
+  for (const session of ['s1', 's2']) {
+    await store.createSession(session, 'p')
+    await store.openStream(session, 'a')
+    await store.append(session, 'a', [{ data }, { data }])
+  }
+  text = await scrape(metrics)
+  t.equal(sample(text, 'mcpgw_memory_store_sessions'), 2)
+  t.ok((sample(text, 'mcpgw_memory_store_bytes') ?? 0) >= 1600, 'the events\' bytes held')
+  t.equal(sample(text, 'mcpgw_memory_store_evictions_total', { what: 'stream' }), 0)
+  await store.append('s2', 'a', [{ data }, { data }])
+  text = await scrape(metrics)
+  t.equal(sample(text, 'mcpgw_memory_store_evictions_total', { what: 'stream' }), 1, 'the least recently appended stream emptied')
+  t.ok((sample(text, 'mcpgw_memory_store_bytes') ?? Infinity) <= 2000, 'back under the cap')
+  text = await scrape(metrics)
+  t.equal(sample(text, 'mcpgw_memory_store_evictions_total', { what: 'stream' }), 1, 'a second scrape counts nothing twice')
+})
+
+t.test('store health: one line when operations start failing, one when they succeed again', async t => {
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const lines: Array<[string, Record<string, unknown>, string]> = []
+  metrics.reportStoreHealth({
+    warn: (fields: Record<string, unknown>, msg: string) => { lines.push(['warn', fields, msg]) },
+    info: (fields: Record<string, unknown>, msg: string) => { lines.push(['info', fields, msg]) }
+  } as never)
+  await metrics.timeStore('read', async () => 1)
+  for (let i = 0; i < 4; i++) await metrics.timeStore('append', async () => { throw new Error('down') }).catch(() => {})
+  await metrics.timeStore('read', async () => 1)
+  await metrics.timeStore('read', async () => 1)
+  t.match(lines, [
+    ['warn', { op: 'append', err: { message: 'down' } }, /operations failing/],
+    ['info', { failedOperations: 4, downMs: Number }, 'event store: answering again']
+  ])
+  t.equal(lines.length, 2)
 })

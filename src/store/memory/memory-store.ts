@@ -163,6 +163,16 @@ function sizeAt (segment: Segment, i: number): number {
   return (segment.ends[i] as number) - start + (segment.upstreamIds?.[i]?.length ?? 0)
 }
 
+/** What the embedded store tells about its room (read by metrics at each scrape). */
+export interface MemoryStoreUsage {
+  /** Bytes counted against the cap (event data plus records). */
+  readonly heldBytes: number
+  readonly maxBytes: number
+  readonly sessions: number
+  /** Since start: streams emptied, events dropped from the stream being appended to, sessions dropped. */
+  readonly evicted: { readonly stream: number, readonly events: number, readonly session: number }
+}
+
 /**
  * The embedded store: one process, not durable, bounded. Per-stream retention
  * by count and bytes, per-session TTL, and a process-wide byte cap enforced by
@@ -184,6 +194,8 @@ export class MemoryEventStore implements EventStore {
   readonly #lru = new Map<MemoryStream, MemorySession>()
   readonly #listeners = new Map<string, Set<NoticeListener>>()
   readonly #sweeper: NodeJS.Timeout
+  /** What the cap evicted since start (metrics read it). */
+  readonly #evicted = { stream: 0, events: 0, session: 0 }
   #totalBytes = 0
 
   constructor (options: MemoryStoreOptions) {
@@ -205,6 +217,11 @@ export class MemoryEventStore implements EventStore {
 
   /** Sessions held, for tests. */
   get sessionCount (): number { return this.#sessions.size }
+
+  /** Room and evictions, for metrics. */
+  usage (): MemoryStoreUsage {
+    return { heldBytes: this.heldBytes, maxBytes: this.#maxBytes, sessions: this.#sessions.size, evicted: { ...this.#evicted } }
+  }
 
   async createSession (sessionId: string, principal: string): Promise<SessionRecord> {
     this.#drop(sessionId)
@@ -459,6 +476,7 @@ export class MemoryEventStore implements EventStore {
     for (const [stream, session] of this.#lru) {
       if (this.heldBytes <= this.#maxBytes) return
       if (stream === current) continue
+      this.#evicted.stream++
       this.#empty(stream)
       this.#lru.delete(stream)
       if (stream.ended && session.streams.get(stream.id) === stream) {
@@ -467,7 +485,10 @@ export class MemoryEventStore implements EventStore {
       }
     }
     if (current !== undefined) {
-      while (this.heldBytes > this.#maxBytes && current.retained > 1) this.#dropOldest(current)
+      while (this.heldBytes > this.#maxBytes && current.retained > 1) {
+        this.#dropOldest(current)
+        this.#evicted.events++
+      }
       this.#compact(current)
     }
     // Still over with every other stream emptied and the current one down to its
@@ -475,6 +496,7 @@ export class MemoryEventStore implements EventStore {
     for (const [id, session] of this.#sessions) {
       if (this.heldBytes <= this.#maxBytes) break
       if (session === currentSession) continue
+      this.#evicted.session++
       this.#drop(id)
       // Dropped under a bound, like an expired session: not lost. From now on an
       // id this store does not know may be one it dropped, which whoever comes

@@ -1,0 +1,88 @@
+// The gateway's logger (src/logger.ts): level names and ISO times, repeats
+// of a warning counted instead of written, no stack below error level,
+// credentials redacted, and console output of libraries routed into it.
+import t from 'tap'
+import { Writable } from 'node:stream'
+import { createLogger, routeConsoleTo } from '../../src/logger.js'
+
+function capture (options: { level?: string, clock?: { now: number } } = {}): { log: ReturnType<typeof createLogger>, lines: Array<Record<string, unknown>> } {
+  const lines: Array<Record<string, unknown>> = []
+  const destination = new Writable({
+    write (chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString().split('\n')) if (line !== '') lines.push(JSON.parse(line) as Record<string, unknown>)
+      done()
+    }
+  })
+  const clock = options.clock
+  const log = createLogger(options.level ?? 'info', { destination, repeatWindowMs: 1000, ...(clock !== undefined && { now: () => clock.now }) })
+  return { log, lines }
+}
+
+const flush = async (): Promise<void> => await new Promise(resolve => setImmediate(resolve))
+
+t.test('level names and ISO time', async t => {
+  const { log, lines } = capture()
+  log.info({ a: 1 }, 'hello')
+  log.child({ reqId: 'r' }).warn('child')
+  await flush()
+  t.match(lines, [{ level: 'info', a: 1, msg: 'hello' }, { level: 'warn', reqId: 'r', msg: 'child' }])
+  t.match(String(lines[0]?.time), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+})
+
+t.test('a warning repeated within the window is counted, and the next one written says how many', async t => {
+  const clock = { now: 0 }
+  const { log, lines } = capture({ clock })
+  const child = log.child({ sessionHash: 'x' })
+  for (let i = 0; i < 5; i++) child.warn({ i }, 'store down')
+  log.warn('another message')
+  log.info('info lines are never held back')
+  log.info('info lines are never held back')
+  clock.now = 1500
+  log.warn({ i: 99 }, 'store down')
+  log.error('failed')
+  log.error('failed')
+  await flush()
+  t.match(lines.map(l => [l.msg, l.i, l.repeated]), [
+    ['store down', 0, undefined],
+    ['another message', undefined, undefined],
+    ['info lines are never held back', undefined, undefined],
+    ['info lines are never held back', undefined, undefined],
+    ['store down', 99, 4],
+    ['failed', undefined, undefined]
+  ])
+})
+
+t.test('below error level an error carries its type, message and code, not its stack', async t => {
+  const { log, lines } = capture({ level: 'debug' })
+  const err = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })
+  log.warn({ err }, 'expected')
+  log.info({ err }, 'also expected')
+  log.error({ err }, 'unexpected')
+  log.debug({ err }, 'debugging')
+  await flush()
+  t.same(lines[0]?.err, { type: 'Error', message: 'connect ECONNREFUSED', code: 'ECONNREFUSED' })
+  t.same(lines[1]?.err, { type: 'Error', message: 'connect ECONNREFUSED', code: 'ECONNREFUSED' })
+  t.match(lines[2]?.err, { type: 'Error', stack: /at / }, 'an error keeps its stack')
+  t.match(lines[3]?.err, { stack: /at / }, 'and debug lines too')
+})
+
+t.test('credentials in request headers are redacted', async t => {
+  const { log, lines } = capture()
+  log.info({ req: { headers: { authorization: 'Bearer s3cret', cookie: 'a=b', accept: '*/*' } } }, 'request')
+  await flush()
+  t.same(lines[0]?.req, { headers: { authorization: '[redacted]', cookie: '[redacted]', accept: '*/*' } })
+})
+
+t.test('console.warn and console.error of libraries become JSON lines', async t => {
+  const { log, lines } = capture()
+  const saved = { warn: console.warn, error: console.error }
+  t.teardown(() => Object.assign(console, saved))
+  routeConsoleTo(log)
+  console.warn('[WARN] This Redis server\'s `default` user does not require a password, but a password was supplied')
+  console.error('[ioredis] Unhandled error event:', 'Error: boom')
+  await flush()
+  t.match(lines, [
+    { level: 'warn', source: 'console', msg: /does not require a password/ },
+    { level: 'error', source: 'console', msg: '[ioredis] Unhandled error event: Error: boom' }
+  ])
+})
