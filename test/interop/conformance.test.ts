@@ -52,12 +52,6 @@ const LATE_UPSTREAM_GET = 'The tool sends its sampling/elicitation request on th
 
 /** Scenario -> why it fails through the gateway today, and where. */
 const KNOWN_GATEWAY_FAILURES: Record<string, KnownFailure> = {
-  'dns-rebinding-protection': {
-    reason: 'POST initialize with Host: evil.example.com and a matching Origin gets 200 through the gateway (403 directly): ' +
-      'the gateway does not check Host and sends the upstream its own Host, so the upstream\'s check never sees the client\'s; ' +
-      'with ALLOWED_ORIGINS unset any Origin passes.',
-    setups: STORE_LESS
-  },
   'tools-call-sampling': { reason: LATE_UPSTREAM_GET, setups: STORE_LESS, race: true },
   'tools-call-elicitation': { reason: LATE_UPSTREAM_GET, setups: STORE_LESS, race: true },
   'elicitation-sep1034-defaults': { reason: LATE_UPSTREAM_GET, setups: STORE_LESS, race: true },
