@@ -5,7 +5,8 @@ import type { Readable } from 'node:stream'
 import { pino, type Logger } from 'pino'
 import { LeaseCoordinator } from './cluster/coordinator.js'
 import { drainReplica } from './cluster/drain.js'
-import { LocalLeaseBackend, type LeaseBackend } from './cluster/lease.js'
+import type { LeaseBackend } from './cluster/lease.js'
+import { LocalLeaseBackend } from './cluster/local-lease-backend.js'
 import type { GatewayConfig } from './config/load.js'
 import { errors, GatewayError, jsonRpcErrorBody } from './errors.js'
 import { GatewayMetrics } from './metrics/metrics.js'
@@ -16,7 +17,6 @@ import { forwardTransparently } from './routes/forward.js'
 import { disguisesMcpPath } from './routes/path.js'
 import { registerMcpRoute } from './routes/mcp.js'
 import type { EventStore } from './store/contract.js'
-import { RedisEventStore } from './store/redis/redis-store.js'
 import { UpstreamClient } from './upstream/client.js'
 import { VERSION } from './version.js'
 import { LazyChildLogger } from './lazy-logger.js'
@@ -93,7 +93,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     }
   })
   const leases = new LeaseCoordinator({
-    backend: deps.leases ?? (store instanceof RedisEventStore ? store.leaseBackend() : new LocalLeaseBackend()),
+    backend: deps.leases ?? store.leaseBackend?.() ?? new LocalLeaseBackend(),
     ttlMs: config.leaseTtlMs,
     holdMs: config.standaloneHoldMs,
     log: logger as FastifyBaseLogger

@@ -8,6 +8,7 @@
  * numbers alone. Every session carries an epoch that changes when the store
  * loses the session's history; event ids carry it (see protocol/event-id.ts).
  */
+import type { LeaseBackend } from '../cluster/lease.js'
 import type { EventBatch, NumberedBatch } from './batch.js'
 
 /**
@@ -170,6 +171,13 @@ export interface EventStore {
 
   /** Live notices for one stream. Returns the function that unsubscribes. */
   subscribe (sessionId: string, streamId: string, listener: NoticeListener): () => void
+
+  /**
+   * Where the leases on upstream GETs live, for a store whose sessions other
+   * replicas share (Redis: next to the sessions, on the store's connections).
+   * A store without one serves one process, whose leases stay local.
+   */
+  leaseBackend?: () => LeaseBackend
 
   /** The store answers (used by readiness). */
   ping (): Promise<void>
