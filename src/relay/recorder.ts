@@ -7,7 +7,7 @@ import { EventBatch, type NumberedBatch } from '../store/batch.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
 import { parseFrame } from '../sse/frame.js'
-import { readAhead, type ReadAheadSink } from './read-ahead.js'
+import { readAhead, type ReadAheadBudget, type ReadAheadSink } from './read-ahead.js'
 import { discardBody } from '../upstream/client.js'
 
 /** Keeps the upstream's last event id (the stream's lease does), to resume the upstream GET from it. */
@@ -41,6 +41,8 @@ export interface RecordOptions {
   readonly streamId: string
   readonly body: Readable
   readonly maxEventBytes: number
+  /** The gateway's read-ahead budget, shared by the streams it records. */
+  readonly readAhead: ReadAheadBudget
   /** Request streams end with their upstream answer; the standalone stream outlives one upstream GET. */
   readonly endStreamOnFinish: boolean
   /** Told each upstream event id, so an upstream GET can be resumed upstream (the stream's lease). */
@@ -171,7 +173,7 @@ class Recording implements ReadAheadSink {
     return new Promise<RecordOutcome>((resolve, reject) => {
       this.#settle = resolve
       this.#abandon = reject
-      readAhead(this.#o.body, this.#decoder, this)
+      readAhead(this.#o.body, this.#decoder, this, this.#o.readAhead)
     })
   }
 
