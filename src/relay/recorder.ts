@@ -6,7 +6,7 @@ import type { AppendOptions, EventInput, EventStore } from '../store/contract.js
 import { EventBatch, type NumberedBatch } from '../store/batch.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
-import { parseFrame } from '../sse/frame.js'
+import { GAP_EVENT, parseFrame } from '../sse/frame.js'
 import { readAhead, type ReadAheadBudget, type ReadAheadSink } from './read-ahead.js'
 import { discardBody } from '../upstream/client.js'
 
@@ -93,7 +93,7 @@ const END_RETRY_DELAYS_MS = [250, 1000, 2000, 4000, 8000]
  * Confirm before degrading: an append that failed at the client may still have
  * been applied (Redis restarted or failed over after running the script, or its
  * reply was lost). Resending the identical batch is safe: the store recognises a
- * batch it already applied (APPEND in src/store/redis/scripts.ts). So a failed
+ * batch it already applied (src/store/redis/commands/append-5.lua). So a failed
  * append is resent for this long, reading nothing more from the upstream
  * meanwhile, before its events are passed on unrecorded: through a short outage
  * they arrive late, never twice. Past the window, what the store applied all
@@ -120,7 +120,7 @@ export async function * confirmWindow (): AsyncGenerator<number, void, undefined
 }
 
 /** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
-export const GAP_MARKER_EVENT = 'gateway-gap'
+export const GAP_MARKER_EVENT = GAP_EVENT
 
 export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'aborted' | 'event_too_large' | 'lease_lost'
 

@@ -10,39 +10,9 @@
  */
 import type { LeaseBackend } from '../cluster/lease.js'
 import type { EventBatch, NumberedBatch } from './batch.js'
+import type { EventInput, StoredEvent } from './events.js'
 
-/**
- * One server-to-client event, in one of two forms. Upstream events are kept as
- * the bytes the upstream sent (FrameEvent): the gateway never parses or
- * re-serialises their data. Events the gateway makes itself (gap markers,
- * error answers) are TextEvents. Stores keep either form and give it back as
- * it was appended.
- */
-export type EventInput = TextEvent | FrameEvent
-
-export interface TextEvent {
-  /** The SSE `data` field (lines joined with \n). */
-  readonly data: string
-  /** The SSE `event` field, when set. */
-  readonly event?: string | undefined
-  /** The upstream's own event id, kept so the upstream stream can be resumed. */
-  readonly upstreamId?: string | undefined
-  readonly frame?: undefined
-}
-
-export interface FrameEvent {
-  /**
-   * The event's SSE field lines exactly as the upstream sent them, each with
-   * its line break, without the blank line that ended the event (see
-   * sse/decoder.ts). Clients get these bytes followed by the gateway's id line.
-   */
-  readonly frame: Buffer
-  readonly upstreamId?: string | undefined
-  readonly data?: undefined
-  readonly event?: undefined
-}
-
-export type StoredEvent = EventInput & { readonly seq: number }
+export type { EventInput, FrameEvent, StoredEvent, TextEvent } from './events.js'
 
 export interface SessionRecord {
   readonly epoch: string

@@ -1,11 +1,11 @@
-import { createHash } from 'node:crypto'
-import { Redis } from 'ioredis'
+import { Command, Redis } from 'ioredis'
 import { LRUCache } from 'lru-cache'
 import { LeaseLostError, SessionGoneError } from '../../errors.js'
 import { BatchNotice, EventBatch, NumberedBatch } from '../batch.js'
 import type { AppendOptions, EventInput, RetentionLimits } from '../contract.js'
 import type { KeyLayout, SessionKeys } from './key-layout.js'
 import { COMMANDS, FENCED, isReply, UNSPLIT, type ScriptedConnection } from './lua.js'
+import { bufferCommand, isNoScript, ScriptCall, transaction } from './script-call.js'
 import type { NoticeBus } from './notice-bus.js'
 
 /**
@@ -26,7 +26,14 @@ export const ENTRY_MAX_BYTES = 384 * 1024
  */
 export const SPLIT_MIN_BYTES = 32 * 1024
 
-const SPLIT_SHA = createHash('sha1').update(COMMANDS.appendSplit.lua).digest('hex')
+const APPEND_SPLIT_CALL = new ScriptCall(COMMANDS.appendSplit.lua, 6)
+
+/**
+ * The append script, its events' bytes written to the connection as they are
+ * (script-call.ts): ioredis's own script command would copy every argument
+ * into one new buffer first.
+ */
+export const APPEND_CALL = new ScriptCall(COMMANDS.append.lua, 5)
 
 /** Sessions whose write marks are kept (the least recently written are forgotten first). */
 const WRITE_MARK_SESSIONS = 50_000
@@ -100,7 +107,7 @@ export class Appender {
         // The batch as append-5 takes it: after the head, each entry's count, layout and bytes.
         const args: Array<string | number | Buffer> = [keys.meta, keys.stream(streamId), keys.lease, keys.ledger(streamId), keys.audience, ...head]
         for (const run of runs) args.push(run.count, run.layout, run.bytes)
-        reply = await redis.mcpgwAppend(...args)
+        reply = await APPEND_CALL.call(redis, args) as AppendReply | null
       }
     } catch (err) {
       // The connection may still hold the failed append's bytes (to resend them
@@ -142,43 +149,43 @@ export class Appender {
 
 /**
  * A batch appended past Redis's Lua: append-split-6 in a MULTI with the
- * batch's XADDs and unpark-2 (see append-split-6.lua). The entries' ids start
- * at `firstSeq`, where the caller expects the stream to go on. Undefined when
- * the script refused (MCPGW_UNSPLIT): the caller appends through append-5.
+ * batch's XADDs and unpark-2 (see append-split-6.lua), their bytes written as
+ * they are (script-call.ts). The entries' ids start at `firstSeq`, where the
+ * caller expects the stream to go on. Undefined when the script refused
+ * (MCPGW_UNSPLIT): the caller appends through append-5.
  */
-async function appendSplit (redis: Redis & ScriptedConnection, keys: SessionKeys, streamId: string, head: ReadonlyArray<string | number>,
+async function appendSplit (redis: Redis, keys: SessionKeys, streamId: string, head: ReadonlyArray<string | number>,
   runs: ReturnType<EventBatch['runs']>, firstSeq: number): Promise<AppendReply | null | undefined> {
   const stream = keys.stream(streamId)
   const aside = keys.aside
   const args: Array<string | number> = [keys.meta, stream, keys.lease, keys.ledger(streamId), keys.audience, aside, ...head]
   for (const run of runs) args.push(run.count, run.bytes.length)
   for (let attempt = 0; ; attempt++) {
-    // A plain EVALSHA (EVAL once Redis has said NOSCRIPT), not the defined command:
-    // ioredis would resend that on NOSCRIPT by itself, outside the transaction.
-    const transaction = redis.multi()
-    if (attempt === 0) transaction.evalsha(SPLIT_SHA, 6, ...args)
-    else transaction.eval(COMMANDS.appendSplit.lua, 6, ...args)
+    const commands = [APPEND_SPLIT_CALL.command(args)]
     let seq = firstSeq
     for (const run of runs) {
-      transaction.xadd(aside, 'NOMKSTREAM', `${seq}-${run.count}`, 's', run.bytes.length, 'l', run.layout, 'b', run.bytes)
+      commands.push(bufferCommand('xadd', [aside, 'NOMKSTREAM', `${seq}-${run.count}`, 's', run.bytes.length, 'l', run.layout, 'b', run.bytes]))
       seq += run.count
     }
     // EVAL, never EVALSHA: a NOSCRIPT here would leave the stream aside.
-    transaction.eval(COMMANDS.unpark.lua, 2, aside, stream)
-    const replies = await transaction.exec()
+    commands.push(new Command('eval', [COMMANDS.unpark.lua, 2, aside, stream], { replyEncoding: 'utf8' }))
+    const replies = await transaction(redis, commands, 'utf8')
     if (replies === null) throw new Error('Redis did not run the append transaction')
-    const [err, reply] = replies[0] ?? [new Error('no reply to the append transaction')]
-    if (err !== null && err !== undefined) {
-      if (isReply(err, UNSPLIT)) return undefined
+    const reply = replies[0]
+    if (reply instanceof Error) {
+      if (isReply(reply, UNSPLIT)) return undefined
       // Not run at all: nothing was put aside, the XADDs found no key.
-      if (isReply(err, 'NOSCRIPT') && attempt === 0) continue
-      throw err
+      if (isNoScript(reply) && attempt === 0) {
+        APPEND_SPLIT_CALL.forget(redis)
+        continue
+      }
+      throw reply
     }
     if (reply === null) return null
     // Accepted: every XADD must have written its entry.
     for (let i = 1; i <= runs.length; i++) {
-      const [failed, added] = replies[i] ?? [null, null]
-      if (failed !== null || added === null) throw new Error(`Redis recorded the batch but not its entry ${i} of ${runs.length}: ${String(failed ?? added)}`)
+      const added = replies[i]
+      if (added instanceof Error || added === null) throw new Error(`Redis recorded the batch but not its entry ${i} of ${runs.length}: ${String(added)}`)
     }
     return reply as AppendReply
   }

@@ -12,9 +12,14 @@ export type RedisTarget =
   | { readonly cluster: readonly RedisAddress[], readonly password?: string | undefined, readonly tls?: boolean }
   | { readonly sentinels: readonly RedisAddress[], readonly name: string, readonly password?: string | undefined, readonly tls?: boolean }
 
-/** One ioredis connection to the target, named for CLIENT LIST. */
-export function openConnection (target: RedisTarget, connectionName: string, redisOptions?: RedisOptions): Connection {
-  const base: RedisOptions = { maxRetriesPerRequest: 3, ...redisOptions, connectionName }
+/**
+ * One ioredis connection to the target, named for CLIENT LIST. `batched`: the
+ * commands issued in one turn of the event loop leave in one write (ioredis's
+ * auto-pipelining; the command connection: with many busy streams, one
+ * system call per append cost the gateway CPU, see bench/NOTES.md).
+ */
+export function openConnection (target: RedisTarget, connectionName: string, redisOptions?: RedisOptions, batched = false): Connection {
+  const base: RedisOptions = { maxRetriesPerRequest: 3, ...(batched && { enableAutoPipelining: true }), ...redisOptions, connectionName }
   if ('url' in target) {
     const url = redisUrlOptions(target.url)
     return typeof url === 'string' ? new Redis(url, base) : new Redis({ ...url, ...base })

@@ -109,7 +109,7 @@ export class RedisEventStore implements EventStore {
     const random = options.random ?? randomBytes
     const replicaId = options.replicaId ?? randomToken(12, random)
     // Names make the store's connections visible in CLIENT LIST.
-    const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, options.redisOptions)
+    const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, options.redisOptions, false)
     const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, options.redisOptions)
     const store = new RedisEventStore({
       redis,
