@@ -3,7 +3,7 @@
  * that says what to do, and the HTTP status. Errors are sent as JSON-RPC
  * error objects, with the request's id when its body had one, else null.
  */
-import type { UpstreamEvent } from './sse/decoder.js'
+import type { FrameEvent } from './store/events.js'
 
 export class GatewayError extends Error {
   readonly code: string
@@ -82,7 +82,7 @@ export class LeaseLostError extends Error {
 /** An upstream SSE event exceeded MAX_EVENT_BYTES. */
 export class EventTooLargeError extends Error {
   /** Complete events that arrived before the oversized one (still to be recorded). */
-  readonly completed: readonly UpstreamEvent[]
+  readonly completed: readonly FrameEvent[]
   constructor (limit: number, completed: EventTooLargeError['completed'] = []) {
     super(`upstream SSE event exceeds MAX_EVENT_BYTES (${limit})`)
     this.name = 'EventTooLargeError'

@@ -8,7 +8,8 @@ import type { Logger } from 'pino'
 import { createLogger } from './logger.js'
 import { LeaseCoordinator } from './cluster/coordinator.js'
 import { drainReplica, servedWhileDraining } from './cluster/drain.js'
-import { LocalLeaseBackend, type LeaseBackend } from './cluster/lease.js'
+import type { LeaseBackend } from './cluster/lease.js'
+import { LocalLeaseBackend } from './cluster/local-lease-backend.js'
 import type { GatewayConfig } from './config/load.js'
 import { errors, GatewayError, jsonRpcErrorBody } from './errors.js'
 import { GatewayMetrics } from './metrics/metrics.js'
@@ -25,8 +26,6 @@ import { requestIdOfBody } from './protocol/request-stream.js'
 import { registerMcpRoute, sessionHash } from './routes/mcp.js'
 import { traceRequests } from './tracing/spans.js'
 import type { EventStore } from './store/contract.js'
-import { MemoryEventStore } from './store/memory/memory-store.js'
-import { RedisEventStore } from './store/redis/redis-store.js'
 import { UpstreamClient } from './upstream/client.js'
 import { VERSION } from './version.js'
 import { LazyChildLogger } from './lazy-logger.js'
@@ -80,7 +79,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   const store = deps.store
   const metrics = deps.metrics ?? new GatewayMetrics({ version: VERSION, store: store.kind })
   metrics.reportStoreHealth(logger as FastifyBaseLogger)
-  if (store instanceof MemoryEventStore) metrics.watchMemoryStore(store)
+  if (store.usage !== undefined) metrics.watchMemoryStore({ usage: store.usage.bind(store) })
   const upstream = deps.upstream ?? new UpstreamClient({ origin: config.upstreamUrl, headersTimeoutMs: config.upstreamHeadersTimeoutMs })
   const inflight = new InFlight()
   let draining = false
@@ -146,7 +145,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     metrics.traceStore(deps.tracer)
   }
   const leases = new LeaseCoordinator({
-    backend: deps.leases ?? (store instanceof RedisEventStore ? store.leaseBackend() : new LocalLeaseBackend()),
+    backend: deps.leases ?? store.leaseBackend?.() ?? new LocalLeaseBackend(),
     ttlMs: config.leaseTtlMs,
     holdMs: config.standaloneHoldMs,
     log: logger as FastifyBaseLogger

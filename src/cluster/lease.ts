@@ -130,119 +130,74 @@ export interface LeaseBackend extends RecorderLiveness {
   publish (sessionId: string, kind: ControlKind): Promise<void>
 }
 
-interface LocalLease {
-  holder: string | undefined
-  live: boolean
-  upstreamId: string | undefined
+export type LostReason = 'lost' | 'gone'
+
+/** What a Lease needs from the replica that holds it. */
+export interface LeaseOwner {
+  readonly backend: LeaseBackend
+  /** The lease was released or lost: stop renewing it. */
+  forgetHeld: (lease: Lease) => void
 }
 
-/** Sessions remembered by the local backend (the least recently used are forgotten first). */
-const LOCAL_SESSIONS = 100_000
+/** A lease this replica holds. The pump that uses it sets the callbacks. */
+export class Lease implements LeaseGrant {
+  readonly sessionId: string
+  readonly token: string
+  readonly takeover: boolean
+  readonly lastUpstreamId: string | undefined
+  /** Renewal found the lease held by another replica ('lost') or the session gone. */
+  onLost: ((reason: LostReason) => void) | undefined
+  /** While draining: another replica asked for the stream. */
+  onHandoverRequest: (() => void) | undefined
+  readonly #owner: LeaseOwner
+  #settled = false
 
-/**
- * One process, the embedded store: the lease is always this process's, so it
- * never expires, is never taken over and fencing has nothing to guard. It
- * still remembers whether the last upstream GET ended cleanly and the
- * upstream's last id, so a reopen behaves as across replicas.
- */
-export class LocalLeaseBackend implements LeaseBackend {
-  readonly replicaId = 'local'
-  readonly shared = false
-  readonly #sessions = new Map<string, LocalLease>()
-  readonly #listeners = new Map<string, Set<ControlListener>>()
-
-  async acquire (sessionId: string, token: string): Promise<AcquireResult> {
-    return this.#acquire(sessionId, token)
+  constructor (owner: LeaseOwner, sessionId: string, grant: LeaseGrant) {
+    this.#owner = owner
+    this.sessionId = sessionId
+    this.token = grant.token
+    this.takeover = grant.takeover
+    this.lastUpstreamId = grant.lastUpstreamId
   }
 
-  async tick (request: TickRequest): Promise<TickResult> {
-    return {
-      renew: request.renew.map(({ sessionId, token }) => this.#sessions.get(sessionId)?.holder === token ? 'renewed' : 'lost'),
-      watch: request.watch.map(({ sessionId, token }) => this.#acquire(sessionId, token)),
-      recordersAlive: (request.recorders ?? []).map(() => true)
-    }
+  /** No longer held (released, found lost). */
+  get settled (): boolean { return this.#settled }
+
+  noteUpstreamId (id: string): void {
+    this.#owner.backend.noteUpstreamId(this.sessionId, id)
   }
 
-  // One process: a recorder cannot die while this process lives, so no stream is ever orphaned.
-  async claimRequestStream (): Promise<void> {}
-  async requestStreamRecorder (): Promise<string | undefined> { return undefined }
-  async endOrphanedRequestStream (): Promise<boolean> { return false }
-  async markAlive (): Promise<void> {}
-  async retire (): Promise<void> {}
+  /**
+   * Let the lease go and tell the session's channel, so a replica with a
+   * client takes over at once. `live`: the upstream GET did not end cleanly,
+   * the next holder marks a gap. Only the first release or loss counts.
+   */
+  async release (live: boolean): Promise<void> {
+    if (!this.#settle()) return
+    await this.#owner.backend.release(this.sessionId, this.token, live)
+  }
 
-  async release (sessionId: string, token: string, live: boolean): Promise<boolean> {
-    const lease = this.#sessions.get(sessionId)
-    if (lease?.holder !== token) return false
-    lease.holder = undefined
-    lease.live = live
-    this.#emit(sessionId, 'released')
+  /**
+   * The hold expired here: release unless a client is attached on another
+   * replica. Resolves 0 when released, -1 when the lease was lost, else the
+   * milliseconds to wait before asking again.
+   */
+  async releaseIfIdle (): Promise<number> {
+    if (this.#settled) return -1
+    const result = await this.#owner.backend.releaseIfIdle(this.sessionId, this.token)
+    if (result <= 0) this.#settle()
+    return result
+  }
+
+  /** Renewal found the lease lost (another holder, or the session gone). */
+  lose (reason: LostReason): void {
+    if (this.#settle()) this.onLost?.(reason)
+  }
+
+  #settle (): boolean {
+    if (this.#settled) return false
+    this.#settled = true
+    this.#owner.forgetHeld(this)
     return true
-  }
-
-  async releaseIfIdle (sessionId: string, token: string): Promise<number> {
-    return await this.release(sessionId, token, false) ? 0 : -1
-  }
-
-  async markAttached (): Promise<void> {}
-
-  noteUpstreamId (sessionId: string, id: string): void {
-    this.#entry(sessionId).upstreamId = id
-  }
-
-  forget (sessionId: string): void {
-    this.#sessions.delete(sessionId)
-  }
-
-  subscribeControl (sessionId: string, listener: ControlListener): ControlSubscription {
-    let set = this.#listeners.get(sessionId)
-    if (set === undefined) {
-      set = new Set()
-      this.#listeners.set(sessionId, set)
-    }
-    set.add(listener)
-    return {
-      ready: Promise.resolve(),
-      off: () => {
-        set.delete(listener)
-        if (set.size === 0 && this.#listeners.get(sessionId) === set) this.#listeners.delete(sessionId)
-      }
-    }
-  }
-
-  async publish (sessionId: string, kind: ControlKind): Promise<void> {
-    this.#emit(sessionId, kind)
-  }
-
-  #acquire (sessionId: string, token: string): AcquireResult {
-    const lease = this.#entry(sessionId)
-    if (lease.holder !== undefined) return { heldForMs: Number.MAX_SAFE_INTEGER }
-    lease.holder = token
-    const takeover = lease.live
-    lease.live = true
-    return { token, takeover, lastUpstreamId: lease.upstreamId }
-  }
-
-  #entry (sessionId: string): LocalLease {
-    let lease = this.#sessions.get(sessionId)
-    if (lease === undefined) {
-      lease = { holder: undefined, live: false, upstreamId: undefined }
-      if (this.#sessions.size >= LOCAL_SESSIONS) {
-        for (const [id, old] of this.#sessions) {
-          if (old.holder === undefined) {
-            this.#sessions.delete(id)
-            break
-          }
-        }
-      }
-    } else {
-      this.#sessions.delete(sessionId)
-    }
-    this.#sessions.set(sessionId, lease)
-    return lease
-  }
-
-  /** Local messages come from this process: the coordinator ignores its own, as over Redis. */
-  #emit (sessionId: string, kind: ControlKind): void {
-    for (const listener of [...this.#listeners.get(sessionId) ?? []]) listener({ kind, origin: this.replicaId })
   }
 }

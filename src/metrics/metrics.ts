@@ -2,7 +2,7 @@ import type { Tracer } from '@opentelemetry/api'
 import type { FastifyBaseLogger } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { errors, type GatewayError } from '../errors.js'
-import type { MemoryStoreUsage } from '../store/memory/memory-store.js'
+import type { StoreUsage as MemoryStoreUsage } from '../store/contract.js'
 import { traceStoreOperation } from '../tracing/spans.js'
 
 // Every label value the code uses, listed once: each series is exported at 0

@@ -13,14 +13,12 @@ import { discardBody } from '../upstream/client.js'
  * (store/batch.ts): a few objects, not a few per event, however long the
  * store takes.
  *
- * The bound is a share of READ_AHEAD_BUDGET_BYTES among the streams that have
- * events waiting, between READ_AHEAD_BYTES and READ_AHEAD_MAX_BYTES. One fast
- * stream on Redis gets the most: its appends are larger and fewer, and its
- * upstream is paused less often. In A/B runs of bench/run.mjs with one
- * stream on Redis: 512 KiB against a fixed 256 KiB, 0.48x against 0.43x
- * nginx's events/s; 2 MiB against 512 KiB, 0.58x against 0.50x (16% less
- * gateway CPU per event). Many fast streams get the floor each, so what
- * waits stays within the budget or the floor times their number.
+ * The bound is a share of a gateway's READ_AHEAD_BUDGET_BYTES among its
+ * streams that have events waiting, between READ_AHEAD_BYTES and
+ * READ_AHEAD_MAX_BYTES. One fast stream on Redis gets the most: its appends
+ * are larger and fewer, and its upstream is paused less often (measured in
+ * bench/NOTES.md). Many fast streams get the floor each, so what waits stays
+ * within the budget or the floor times their number.
  */
 export const READ_AHEAD_BYTES = 256 * 1024
 /**
@@ -31,12 +29,24 @@ export const READ_AHEAD_BYTES = 256 * 1024
 export const READ_AHEAD_MAX_BYTES = 2 * 1024 * 1024
 export const READ_AHEAD_BUDGET_BYTES = 16 * 1024 * 1024
 
-/** Streams of this process with decoded events waiting for the store. */
-let waiting = 0
+/**
+ * One gateway's read-ahead budget: its streams with decoded events waiting
+ * for the store share READ_AHEAD_BUDGET_BYTES. Each gateway has its own (two
+ * gateways in one process, as in tests, do not squeeze each other).
+ */
+export class ReadAheadBudget {
+  /** Streams with decoded events waiting for the store. */
+  #waiting = 0
 
-/** A waiting stream's bound now. */
-export function readAheadLimit (): number {
-  return Math.min(READ_AHEAD_MAX_BYTES, Math.max(READ_AHEAD_BYTES, Math.floor(READ_AHEAD_BUDGET_BYTES / Math.max(1, waiting))))
+  /** A waiting stream's bound now. */
+  limit (): number {
+    return Math.min(READ_AHEAD_MAX_BYTES, Math.max(READ_AHEAD_BYTES, Math.floor(READ_AHEAD_BUDGET_BYTES / Math.max(1, this.#waiting))))
+  }
+
+  /** A stream has events waiting. */
+  enter (): void { this.#waiting++ }
+  /** A stream's events went to the store (or it stopped). */
+  leave (): void { this.#waiting-- }
 }
 
 /** Where readAhead hands what it read. */
@@ -66,27 +76,27 @@ export interface ReadAheadSink {
  * Reads the upstream's events, in order, and hands them to `sink` as
  * batches: each batch is everything that arrived since the previous one was
  * handed over. Reading goes on while the sink works on a batch, up to
- * `limitBytes` (by default the stream's share, readAheadLimit()). Exactly one
- * of end() and fail() is called, last.
+ * `limit`: the stream's share of a gateway's budget, or a fixed number of
+ * bytes. Exactly one of end() and fail() is called, last.
  *
  * Driven by the body's events rather than an async loop: an idle stream
  * (most of them, most of the time) holds one small object and its
  * listeners, not suspended async functions with their promises and frames.
  */
-export function readAhead (body: Readable, decoder: SseDecoder, sink: ReadAheadSink, limitBytes?: number): void {
+export function readAhead (body: Readable, decoder: SseDecoder, sink: ReadAheadSink, limit: ReadAheadBudget | number): void {
   // eslint-disable-next-line no-new -- the body's listeners hold it
-  new ReadAhead(body, decoder, sink, limitBytes)
+  new ReadAhead(body, decoder, sink, limit)
 }
 
 class ReadAhead {
   readonly #body: Readable
   readonly #decoder: SseDecoder
   readonly #sink: ReadAheadSink
-  readonly #limitBytes: number | undefined
+  readonly #limit: ReadAheadBudget | number
   /** Made on the first read: a stream that never sends holds none. */
   #queued: EventBatchBuilder | undefined
   #queuedBytes = 0
-  /** This stream is counted in `waiting`. */
+  /** This stream is counted among the budget's waiting streams. */
   #counted = false
   /** A batch is at the sink. */
   #busy = false
@@ -113,11 +123,11 @@ class ReadAhead {
     this.#next()
   }
 
-  constructor (body: Readable, decoder: SseDecoder, sink: ReadAheadSink, limitBytes: number | undefined) {
+  constructor (body: Readable, decoder: SseDecoder, sink: ReadAheadSink, limit: ReadAheadBudget | number) {
     this.#body = body
     this.#decoder = decoder
     this.#sink = sink
-    this.#limitBytes = limitBytes
+    this.#limit = limit
     body.on('end', this.#onEnd)
     body.on('error', this.#onError)
     body.on('close', this.#onClose)
@@ -144,12 +154,13 @@ class ReadAhead {
       this.#body.pause()
     }
     this.#queuedBytes += chunk.length
-    if (queued.length > 0 && !this.#counted) {
+    const limit = this.#limit
+    if (queued.length > 0 && !this.#counted && typeof limit !== 'number') {
       this.#counted = true
-      waiting++
+      limit.enter()
     }
     // Only decoded events wait here; an event still arriving is the decoder's (MAX_EVENT_BYTES).
-    if (queued.length > 0 && this.#queuedBytes >= (this.#limitBytes ?? readAheadLimit())) this.#body.pause()
+    if (queued.length > 0 && this.#queuedBytes >= (typeof limit === 'number' ? limit : limit.limit())) this.#body.pause()
     this.#wake()
   }
 
@@ -195,7 +206,7 @@ class ReadAhead {
   }
 
   #uncount (): void {
-    if (this.#counted) waiting--
+    if (this.#counted && typeof this.#limit !== 'number') this.#limit.leave()
     this.#counted = false
   }
 

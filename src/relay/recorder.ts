@@ -6,8 +6,8 @@ import type { AppendOptions, EventInput, EventStore } from '../store/contract.js
 import { EventBatch, type NumberedBatch } from '../store/batch.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
-import { parseFrame } from '../sse/frame.js'
-import { readAhead, type ReadAheadSink } from './read-ahead.js'
+import { GAP_EVENT, parseFrame } from '../sse/frame.js'
+import { readAhead, type ReadAheadBudget, type ReadAheadSink } from './read-ahead.js'
 import { discardBody } from '../upstream/client.js'
 
 /** Keeps the upstream's last event id (the stream's lease does), to resume the upstream GET from it. */
@@ -41,6 +41,8 @@ export interface RecordOptions {
   readonly streamId: string
   readonly body: Readable
   readonly maxEventBytes: number
+  /** The gateway's read-ahead budget, shared by the streams it records. */
+  readonly readAhead: ReadAheadBudget
   /** Request streams end with their upstream answer; the standalone stream outlives one upstream GET. */
   readonly endStreamOnFinish: boolean
   /** Told each upstream event id, so an upstream GET can be resumed upstream (the stream's lease). */
@@ -91,7 +93,7 @@ const END_RETRY_DELAYS_MS = [250, 1000, 2000, 4000, 8000]
  * Confirm before degrading: an append that failed at the client may still have
  * been applied (Redis restarted or failed over after running the script, or its
  * reply was lost). Resending the identical batch is safe: the store recognises a
- * batch it already applied (APPEND in src/store/redis/scripts.ts). So a failed
+ * batch it already applied (src/store/redis/commands/append-5.lua). So a failed
  * append is resent for this long, reading nothing more from the upstream
  * meanwhile, before its events are passed on unrecorded: through a short outage
  * they arrive late, never twice. Past the window, what the store applied all
@@ -118,7 +120,7 @@ export async function * confirmWindow (): AsyncGenerator<number, void, undefined
 }
 
 /** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
-export const GAP_MARKER_EVENT = 'gateway-gap'
+export const GAP_MARKER_EVENT = GAP_EVENT
 
 export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'aborted' | 'event_too_large' | 'lease_lost'
 
@@ -171,7 +173,7 @@ class Recording implements ReadAheadSink {
     return new Promise<RecordOutcome>((resolve, reject) => {
       this.#settle = resolve
       this.#abandon = reject
-      readAhead(this.#o.body, this.#decoder, this)
+      readAhead(this.#o.body, this.#decoder, this, this.#o.readAhead)
     })
   }
 

@@ -7,6 +7,7 @@ import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics, CloseOutcome } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
+import { ReadAheadBudget } from './read-ahead.js'
 import { StandalonePump, type PumpClients, type PumpOutcome } from './standalone-pump.js'
 import type { PumpAdmission } from './principal-quota.js'
 
@@ -63,6 +64,8 @@ const DRAIN_POLL_MS = 50
  */
 export class SessionHub {
   readonly #o: SessionHubOptions
+  /** The read-ahead budget of the streams this gateway records. */
+  readonly readAhead = new ReadAheadBudget()
   readonly #sessions = new Map<string, LocalSession>()
   #pumps = 0
   #draining = false
@@ -165,6 +168,7 @@ export class SessionHub {
       path: this.#o.mcpPath,
       holdMs: this.#o.holdMs,
       maxEventBytes: this.#o.maxEventBytes,
+      readAhead: this.readAhead,
       lease,
       clients: s,
       onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome)

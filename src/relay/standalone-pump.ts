@@ -6,6 +6,7 @@ import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { mediaType } from '../upstream/headers.js'
+import type { ReadAheadBudget } from './read-ahead.js'
 import { GAP_MARKER_EVENT, recordUpstreamStream, type LiveClients, type RecordOutcome } from './recorder.js'
 
 /**
@@ -24,6 +25,7 @@ export interface PumpOptions {
   readonly path: string
   readonly holdMs: number
   readonly maxEventBytes: number
+  readonly readAhead: ReadAheadBudget
   /** The session's lease, held by this replica: appends are fenced with its token. */
   readonly lease: Lease
   /** The client connections attached to the standalone stream in this process. */
@@ -128,6 +130,7 @@ export class StandalonePump {
       streamId: STANDALONE_STREAM,
       body: res.body,
       maxEventBytes: this.#o.maxEventBytes,
+      readAhead: this.#o.readAhead,
       endStreamOnFinish: false,
       fence: lease.token,
       upstreamIds: lease,

@@ -238,6 +238,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       streamId,
       body: res.body,
       maxEventBytes: config.maxEventBytes,
+      readAhead: hub.readAhead,
       endStreamOnFinish: true,
       live: client,
       storedThrough: state.lastSeq,

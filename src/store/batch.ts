@@ -1,4 +1,4 @@
-import type { EventInput, StoredEvent, StreamNotice } from './contract.js'
+import type { EventInput, StoredEvent } from './events.js'
 
 /** Layout flags of an event in a batch: it has an event type. */
 export const FLAG_EVENT = 1
@@ -21,7 +21,7 @@ const SPACE = 0x20
  * handful of objects, and both its arrays live outside the JavaScript heap:
  * what waits for the store (a Redis round trip, the next append) gives the
  * garbage collector nothing to trace or copy. The
- * Redis store keeps batches in exactly this form (see redis/scripts.ts).
+ * Redis store keeps batches in exactly this form (see docs/redis.md, Key layout).
  */
 export class EventBatch {
   static readonly EMPTY = new EventBatch(Buffer.alloc(0), new Uint32Array(0), '')
@@ -83,7 +83,7 @@ export class EventBatch {
 
   /**
    * The layout of events [from, to) as decimal text, each number followed by
-   * a space (how Redis keeps it, see redis/scripts.ts).
+   * a space (how Redis keeps it, see docs/redis.md).
    */
   layoutText (from = 0, to = this.length): Buffer {
     const layout = this.layout
@@ -202,7 +202,7 @@ export class NumberedBatch {
 }
 
 /** The notice a store gives its local listeners after an append: the events are the batch's, made on first use. */
-export class BatchNotice implements StreamNotice {
+export class BatchNotice {
   readonly streamId: string
   readonly toSeq: number
   readonly ended: boolean

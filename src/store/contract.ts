@@ -8,40 +8,11 @@
  * numbers alone. Every session carries an epoch that changes when the store
  * loses the session's history; event ids carry it (see protocol/event-id.ts).
  */
+import type { LeaseBackend } from '../cluster/lease.js'
 import type { EventBatch, NumberedBatch } from './batch.js'
+import type { EventInput, StoredEvent } from './events.js'
 
-/**
- * One server-to-client event, in one of two forms. Upstream events are kept as
- * the bytes the upstream sent (FrameEvent): the gateway never parses or
- * re-serialises their data. Events the gateway makes itself (gap markers,
- * error answers) are TextEvents. Stores keep either form and give it back as
- * it was appended.
- */
-export type EventInput = TextEvent | FrameEvent
-
-export interface TextEvent {
-  /** The SSE `data` field (lines joined with \n). */
-  readonly data: string
-  /** The SSE `event` field, when set. */
-  readonly event?: string | undefined
-  /** The upstream's own event id, kept so the upstream stream can be resumed. */
-  readonly upstreamId?: string | undefined
-  readonly frame?: undefined
-}
-
-export interface FrameEvent {
-  /**
-   * The event's SSE field lines exactly as the upstream sent them, each with
-   * its line break, without the blank line that ended the event (see
-   * sse/decoder.ts). Clients get these bytes followed by the gateway's id line.
-   */
-  readonly frame: Buffer
-  readonly upstreamId?: string | undefined
-  readonly data?: undefined
-  readonly event?: undefined
-}
-
-export type StoredEvent = EventInput & { readonly seq: number }
+export type { EventInput, FrameEvent, StoredEvent, TextEvent } from './events.js'
 
 export interface SessionRecord {
   readonly epoch: string
@@ -172,6 +143,19 @@ export interface EventStore {
   /** Live notices for one stream. Returns the function that unsubscribes. */
   subscribe (sessionId: string, streamId: string, listener: NoticeListener): () => void
 
+  /**
+   * Where the leases on upstream GETs live, for a store whose sessions other
+   * replicas share (Redis: next to the sessions, on the store's connections).
+   * A store without one serves one process, whose leases stay local.
+   */
+  leaseBackend?: () => LeaseBackend
+
+  /**
+   * Room and evictions of a store that holds its events in this process under
+   * a byte cap (the embedded store), read by metrics at each scrape.
+   */
+  usage?: () => StoreUsage
+
   /** The store answers (used by readiness). */
   ping (): Promise<void>
   close (): Promise<void>
@@ -188,3 +172,13 @@ export interface RetentionLimits {
 
 /** The id of a session's standalone (GET) stream. Request streams use random ids. */
 export const STANDALONE_STREAM = 's'
+
+/** What a store in this process tells about its room. */
+export interface StoreUsage {
+  /** Bytes counted against the cap (event data plus records). */
+  readonly heldBytes: number
+  readonly maxBytes: number
+  readonly sessions: number
+  /** Since start: streams emptied, events dropped from the stream being appended to, sessions dropped. */
+  readonly evicted: { readonly stream: number, readonly events: number, readonly session: number }
+}

@@ -1,15 +1,28 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { GatewayConfig } from '../config/load.js'
-import type { EventStore } from './contract.js'
+import type { EventStore, RetentionLimits } from './contract.js'
 import { MemoryEventStore } from './memory/memory-store.js'
 import { RedisEventStore, type RedisTarget } from './redis/redis-store.js'
+
+type Address = Readonly<{ host: string, port: number }>
+
+/** What the store needs of the gateway's configuration (config/load.ts). */
+export interface StoreConfig {
+  readonly redisUrl: string | undefined
+  readonly redisClusterNodes: readonly Address[] | undefined
+  readonly redisSentinel: { readonly sentinels: readonly Address[], readonly name: string } | undefined
+  readonly redisPassword: string | undefined
+  readonly redisTls: boolean
+  readonly redisKeyPrefix: string
+  readonly retention: RetentionLimits
+  readonly memoryStoreMaxBytes: number
+}
 
 /**
  * The store the configuration asks for: Redis Streams (standalone by
  * REDIS_URL, Cluster by REDIS_CLUSTER_NODES, Sentinel by REDIS_SENTINELS),
  * else the embedded one.
  */
-export async function createStore (config: GatewayConfig, log: FastifyBaseLogger): Promise<EventStore> {
+export async function createStore (config: StoreConfig, log: FastifyBaseLogger): Promise<EventStore> {
   const target = redisTarget(config)
   if (target === undefined) {
     log.warn({ maxBytes: config.memoryStoreMaxBytes }, 'REDIS_URL is not set: using the embedded in-memory event store (single process, not durable: events are lost on restart and replicas cannot share sessions)')
@@ -21,7 +34,7 @@ export async function createStore (config: GatewayConfig, log: FastifyBaseLogger
 }
 
 /** Which Redis deployment the configuration names (the config allows at most one). */
-export function redisTarget (config: GatewayConfig): RedisTarget | undefined {
+export function redisTarget (config: StoreConfig): RedisTarget | undefined {
   if (config.redisUrl !== undefined) return { url: config.redisUrl }
   const auth = { password: config.redisPassword, tls: config.redisTls }
   if (config.redisClusterNodes !== undefined) return { cluster: config.redisClusterNodes, ...auth }

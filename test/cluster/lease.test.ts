@@ -12,11 +12,13 @@ import { createParser } from 'eventsource-parser'
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { LeaseCoordinator, type Lease } from '../../src/cluster/coordinator.js'
-import { isGrant, LocalLeaseBackend, type ControlSubscription, type LeaseGrant } from '../../src/cluster/lease.js'
+import { isGrant, type ControlSubscription, type LeaseGrant } from '../../src/cluster/lease.js'
+import { LocalLeaseBackend } from '../../src/cluster/local-lease-backend.js'
 import { LeaseLostError } from '../../src/errors.js'
 import { buildGateway, type Gateway } from '../../src/server.js'
 import { RENEW_PER_CALL } from '../../src/store/redis/lease-backend.js'
-import { APPEND_CALL, RedisEventStore } from '../../src/store/redis/redis-store.js'
+import { RedisEventStore } from '../../src/store/redis/redis-store.js'
+import { COMMANDS } from '../../src/store/redis/lua.js'
 import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
 import { testConfig } from '../fixtures/gateway.js'
 import { countWritevs } from '../fixtures/net.js'
@@ -186,7 +188,7 @@ t.test('a batch resent after a reconnect is not appended twice', async (t) => {
   const tag = `${env.prefix}{d1}`
   const epoch = (await store.getSession('d1'))?.epoch as string
   const args = [`${tag}:m`, `${tag}:b:s`, `${tag}:lease`, `${tag}:z:s`, `${tag}:aud`, 's', 1000, 1024 * 1024, 60_000, '0', `${tag}:n`, 'replica', '', 1, epoch, '', 1, 1, '0 1 0 0 ', 'b']
-  const append = async (...a: Array<string | number>): Promise<unknown[]> => await APPEND_CALL.call(redis, a) as unknown[]
+  const append = async (...a: Array<string | number>): Promise<unknown[]> => await redis.eval(COMMANDS.append.lua, 5, ...a) as unknown[]
   const first = await append(...args)
   const again = await append(...args)
   t.same(first.slice(1, 4), [1, 0, 0], 'applied after seq 1')

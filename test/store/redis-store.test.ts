@@ -10,7 +10,7 @@ import { ENTRY_MAX_BYTES, RedisEventStore, SPLIT_MIN_BYTES } from '../../src/sto
 import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures/redis.js'
 import type { TestRedis } from '../fixtures/redis.js'
 import { storeContract } from '../fixtures/store-contract.js'
-import { READ_PLAN } from '../../src/store/redis/scripts.js'
+import { COMMANDS } from '../../src/store/redis/lua.js'
 import { EventBatch, EventBatchBuilder } from '../../src/store/batch.js'
 import { startRedisCut, type RedisCut } from '../fixtures/redis-cut.js'
 
@@ -127,7 +127,7 @@ t.test('redis: one round trip per appended batch', async (t) => {
   t.same((await store.read('sess', 's', 0, 10_000))?.events.map(e => e.seq), Array.from({ length: 1000 }, (_, i) => i + 113 + under), 'the events kept (the newest 1,000), numbered in order both ways')
 })
 
-const READ_PLAN_SHA = createHash('sha1').update(READ_PLAN).digest('hex')
+const READ_PLAN_SHA = createHash('sha1').update(COMMANDS.readPlan.lua).digest('hex')
 
 /** A batch of `count` frames of 1,000 bytes (`tag` and the frame's number): over SPLIT_MIN_BYTES from 33 frames on. */
 function frames (tag: string, count: number): Array<{ frame: Buffer }> {

@@ -4,7 +4,10 @@
 import t from 'tap'
 import { PassThrough } from 'node:stream'
 import { setImmediate as nextTurn } from 'node:timers/promises'
-import { READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, readAhead, readAheadLimit, type ReadAheadSink } from '../../src/relay/read-ahead.js'
+import { READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, readAhead, ReadAheadBudget, type ReadAheadSink } from '../../src/relay/read-ahead.js'
+
+/** One gateway's budget, shared by the streams of these tests. */
+const budget = new ReadAheadBudget()
 import { SseDecoder } from '../../src/sse/decoder.js'
 import type { EventBatch } from '../../src/store/batch.js'
 import { EventTooLargeError } from '../../src/errors.js'
@@ -86,7 +89,7 @@ class HeldSink implements ReadAheadSink {
 t.test('reads that arrive while a batch is being worked on come out together, in order', async t => {
   const body = new PassThrough()
   const sink = new HeldSink()
-  readAhead(body, new SseDecoder(1024), sink)
+  readAhead(body, new SseDecoder(1024), sink, budget)
   body.write(ev(1))
   t.same(await sink.next(), ['{"i":1}'], 'the first read is a batch of its own')
   // The sink is "at the store": three reads arrive meanwhile, one event split across two of them.
@@ -127,7 +130,7 @@ t.test('what waits is bounded: the upstream is paused, then resumed once the bat
 })
 
 t.test('the default bound is a share of a budget: one busy stream reads far ahead, many busy streams get the floor each', async t => {
-  t.equal(readAheadLimit(), READ_AHEAD_MAX_BYTES, 'no stream waiting: a stream would get the most')
+  t.equal(budget.limit(), READ_AHEAD_MAX_BYTES, 'no stream waiting: a stream would get the most')
   const kb = `data: ${'x'.repeat(1016)}\n\n` // 1 KB events
   /** Writes 1 KB events to `body` until it pauses (or `max` KB); returns the KB written. */
   const fill = async (body: PassThrough, max: number): Promise<number> => {
@@ -142,7 +145,7 @@ t.test('the default bound is a share of a budget: one busy stream reads far ahea
   }
   const lone = new PassThrough()
   const loneSink = new HeldSink()
-  readAhead(lone, new SseDecoder(4096), loneSink)
+  readAhead(lone, new SseDecoder(4096), loneSink, budget)
   lone.write(kb)
   await loneSink.next() // held ("at the store") while more arrives
   const loneKb = await fill(lone, 4096)
@@ -152,13 +155,13 @@ t.test('the default bound is a share of a budget: one busy stream reads far ahea
   // 99 more streams with events waiting: the budget split 100 ways is below the floor.
   const others = Array.from({ length: 99 }, () => ({ body: new PassThrough(), sink: new HeldSink() }))
   for (const { body, sink } of others) {
-    readAhead(body, new SseDecoder(4096), sink)
+    readAhead(body, new SseDecoder(4096), sink, budget)
     body.write(kb)
     await sink.next()
     body.write(kb) // waits: counted
   }
   await nextTurn()
-  t.equal(readAheadLimit(), READ_AHEAD_BYTES, '100 streams waiting: each gets the floor')
+  t.equal(budget.limit(), READ_AHEAD_BYTES, '100 streams waiting: each gets the floor')
   const crowded = (others[0] as { body: PassThrough }).body
   const crowdedKb = await fill(crowded, 4096)
   t.ok(crowded.isPaused() && (crowdedKb + 1) * 1024 >= READ_AHEAD_BYTES && crowdedKb * 1024 <= READ_AHEAD_BYTES + 64 * 1024, `a stream among them paused after ${crowdedKb} KB`)
@@ -174,7 +177,7 @@ t.test('the default bound is a share of a budget: one busy stream reads far ahea
     sink.refuse(new Error('stop'))
     await sink.outcome
   }
-  t.equal(readAheadLimit(), READ_AHEAD_MAX_BYTES, 'all gone: back to the most')
+  t.equal(budget.limit(), READ_AHEAD_MAX_BYTES, 'all gone: back to the most')
 })
 
 t.test('an event still arriving is not held back by the bound', async t => {
@@ -191,7 +194,7 @@ t.test('an event still arriving is not held back by the bound', async t => {
 t.test('the body\'s error comes after the batches read before it', async t => {
   const body = new PassThrough()
   const sink = new HeldSink()
-  readAhead(body, new SseDecoder(1024), sink)
+  readAhead(body, new SseDecoder(1024), sink, budget)
   body.write(ev(1))
   t.same(await sink.next(), ['{"i":1}'])
   // While the sink is at the store: two events, then the connection breaks.
@@ -212,7 +215,7 @@ t.test('the body\'s error comes after the batches read before it', async t => {
 t.test('an oversized event: the batches before it, the events of its own read before it, then EventTooLargeError', async t => {
   const body = new PassThrough()
   const sink = new HeldSink()
-  readAhead(body, new SseDecoder(64), sink)
+  readAhead(body, new SseDecoder(64), sink, budget)
   body.write(ev(1))
   t.same(await sink.next(), ['{"i":1}'], 'the earlier read is a batch')
   // While the sink is at the store: one read with an event, an oversized one, another event.
@@ -232,7 +235,7 @@ t.test('a sink that stops early: no listener left, the body released, its late e
   const before = body.listenerCount('data')
   body.write(ev(1))
   const sink = new HeldSink()
-  readAhead(body, new SseDecoder(1024), sink)
+  readAhead(body, new SseDecoder(1024), sink, budget)
   t.same(await sink.next(), ['{"i":1}'], 'one batch taken')
   body.write(ev(2))
   await nextTurn()
@@ -251,7 +254,7 @@ t.test('an unterminated last event is dropped at the end, as SSE says', async t 
   const body = new PassThrough()
   body.end(ev(1) + 'data: partial')
   const sink = new HeldSink()
-  readAhead(body, new SseDecoder(1024), sink)
+  readAhead(body, new SseDecoder(1024), sink, budget)
   t.same(await sink.drain(), ['{"i":1}'])
   t.same(await sink.outcome, { ended: true })
 })
@@ -259,7 +262,7 @@ t.test('an unterminated last event is dropped at the end, as SSE says', async t 
 t.test('a body that ends without an event: over at once, nothing handed over', async t => {
   const body = new PassThrough()
   const sink = new HeldSink()
-  readAhead(body, new SseDecoder(1024), sink)
+  readAhead(body, new SseDecoder(1024), sink, budget)
   body.end()
   t.same(await sink.outcome, { ended: true })
   t.equal(sink.batches.length, 0)
@@ -268,7 +271,7 @@ t.test('a body that ends without an event: over at once, nothing handed over', a
 t.test('a body closed before its end (a connection cut without an error): the events read, then a premature close', async t => {
   const body = new PassThrough()
   const sink = new HeldSink()
-  readAhead(body, new SseDecoder(1024), sink)
+  readAhead(body, new SseDecoder(1024), sink, budget)
   body.write(ev(1) + ev(2))
   t.same(await sink.next(), ['{"i":1}', '{"i":2}'])
   body.destroy()
@@ -282,14 +285,14 @@ t.test('a body already over when it is handed over: told at once, not waited for
   aborted.destroy(new Error('aborted before'))
   await nextTurn()
   const sink = new HeldSink()
-  readAhead(aborted, new SseDecoder(1024), sink)
+  readAhead(aborted, new SseDecoder(1024), sink, budget)
   t.match(await sink.outcome, { error: { message: 'aborted before' } }, 'a destroyed body: its error')
 
   const cut = new PassThrough()
   cut.destroy()
   await nextTurn()
   const cutSink = new HeldSink()
-  readAhead(cut, new SseDecoder(1024), cutSink)
+  readAhead(cut, new SseDecoder(1024), cutSink, budget)
   t.match(await cutSink.outcome, { error: { code: 'ERR_STREAM_PREMATURE_CLOSE' } }, 'destroyed without an error: a premature close')
   t.equal(cut.listenerCount('close'), 0, 'no listener left behind')
 })
@@ -297,7 +300,7 @@ t.test('a body already over when it is handed over: told at once, not waited for
 t.test('a batch the sink is done with (it resolved true) takes the events after the next; one it resolved false is left alone', async t => {
   const body = new PassThrough()
   const sink = new HeldSink()
-  readAhead(body, new SseDecoder(1024), sink)
+  readAhead(body, new SseDecoder(1024), sink, budget)
   const handed = async (n: number): Promise<EventBatch> => {
     while (sink.batches.length < n) await nextTurn()
     return sink.batches[n - 1] as EventBatch

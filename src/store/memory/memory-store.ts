@@ -3,7 +3,7 @@ import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import type {
   AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
-  SessionRecord, StoredEvent, StreamNotice, StreamState
+  SessionRecord, StoreUsage, StoredEvent, StreamNotice, StreamState
 } from '../contract.js'
 import { BatchNotice, EventBatch, NumberedBatch } from '../batch.js'
 
@@ -163,16 +163,6 @@ function sizeAt (segment: Segment, i: number): number {
   return (segment.ends[i] as number) - start + (segment.upstreamIds?.[i]?.length ?? 0)
 }
 
-/** What the embedded store tells about its room (read by metrics at each scrape). */
-export interface MemoryStoreUsage {
-  /** Bytes counted against the cap (event data plus records). */
-  readonly heldBytes: number
-  readonly maxBytes: number
-  readonly sessions: number
-  /** Since start: streams emptied, events dropped from the stream being appended to, sessions dropped. */
-  readonly evicted: { readonly stream: number, readonly events: number, readonly session: number }
-}
-
 /**
  * The embedded store: one process, not durable, bounded. Per-stream retention
  * by count and bytes, per-session TTL, and a process-wide byte cap enforced by
@@ -219,7 +209,7 @@ export class MemoryEventStore implements EventStore {
   get sessionCount (): number { return this.#sessions.size }
 
   /** Room and evictions, for metrics. */
-  usage (): MemoryStoreUsage {
+  usage (): StoreUsage {
     return { heldBytes: this.heldBytes, maxBytes: this.#maxBytes, sessions: this.#sessions.size, evicted: { ...this.#evicted } }
   }
 

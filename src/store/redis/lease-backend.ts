@@ -1,69 +1,27 @@
 import { Cluster } from 'ioredis'
 import type { Redis } from 'ioredis'
 import type {
-  AcquireResult, ControlKind, ControlListener, ControlMessage, ControlSubscription, LeaseBackend, OrphanAnswer, RenewResult, TickRequest, TickResult
+  AcquireResult, ControlKind, ControlListener, ControlSubscription, LeaseBackend, OrphanAnswer, RenewResult, TickRequest, TickResult
 } from '../../cluster/lease.js'
-import type { RetentionLimits, StreamNotice } from '../contract.js'
+import type { RetentionLimits } from '../contract.js'
 import { STANDALONE_STREAM } from '../contract.js'
-import { CLAIM_RECORDER, END_ORPHANED, LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RELEASE_IF_IDLE, LEASE_RENEW } from './scripts.js'
-import { RespArgs, ScriptCall } from './script-call.js'
-
-type Connection = Redis | Cluster
+import type { KeyLayout } from './key-layout.js'
+import type { ScriptedConnection } from './lua.js'
+import { controlMessage, type NoticeBus } from './notice-bus.js'
 
 /** Leases renewed per script call (the call's run time in Redis stays around a millisecond). */
 export const RENEW_PER_CALL = 256
-const RENEW_CALL = new ScriptCall(LEASE_RENEW, 0)
-type LeaseRef = TickRequest['renew'][number]
 type AcquireReply = [number, (string | number)?, string?]
-
-interface LeaseCommands {
-  mcpgwLeaseAcquire (lease: string, meta: string, token: string, ttlMs: number, streamId: string): Promise<AcquireReply>
-  mcpgwLeaseRelease (lease: string, meta: string, token: string, live: string, streamId: string, channel: string, message: string): Promise<number>
-  mcpgwLeaseReleaseIfIdle (lease: string, meta: string, attached: string, token: string, streamId: string, channel: string, message: string): Promise<number>
-  mcpgwClaimRecorder (meta: string, streamId: string, replicaId: string): Promise<number>
-  mcpgwEndOrphaned (meta: string, stream: string, ledger: string, ...args: Array<string | number>): Promise<[string, number] | 0 | null>
-}
-
-export interface LeaseKeys {
-  readonly lease: string
-  readonly meta: string
-  readonly attached: string
-  readonly channel: string
-  /** The key of one of the session's streams. */
-  readonly stream: (streamId: string) => string
-  /** The key of a stream's ledger (its entries' ids and sizes, see scripts.ts). */
-  readonly ledger: (streamId: string) => string
-}
 
 export interface RedisLeaseBackendOptions {
   /** The store's command connection: leases cost no connection of their own. */
-  readonly redis: Connection
+  readonly redis: ScriptedConnection
   readonly replicaId: string
-  readonly keys: (sessionId: string) => LeaseKeys
-  /** Add one of a session's keys to packed script arguments, its name never made as a string. */
-  readonly pushKey: (args: RespArgs, sessionId: string, key: 'lease' | 'meta') => void
-  /** The store's per-session channel subscription, shared with its notices. */
-  readonly subscribeControl: (sessionId: string, listener: ControlListener) => ControlSubscription
-  /** A replica's liveness key (not a session's: no hash tag). */
-  readonly aliveKey: (replicaId: string) => string
+  readonly keys: KeyLayout
+  /** The store's per-session channels, shared with its notices. */
+  readonly bus: NoticeBus
   /** The store's retention: an orphaned stream's last event is trimmed for like any other. */
   readonly retention: RetentionLimits
-  /** Give a notice to this replica's own listeners (they do not hear their own PUBLISH). */
-  readonly deliver: (sessionId: string, epoch: string, notice: StreamNotice) => void
-}
-
-/** A lease coordination message as PUBLISHed on the session's channel: `k` tells it from a notice. */
-export function controlMessage (kind: ControlKind, origin: string): string {
-  return JSON.stringify({ k: kind, o: origin })
-}
-
-export function parseControl (message: string): ControlMessage | null {
-  if (!message.startsWith('{"k":')) return null
-  try {
-    const { k, o } = JSON.parse(message) as Record<string, unknown>
-    if ((k === 'released' || k === 'want' || k === 'draining') && typeof o === 'string') return { kind: k, origin: o }
-  } catch {}
-  return null
 }
 
 function toAcquireResult (reply: AcquireReply, token: string): AcquireResult {
@@ -86,165 +44,131 @@ function toRenewResult (reply: number): RenewResult {
 export class RedisLeaseBackend implements LeaseBackend {
   readonly replicaId: string
   readonly shared = true
-  readonly #redis: Connection & LeaseCommands
-  readonly #keys: (sessionId: string) => LeaseKeys
-  readonly #subscribe: (sessionId: string, listener: ControlListener) => ControlSubscription
+  readonly #redis: ScriptedConnection
+  readonly #keys: KeyLayout
   readonly #o: RedisLeaseBackendOptions
-  /** The renewals' packed arguments, one buffer per script call (see tick). */
-  readonly #renewBuffers: Buffer[] = []
-  #renewing = false
 
   constructor (options: RedisLeaseBackendOptions) {
     this.replicaId = options.replicaId
     this.#keys = options.keys
-    this.#subscribe = options.subscribeControl
+    this.#redis = options.redis
     this.#o = options
-    const redis = options.redis
-    redis.defineCommand('mcpgwLeaseAcquire', { numberOfKeys: 2, lua: LEASE_ACQUIRE })
-    redis.defineCommand('mcpgwLeaseRelease', { numberOfKeys: 2, lua: LEASE_RELEASE })
-    redis.defineCommand('mcpgwLeaseReleaseIfIdle', { numberOfKeys: 3, lua: LEASE_RELEASE_IF_IDLE })
-    redis.defineCommand('mcpgwClaimRecorder', { numberOfKeys: 1, lua: CLAIM_RECORDER })
-    redis.defineCommand('mcpgwEndOrphaned', { numberOfKeys: 3, lua: END_ORPHANED })
-    this.#redis = redis as Connection & LeaseCommands
   }
 
   async acquire (sessionId: string, token: string, ttlMs: number): Promise<AcquireResult> {
-    const k = this.#keys(sessionId)
+    const k = this.#keys.session(sessionId)
     return toAcquireResult(await this.#redis.mcpgwLeaseAcquire(k.lease, k.meta, token, ttlMs, STANDALONE_STREAM), token)
   }
 
   async tick (request: TickRequest): Promise<TickResult> {
     const redis = this.#redis
-    if (redis instanceof Cluster) {
-      // Auto-pipelining sends what is issued in this turn as one pipeline per node.
-      const renew = request.renew.map(({ sessionId, token }) => {
-        const k = this.#keys(sessionId)
-        return RENEW_CALL.call(redis, [k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token], 2).then(replies => (replies as number[])[0] as number)
-      })
-      const watch = request.watch.map(({ sessionId, token }) => {
-        const k = this.#keys(sessionId)
-        redis.set(k.attached, this.replicaId, 'PX', request.attachedMs).catch(() => {})
-        return redis.mcpgwLeaseAcquire(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
-      })
-      const recorders = Promise.all((request.recorders ?? []).map(async replicaId => await redis.exists(this.#o.aliveKey(replicaId))))
-      const alive = request.aliveMs === undefined ? undefined : redis.set(this.#o.aliveKey(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
-      const [renewReplies, watchReplies, recorderReplies] = await Promise.all([Promise.all(renew), Promise.all(watch), recorders, alive])
-      return {
-        renew: renewReplies.map(toRenewResult),
-        watch: watchReplies.map((reply, i) => toAcquireResult(reply, request.watch[i]?.token as string)),
-        recordersAlive: recorderReplies.map(n => n === 1)
-      }
-    }
-    // Renewals go RENEW_PER_CALL to a script call, their arguments put in RESP
-    // as they come (RespArgs), into buffers kept from tick to tick: at rest,
-    // with thousands of streams held, each lease would otherwise cost a
-    // command and its reply every tick, or garbage enough to keep the heap
-    // (or, with fresh buffers, RSS) growing. A buffer is used again only once
-    // every call of the tick before has settled (its bytes sent, or never
-    // to be); a tick that overlaps another takes fresh ones. Issued in the
-    // same turn as the pipeline, all leave in one write.
-    const keep = !this.#renewing
-    if (keep) this.#renewing = true
-    try {
-      return await this.#tickOnOneNode(redis, request, keep ? this.#renewBuffers : [])
-    } finally {
-      if (keep) this.#renewing = false
+    if (!(redis instanceof Cluster)) return await this.#tickOnOneNode(redis, request)
+    // Auto-pipelining sends what is issued in this turn as one pipeline per node.
+    const renew = request.renew.map(({ sessionId, token }) => {
+      const k = this.#keys.session(sessionId)
+      return redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token).then(replies => replies[0] as number)
+    })
+    const watch = request.watch.map(({ sessionId, token }) => {
+      const k = this.#keys.session(sessionId)
+      redis.set(k.attached, this.replicaId, 'PX', request.attachedMs).catch(() => {})
+      return redis.mcpgwLeaseAcquire(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
+    })
+    const recorders = Promise.all((request.recorders ?? []).map(async replicaId => await redis.exists(this.#keys.alive(replicaId))))
+    const alive = request.aliveMs === undefined ? undefined : redis.set(this.#keys.alive(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
+    const [renewReplies, watchReplies, recorderReplies] = await Promise.all([Promise.all(renew), Promise.all(watch), recorders, alive])
+    return {
+      renew: renewReplies.map(toRenewResult),
+      watch: watchReplies.map((reply, i) => toAcquireResult(reply, request.watch[i]?.token as string)),
+      recordersAlive: recorderReplies.map(n => n === 1)
     }
   }
 
-  async #tickOnOneNode (redis: Redis & LeaseCommands, request: TickRequest, buffers: Buffer[]): Promise<TickResult> {
-    const renewals: Array<Promise<unknown>> = []
-    for (let at = 0, call = 0; at < request.renew.length; at += RENEW_PER_CALL, call++) {
-      const end = Math.min(at + RENEW_PER_CALL, request.renew.length)
-      const args = new RespArgs(buffers[call] ?? Buffer.allocUnsafeSlow(RENEW_PER_CALL * 256))
-      for (let i = at; i < end; i++) {
-        const { sessionId } = request.renew[i] as LeaseRef
-        this.#o.pushKey(args, sessionId, 'lease')
-        this.#o.pushKey(args, sessionId, 'meta')
-      }
-      args.push(request.ttlMs).push(STANDALONE_STREAM)
-      for (let i = at; i < end; i++) args.push((request.renew[i] as LeaseRef).token)
-      buffers[call] = args.buffer
-      renewals.push(RENEW_CALL.callPacked(redis, 2 * (end - at), args))
-    }
-    // Fewer leases than before: the buffers of the calls no longer made go.
-    buffers.length = renewals.length
+  /** One pipeline (one write): renewals RENEW_PER_CALL to a script call, then the rest. */
+  async #tickOnOneNode (redis: Redis & ScriptedConnection, request: TickRequest): Promise<TickResult> {
     const pipeline = redis.pipeline() as unknown as ReturnType<Redis['pipeline']> & {
       mcpgwLeaseAcquire: (...args: Array<string | number>) => unknown
+      mcpgwLeaseRenew: (numberOfKeys: number, ...args: Array<string | number>) => unknown
+    }
+    let renewCalls = 0
+    for (let at = 0; at < request.renew.length; at += RENEW_PER_CALL, renewCalls++) {
+      const leases = request.renew.slice(at, at + RENEW_PER_CALL)
+      const keys: string[] = []
+      for (const { sessionId } of leases) {
+        const k = this.#keys.session(sessionId)
+        keys.push(k.lease, k.meta)
+      }
+      pipeline.mcpgwLeaseRenew(keys.length, ...keys, request.ttlMs, STANDALONE_STREAM, ...leases.map(({ token }) => token))
     }
     for (const { sessionId, token } of request.watch) {
-      const k = this.#keys(sessionId)
+      const k = this.#keys.session(sessionId)
       pipeline.set(k.attached, this.replicaId, 'PX', request.attachedMs)
       pipeline.mcpgwLeaseAcquire(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
     }
     const recorders = request.recorders ?? []
-    for (const replicaId of recorders) pipeline.exists(this.#o.aliveKey(replicaId))
-    if (request.aliveMs !== undefined) pipeline.set(this.#o.aliveKey(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
-    const [replies, settled] = await Promise.all([
-      pipeline.length > 0 ? pipeline.exec() : [],
-      Promise.allSettled(renewals)
-    ])
+    for (const replicaId of recorders) pipeline.exists(this.#keys.alive(replicaId))
+    if (request.aliveMs !== undefined) pipeline.set(this.#keys.alive(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
+    const replies = pipeline.length > 0 ? await pipeline.exec() : []
     const value = (i: number): unknown => {
       const [err, result] = replies?.[i] ?? [new Error('no reply')]
       if (err !== null && err !== undefined) throw err
       return result
     }
-    const recordersAt = 2 * request.watch.length
+    const watchAt = renewCalls
+    const recordersAt = watchAt + 2 * request.watch.length
     if (request.aliveMs !== undefined) value(recordersAt + recorders.length)
     const renew: RenewResult[] = []
-    for (const outcome of settled) {
-      if (outcome.status === 'rejected') throw outcome.reason
-      for (const reply of outcome.value as number[]) renew.push(toRenewResult(reply))
+    for (let call = 0; call < renewCalls; call++) {
+      for (const reply of value(call) as number[]) renew.push(toRenewResult(reply))
     }
     return {
       renew,
-      watch: request.watch.map(({ token }, i) => toAcquireResult(value(2 * i + 1) as AcquireReply, token)),
+      watch: request.watch.map(({ token }, i) => toAcquireResult(value(watchAt + 2 * i + 1) as AcquireReply, token)),
       recordersAlive: recorders.map((_, i) => value(recordersAt + i) === 1)
     }
   }
 
   async release (sessionId: string, token: string, live: boolean): Promise<boolean> {
-    const k = this.#keys(sessionId)
+    const k = this.#keys.session(sessionId)
     const message = controlMessage('released', this.replicaId)
     return await this.#redis.mcpgwLeaseRelease(k.lease, k.meta, token, live ? '1' : '0', STANDALONE_STREAM, k.channel, message) === 1
   }
 
   async releaseIfIdle (sessionId: string, token: string): Promise<number> {
-    const k = this.#keys(sessionId)
+    const k = this.#keys.session(sessionId)
     const message = controlMessage('released', this.replicaId)
     return await this.#redis.mcpgwLeaseReleaseIfIdle(k.lease, k.meta, k.attached, token, STANDALONE_STREAM, k.channel, message)
   }
 
   async markAttached (sessionId: string, ms: number): Promise<void> {
-    await this.#redis.set(this.#keys(sessionId).attached, this.replicaId, 'PX', Math.max(1, ms))
+    await this.#redis.set(this.#keys.session(sessionId).attached, this.replicaId, 'PX', Math.max(1, ms))
   }
 
   async claimRequestStream (sessionId: string, streamId: string): Promise<void> {
-    await this.#redis.mcpgwClaimRecorder(this.#keys(sessionId).meta, streamId, this.replicaId)
+    await this.#redis.mcpgwClaimRecorder(this.#keys.session(sessionId).meta, streamId, this.replicaId)
   }
 
   async requestStreamRecorder (sessionId: string, streamId: string): Promise<string | undefined> {
-    return await this.#redis.hget(this.#keys(sessionId).meta, `w:${streamId}`) ?? undefined
+    return await this.#redis.hget(this.#keys.session(sessionId).meta, `w:${streamId}`) ?? undefined
   }
 
   async endOrphanedRequestStream (sessionId: string, streamId: string, recorder: string, answer: OrphanAnswer): Promise<boolean> {
-    const k = this.#keys(sessionId)
+    const k = this.#keys.session(sessionId)
     const { maxEvents, maxBytes, ttlMs } = this.#o.retention
     const reply = await this.#redis.mcpgwEndOrphaned(k.meta, k.stream(streamId), k.ledger(streamId),
       streamId, recorder, maxEvents, maxBytes, ttlMs, k.channel, this.replicaId, answer.data, answer.event ?? '')
     if (reply === null || reply === 0) return false
     const [epoch, seq] = reply
     // Local followers get the event itself, as with any append made here.
-    this.#o.deliver(sessionId, epoch, { streamId, toSeq: seq, events: [{ seq, data: answer.data, event: answer.event }], ended: true })
+    this.#o.bus.deliver(sessionId, epoch, { streamId, toSeq: seq, events: [{ seq, data: answer.data, event: answer.event }], ended: true })
     return true
   }
 
   async markAlive (ms: number): Promise<void> {
-    await this.#redis.set(this.#o.aliveKey(this.replicaId), '1', 'PX', Math.max(1, ms))
+    await this.#redis.set(this.#keys.alive(this.replicaId), '1', 'PX', Math.max(1, ms))
   }
 
   async retire (): Promise<void> {
-    await this.#redis.del(this.#o.aliveKey(this.replicaId))
+    await this.#redis.del(this.#keys.alive(this.replicaId))
   }
 
   /** The append script keeps the upstream's last id in the session hash already. */
@@ -253,10 +177,10 @@ export class RedisLeaseBackend implements LeaseBackend {
   forget (): void {}
 
   subscribeControl (sessionId: string, listener: ControlListener): ControlSubscription {
-    return this.#subscribe(sessionId, listener)
+    return this.#o.bus.subscribeControl(sessionId, listener)
   }
 
   async publish (sessionId: string, kind: ControlKind): Promise<void> {
-    await this.#redis.publish(this.#keys(sessionId).channel, controlMessage(kind, this.replicaId))
+    await this.#o.bus.publishControl(sessionId, kind)
   }
 }

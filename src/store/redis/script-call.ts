@@ -1,66 +1,15 @@
+// The one module that relies on ioredis beyond its public API: Command#toWritable
+// and #reject, the connection's socket, and a command's inTransaction and
+// pipelineIndex. Appends write their events' bytes to the socket as they are,
+// where ioredis's own commands would copy them all into one new buffer first:
+// that copy measurably cost the gateway CPU per event (bench/NOTES.md), so
+// package.json pins ioredis exactly, and test/store/script-call.test.ts fails
+// when what this relies on changes.
 import { createHash } from 'node:crypto'
 import { Command } from 'ioredis'
 import type { Cluster, Redis } from 'ioredis'
 
 export type ScriptArg = string | number | Buffer
-
-/**
- * Arguments put in RESP as they are added, into a buffer off the JS heap
- * that the caller may keep and hand in again, for script calls with
- * thousands of small ones (a lease tick renews every lease this replica
- * holds). Made by ioredis, each key name a string of its own, the argument
- * arrays and the command text came to about 1.4 KB of heap per lease and
- * tick, and what a scavenge found still in use mid-tick went to old space: a
- * gateway at rest with 10,000 streams grew by about 1 MB/s. A fresh buffer
- * per call instead is freed only by a collection, which at rest comes late.
- */
-export class RespArgs {
-  #buffer: Buffer
-  #length = 0
-  #count = 0
-
-  constructor (buffer: Buffer = Buffer.allocUnsafeSlow(4096)) {
-    this.#buffer = buffer
-  }
-
-  /** Where the arguments are: the buffer given, or a larger one if they did not fit. */
-  get buffer (): Buffer { return this.#buffer }
-  get count (): number { return this.#count }
-  /** The arguments in RESP (bulk strings). */
-  get bytes (): Buffer { return this.#buffer.subarray(0, this.#length) }
-
-  push (value: string | number): this {
-    return this.pushParts(typeof value === 'number' ? String(value) : value)
-  }
-
-  /** One argument given in pieces (a key's prefix, session id, suffix), without joining them first. */
-  pushParts (a: string, b = '', c = '', d = ''): this {
-    const size = Buffer.byteLength(a) + Buffer.byteLength(b) + Buffer.byteLength(c) + Buffer.byteLength(d)
-    this.#reserve(size + 16)
-    const buffer = this.#buffer
-    let at = this.#length
-    buffer[at++] = 0x24 // $
-    at += buffer.write(String(size), at, 'latin1')
-    buffer[at++] = 0x0d
-    buffer[at++] = 0x0a
-    at += buffer.write(a, at)
-    if (b !== '') at += buffer.write(b, at)
-    if (c !== '') at += buffer.write(c, at)
-    if (d !== '') at += buffer.write(d, at)
-    buffer[at++] = 0x0d
-    buffer[at++] = 0x0a
-    this.#length = at
-    this.#count++
-    return this
-  }
-
-  #reserve (size: number): void {
-    if (this.#length + size <= this.#buffer.length) return
-    const grown = Buffer.allocUnsafeSlow(Math.max(2 * this.#buffer.length, this.#length + size))
-    grown.set(this.#buffer.subarray(0, this.#length))
-    this.#buffer = grown
-  }
-}
 
 /** What ioredis writes commands to: the connection's socket (TCP or TLS). */
 interface Socket {
@@ -118,19 +67,6 @@ export class ScriptCall {
   }
 
   /**
-   * Call the script with arguments already in RESP, `numberOfKeys` of them
-   * keys. Not on Cluster: the command names no keys for routing.
-   */
-  async callPacked (connection: Redis, numberOfKeys: number, args: RespArgs): Promise<unknown> {
-    try {
-      return await connection.sendCommand(this.#command([], numberOfKeys, args))
-    } catch (err) {
-      if (!isNoScript(err)) throw err
-      return await connection.sendCommand(this.#command([], numberOfKeys, args))
-    }
-  }
-
-  /**
    * The call as a command to send as part of something larger (a MULTI): EVAL
    * or EVALSHA as for call(), but a NOSCRIPT comes back inside the EXEC's
    * reply, not here: the caller then calls forget() and sends it again.
@@ -145,18 +81,14 @@ export class ScriptCall {
     if (isSocket(socket)) this.#loaded.delete(socket)
   }
 
-  #command (args: readonly ScriptArg[], numberOfKeys = this.#numberOfKeys, packed?: RespArgs): Command {
+  #command (args: readonly ScriptArg[], numberOfKeys = this.#numberOfKeys): Command {
     const loaded = this.#loaded
     const lua = this.#lua
     const sha = this.#sha
     const command = new Command('evalsha', [sha, numberOfKeys, ...args], { replyEncoding: 'utf8' })
     const toWritable = command.toWritable.bind(command)
     command.toWritable = (socket: unknown): string | Buffer => {
-      if (!isSocket(socket)) {
-        if (packed === undefined) return toWritable(socket as object)
-        // Not the connection's socket (a pipeline's): whether the script is loaded there is unknown.
-        return Buffer.concat([Buffer.from(packedHead('eval', lua, numberOfKeys, packed)), packed.bytes])
-      }
+      if (!isSocket(socket)) return toWritable(socket as object)
       if (!loaded.has(socket)) {
         loaded.add(socket)
         command.name = 'eval'
@@ -172,10 +104,6 @@ export class ScriptCall {
       }
       socket.cork()
       process.nextTick(uncork, socket)
-      if (packed !== undefined) {
-        socket.write(packedHead(command.name, command.args[0] as string, numberOfKeys, packed))
-        return packed.bytes
-      }
       // ioredis writes what this returns, to the corked socket: returning '' (with the
       // whole command written here) would cost an empty write, a system call of its own.
       return writeCommand(socket, command.name, command.args as ScriptArg[])
@@ -220,12 +148,6 @@ function uncork (socket: Socket): void {
   socket.uncork()
 }
 
-/** EVAL or EVALSHA in RESP up to its packed arguments. */
-function packedHead (name: string, script: string, numberOfKeys: number, packed: RespArgs): string {
-  const keys = String(numberOfKeys)
-  return `*${packed.count + 3}\r\n$${name.length}\r\n${name}\r\n$${Buffer.byteLength(script)}\r\n${script}\r\n$${keys.length}\r\n${keys}\r\n`
-}
-
 /**
  * The command in RESP, its Buffer arguments written as they are (no copy),
  * all but its last piece of text, which is returned for the caller to write.
@@ -246,3 +168,25 @@ export function writeCommand (socket: Socket, name: string, args: readonly Scrip
   }
   return text
 }
+
+/**
+ * `commands` in MULTI ... EXEC, written at once; EXEC's replies (in
+ * `encoding`: null for Buffers), or null when Redis aborted the transaction
+ * (a WATCH; EXECABORT is thrown). Sent as ioredis sends its own pipelines: a
+ * connection lost midway rejects the rest instead of sending it again
+ * outside the transaction.
+ */
+export async function transaction (redis: Redis, commands: readonly Command[], encoding: 'utf8' | null): Promise<unknown[] | null> {
+  const exec = new Command('exec', [], { replyEncoding: encoding })
+  const all = [new Command('multi'), ...commands, exec]
+  corkForTurn(redis)
+  all.forEach((command, i) => {
+    command.pipelineIndex = i
+    command.inTransaction = i > 0
+    if (command !== exec) (redis.sendCommand(command) as Promise<unknown>).catch(ignore)
+  })
+  const replies = await redis.sendCommand(exec) as unknown[] | null
+  return Array.isArray(replies) ? replies : null
+}
+
+function ignore (): void {}

@@ -1,0 +1,27 @@
+-- KEYS: session hash, lease, attached marker, then the key of every stream
+-- the caller found in the hash, then their ledgers.
+-- ARGV: new epoch ('' to only delete), principal, ttlMs, then the ids of
+-- those streams.
+-- Deletes the session and, given an epoch, writes a fresh record. Returns 0
+-- without touching anything when the hash lists other streams than the caller
+-- passed (a stream was opened meanwhile): the caller reads them again and
+-- retries, so every key stays declared in KEYS.
+local count, known = 0, {}
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(field, 1, 2) == 'q:' then
+    known[string.sub(field, 3)] = true
+    count = count + 1
+  end
+end
+if count ~= #ARGV - 3 or #KEYS ~= 3 + 2 * count then return 0 end
+for i = 4, #ARGV do
+  if not known[ARGV[i]] then return 0 end
+end
+for i = 1, #KEYS, 500 do
+  redis.call('DEL', unpack(KEYS, i, math.min(i + 499, #KEYS)))
+end
+if ARGV[1] ~= '' then
+  redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'principal', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return 1
