@@ -117,6 +117,41 @@ export class SessionHub {
     }
   }
 
+  /**
+   * A session was just created (initialize answered with a session id): hold
+   * its upstream GET from now on, before any client asks for it. An SDK server
+   * drops a request or notification it sends on the standalone stream while no
+   * GET is open (sampling, elicitation, roots), so waiting for the client's
+   * GET, which may come later than its first tool call or never, loses them.
+   * Nothing is thrown: a refusal (405: the upstream has no standalone stream)
+   * is left for the client's own GET to meet and pass through, once.
+   */
+  openEarly (sessionId: string, headers: Record<string, string | string[]>, log: Logger): void {
+    this.ensurePump(sessionId, headers, log).then(refusal => {
+      if (refusal === null) return
+      discardBody(refusal.body)
+      log.debug({ status: refusal.statusCode }, 'the upstream refused the session\'s standalone GET; a client GET gets its answer')
+    }, (err: unknown) => {
+      log.warn({ err }, 'could not open the session\'s upstream GET stream at initialize; the client\'s GET opens it')
+    })
+  }
+
+  /**
+   * Resolves once the session's upstream GET being opened here has opened
+   * (or failed), at most after `maxWaitMs`: a request that may make the
+   * upstream send on the standalone stream goes upstream after it.
+   */
+  async opened (sessionId: string, maxWaitMs: number): Promise<void> {
+    const opening = this.#sessions.get(sessionId)?.opening
+    if (opening === undefined) return
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([
+      opening.catch(() => null),
+      new Promise<void>(resolve => { timer = setTimeout(resolve, maxWaitMs) })
+    ])
+    clearTimeout(timer)
+  }
+
   async #claim (s: LocalSession, sessionId: string, log: Logger): Promise<UpstreamResponse | null> {
     let lease: Lease | 'held' | 'gone'
     try {

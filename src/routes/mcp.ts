@@ -42,6 +42,8 @@ export const GAP_HEADER = 'x-mcp-gateway-gap'
 const REPLAY_PAGE_EVENTS = 10_000
 const REPLAY_FIRST_PAGE_BYTES = 128 * 1024
 const REPLAY_PAGE_MAX_BYTES = 4 * 1024 * 1024
+/** How long a request waits for its session's upstream GET, opening at initialize, to open. */
+const EARLY_GET_WAIT_MS = 2000
 /** Gap reason (mcpgw_gaps_total) of a request stream ended for its dead recorder. */
 const RECORDER_LOST = 'recorder_lost'
 /** Transports spec: session ids are visible ASCII (0x21-0x7E). */
@@ -216,6 +218,20 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     return headers
   }
 
+  /**
+   * The upstream GET opened at initialize: the initialize request's auth and
+   * other end-to-end headers, as a GET of the new session. No
+   * MCP-Protocol-Version: the version is negotiated in the answer's body, and
+   * a server that gets none assumes one it supports (transports spec).
+   */
+  function earlyGetHeaders (request: FastifyRequest, sessionId: string): Record<string, string | string[]> {
+    const headers = recordableHeaders(request)
+    for (const name of ['content-type', 'content-length', 'content-encoding', 'last-event-id', 'mcp-protocol-version']) delete headers[name]
+    headers.accept = 'text/event-stream'
+    headers['mcp-session-id'] = sessionId
+    return headers
+  }
+
   async function timedUpstream (method: string, fn: () => Promise<UpstreamResponse>): Promise<UpstreamResponse> {
     const end = metrics.upstreamRequestDuration.startTimer({ method })
     try {
@@ -232,7 +248,12 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   async function handlePost (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
     const sessionId = sessionIdOf(request)
     const principal = principalOf(request, config.principalHeader)
-    if (sessionId !== undefined) await requireSession(sessionId, principal, request)
+    if (sessionId !== undefined) {
+      await requireSession(sessionId, principal, request)
+      // The session's upstream GET, opened at initialize, first: what this request
+      // makes the upstream send on the standalone stream then finds it open.
+      await hub.opened(sessionId, EARLY_GET_WAIT_MS)
+    }
     // Not tied to the client connection: the answer is read to its end and recorded.
     let res: UpstreamResponse
     try {
@@ -260,6 +281,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
         throw e
       }
       recordSession = issued
+      if (res.statusCode >= 200 && res.statusCode < 300) hub.openEarly(issued, earlyGetHeaders(request, issued), request.log.child({ sessionHash: sessionHash(issued), streamId: STANDALONE_STREAM }))
     }
     if (sessionId !== undefined && res.statusCode === 404) await forgetSession(sessionId, request.log)
     if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream' || recordSession === undefined) {
