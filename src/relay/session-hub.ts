@@ -31,6 +31,8 @@ class LocalSession implements PumpClients {
   /** Headers of the latest standalone GET here: a takeover opens the upstream GET with them. */
   headers: Record<string, string | string[]> | undefined
   log: Logger | undefined
+  /** The upstream answered the session's GET with 405: it has no GET stream, nothing to resume with. */
+  getRefused = false
   /** Set while another replica holds the stream and a client is attached here. */
   unwatch: (() => void) | undefined
 
@@ -129,11 +131,17 @@ export class SessionHub {
   openEarly (sessionId: string, headers: Record<string, string | string[]>, log: Logger): void {
     this.ensurePump(sessionId, headers, log).then(refusal => {
       if (refusal === null) return
+      if (refusal.statusCode === 405) this.#local(sessionId).getRefused = true
       discardBody(refusal.body)
       log.debug({ status: refusal.statusCode }, 'the upstream refused the session\'s standalone GET; a client GET gets its answer')
     }, (err: unknown) => {
       log.warn({ err }, 'could not open the session\'s upstream GET stream at initialize; the client\'s GET opens it')
     })
+  }
+
+  /** Did the upstream answer this session's GET with 405 (known here)? Its streams cannot be resumed upstream. */
+  upstreamGetRefused (sessionId: string): boolean {
+    return this.#sessions.get(sessionId)?.getRefused === true
   }
 
   /**

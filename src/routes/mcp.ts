@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
+import type { Readable } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { LeaseCoordinator } from '../cluster/coordinator.js'
@@ -48,6 +49,17 @@ const EARLY_GET_WAIT_MS = 2000
 const RECORDER_LOST = 'recorder_lost'
 /** Transports spec: session ids are visible ASCII (0x21-0x7E). */
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
+
+/** The protocol version an initialize request offers (params.protocolVersion), when it is a plain token. */
+function offeredVersion (body: Buffer | undefined): string | undefined {
+  if (body === undefined) return undefined
+  try {
+    const version = (JSON.parse(body.toString('utf8')) as { params?: { protocolVersion?: unknown } }).params?.protocolVersion
+    return typeof version === 'string' && /^[\w.-]{1,32}$/.test(version) ? version : undefined
+  } catch {
+    return undefined
+  }
+}
 
 export function sessionHash (sessionId: string): string {
   return createHash('sha256').update(sessionId).digest('hex').slice(0, 12)
@@ -219,17 +231,37 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   }
 
   /**
-   * The upstream GET opened at initialize: the initialize request's auth and
-   * other end-to-end headers, as a GET of the new session. No
-   * MCP-Protocol-Version: the version is negotiated in the answer's body, and
-   * a server that gets none assumes one it supports (transports spec).
+   * An upstream GET of the session on behalf of a POST: its auth and other
+   * end-to-end headers. The GET opened at initialize carries the version the
+   * client offered: the negotiated one is in the answer's body, and is the
+   * offered one whenever the server supports it (lifecycle spec); a server
+   * that does not refuses the GET, and the client's own GET opens it later.
+   * The version matters: servers send priming events (ids to resume from)
+   * only from 2025-11-25 on.
    */
-  function earlyGetHeaders (request: FastifyRequest, sessionId: string): Record<string, string | string[]> {
+  function upstreamGetHeaders (request: FastifyRequest, sessionId: string, version: 'keep' | 'offered'): Record<string, string | string[]> {
     const headers = recordableHeaders(request)
-    for (const name of ['content-type', 'content-length', 'content-encoding', 'last-event-id', 'mcp-protocol-version']) delete headers[name]
+    for (const name of ['content-type', 'content-length', 'content-encoding', 'last-event-id']) delete headers[name]
+    if (version === 'offered') {
+      delete headers['mcp-protocol-version']
+      const offered = offeredVersion(request.body as Buffer | undefined)
+      if (offered !== undefined) headers['mcp-protocol-version'] = offered
+    }
     headers.accept = 'text/event-stream'
     headers['mcp-session-id'] = sessionId
     return headers
+  }
+
+  /** Resumes a POST's SSE answer that the upstream ended early (SEP-1699 polling): GET with its Last-Event-ID. */
+  function resumeRequestUpstream (request: FastifyRequest, sessionId: string): (lastEventId: string | undefined) => Promise<Readable | undefined> {
+    const headers = upstreamGetHeaders(request, sessionId, 'keep')
+    return async lastEventId => {
+      if (lastEventId === undefined) return undefined
+      const res = await timedUpstream('GET', () => upstream.request({ method: 'GET', path: request.url, headers: { ...headers, 'last-event-id': lastEventId } }))
+      if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
+      discardBody(res.body)
+      return undefined
+    }
   }
 
   async function timedUpstream (method: string, fn: () => Promise<UpstreamResponse>): Promise<UpstreamResponse> {
@@ -281,7 +313,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
         throw e
       }
       recordSession = issued
-      if (res.statusCode >= 200 && res.statusCode < 300) hub.openEarly(issued, earlyGetHeaders(request, issued), request.log.child({ sessionHash: sessionHash(issued), streamId: STANDALONE_STREAM }))
+      if (res.statusCode >= 200 && res.statusCode < 300) hub.openEarly(issued, upstreamGetHeaders(request, issued, 'offered'), request.log.child({ sessionHash: sessionHash(issued), streamId: STANDALONE_STREAM }))
     }
     if (sessionId !== undefined && res.statusCode === 404) await forgetSession(sessionId, request.log)
     if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream' || recordSession === undefined) {
@@ -354,6 +386,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       live: client,
       storedThrough: state.lastSeq,
       requestId,
+      ...(requestId !== undefined && !hub.upstreamGetRefused(sessionId) && { resumeUpstream: resumeRequestUpstream(request, sessionId) }),
       failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off')
     })).then(outcome => {
       recording.done()
