@@ -525,8 +525,17 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
 
   async function resumeRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition): Promise<unknown> {
     const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: position.streamId })
-    // The client already got the gateway's answer for a lost response: nothing follows.
-    if (position.seq === REPAIRED_SEQ) return await reply.code(204).send()
+    // The client already got the gateway's answer for a lost response: it gets it again
+    // (a GET is answered with an SSE stream or 405, and an SDK client resuming a request
+    // stream reconnects until a response arrives).
+    if (position.seq === REPAIRED_SEQ) {
+      const requestId = requestIdOfStream(position.streamId)
+      const client = streamOptions(reply, log, 'resume', position.epoch, position.streamId, proto)
+      client.open({}, position.seq)
+      if (requestId !== undefined) client.writeSynthesized(encodeEventId(position), lostResponseError(requestId, 'it was lost (told before)'))
+      client.close('completed', false)
+      return
+    }
     const startedAt = performance.now()
     const asked = metrics.timeStore('state', () => store.state(sessionId, position.streamId))
     // The first page right behind the state, not after its answer: on Redis, one
@@ -540,10 +549,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       e.cause = err
       throw e
     }
-    if (state !== null && state.epoch === position.epoch && state.ended && position.seq === state.lastSeq) {
-      // Everything was delivered (a client reconnects after a JSON-RPC error answer too).
-      metrics.resumes.inc({ outcome: 'replayed' })
-      return await reply.code(204).send()
+    if (state !== null && state.epoch === position.epoch && state.ended && position.seq === state.lastSeq && position.seq > 0) {
+      // Past the end of a finished stream: its last event (the response) once more, then
+      // the end. A GET is answered with an SSE stream or 405 (transports spec), and an SDK
+      // client resuming with a saved token reconnects until a response arrives.
+      position = { ...position, seq: position.seq - 1 }
     }
     if (state === null || state.epoch !== position.epoch) {
       // The store has no history for this stream (expired, or lost with the epoch):
