@@ -9,6 +9,7 @@ import { SseDecoder } from '../sse/decoder.js'
 import { GAP_EVENT, parseFrame } from '../sse/frame.js'
 import { readAhead, type ReadAheadBudget, type ReadAheadSink } from './read-ahead.js'
 import { discardBody } from '../upstream/client.js'
+import { isResumableUpstreamId, upstreamRetryDelay, UPSTREAM_RESUMES_WITHOUT_PROGRESS } from '../protocol/upstream-event-id.js'
 
 /** Keeps the upstream's last event id (the stream's lease does), to resume the upstream GET from it. */
 export interface UpstreamIdListener {
@@ -64,6 +65,12 @@ export interface RecordOptions {
   readonly requestId?: string | number | undefined
   /** The stream's lease token (the standalone stream): appends are fenced with it, see AppendOptions. */
   readonly fence?: string
+  /**
+   * Resume the upstream's answer after it ended early, having given event ids
+   * (SEP-1699 polling, a restart): a GET with the upstream's Last-Event-ID.
+   * Resolves with the new SSE body, or undefined when the upstream refuses.
+   */
+  readonly resumeUpstream?: (lastEventId: string | undefined) => Promise<Readable | undefined>
 }
 
 /** Cheap pre-check on the bytes, then a parse: is this event the JSON-RPC response to `id`? */
@@ -146,7 +153,15 @@ function ignore (): void {}
  */
 class Recording implements ReadAheadSink {
   readonly #o: RecordOptions
-  readonly #decoder: SseDecoder
+  #decoder: SseDecoder
+  /** The upstream answer being read: the first, or the latest resume of it. */
+  #body: Readable
+  /** The upstream's last event id and retry hint across its resumed answers. */
+  #upstreamId: string | undefined
+  #upstreamRetry: number | undefined
+  #resumesWithoutProgress = 0
+  /** Events were recorded since the upstream answer was last (re)opened. */
+  #recordedSinceOpen = false
   /** Events passed on unrecorded since the last append the store took. */
   #unrecorded = 0
   /** Sequence number of the last event known to be in the store (from the last append it took). */
@@ -161,6 +176,7 @@ class Recording implements ReadAheadSink {
   constructor (o: RecordOptions) {
     this.#o = o
     this.#decoder = new SseDecoder(o.maxEventBytes)
+    this.#body = o.body
     this.#storedThrough = typeof o.storedThrough === 'number' ? o.storedThrough : undefined
     this.#answered = o.requestId === undefined
   }
@@ -173,7 +189,7 @@ class Recording implements ReadAheadSink {
     return new Promise<RecordOutcome>((resolve, reject) => {
       this.#settle = resolve
       this.#abandon = reject
-      readAhead(this.#o.body, this.#decoder, this, this.#o.readAhead)
+      readAhead(this.#body, this.#decoder, this, this.#o.readAhead)
     })
   }
 
@@ -189,7 +205,56 @@ class Recording implements ReadAheadSink {
 
   /** ReadAheadSink: the upstream answer ended. */
   end (): void {
-    this.#conclude(false, undefined).then(this.#settle, this.#abandon)
+    this.#resumeOrConclude().then(this.#settle, this.#abandon)
+  }
+
+  /**
+   * The upstream ended its answer. A request stream without its response yet,
+   * or the standalone stream, whose upstream gave event ids, is resumed
+   * upstream (after the upstream's retry hint) until the response comes or
+   * the upstream refuses; only then is the answer concluded (gap repair).
+   */
+  async #resumeOrConclude (): Promise<RecordOutcome> {
+    const o = this.#o
+    const lastId = this.#decoder.lastId ?? this.#upstreamId
+    const progress = lastId !== this.#upstreamId || this.#recordedSinceOpen
+    this.#recordedSinceOpen = false
+    this.#upstreamRetry = this.#decoder.retry ?? this.#upstreamRetry
+    this.#upstreamId = lastId
+    // The standalone stream is held for as long as the session lives: reopened even
+    // without ids (the upstream drops what it sends while no GET is open).
+    const wanted = o.resumeUpstream !== undefined && (o.requestId === undefined || (!this.#answered && lastId !== undefined))
+    if (!wanted) return await this.#conclude(false, undefined)
+    if (lastId !== undefined && !isResumableUpstreamId(lastId)) {
+      o.metrics.upstreamErrors.inc({ kind: 'unresumable_id' })
+      o.log.warn({ streamId: o.streamId }, 'upstream event id cannot go back in a Last-Event-ID header (control or non-ASCII characters): its stream is not resumable upstream')
+      return await this.#conclude(false, undefined)
+    }
+    this.#resumesWithoutProgress = progress ? 0 : this.#resumesWithoutProgress + 1
+    if (this.#resumesWithoutProgress >= UPSTREAM_RESUMES_WITHOUT_PROGRESS) {
+      o.log.warn({ streamId: o.streamId, resumes: this.#resumesWithoutProgress }, 'upstream resumed its stream without anything new, again: stopped resuming it')
+      return await this.#conclude(false, undefined)
+    }
+    if (progress && lastId !== undefined) o.upstreamIds?.noteUpstreamId(lastId)
+    await sleep(upstreamRetryDelay(this.#upstreamRetry))
+    let body: Readable | undefined
+    try {
+      body = await (o.resumeUpstream as (id: string | undefined) => Promise<Readable | undefined>)(lastId)
+    } catch (err) {
+      return await this.#conclude(true, err)
+    }
+    if (body === undefined) {
+      o.log.info({ streamId: o.streamId }, 'upstream refused to resume its stream: concluding it')
+      return await this.#conclude(false, undefined)
+    }
+    o.log.debug({ streamId: o.streamId }, 'upstream ended its stream early: resumed it with its Last-Event-ID')
+    this.#body = body
+    this.#decoder = new SseDecoder(o.maxEventBytes)
+    return await new Promise<RecordOutcome>((resolve, reject) => {
+      this.#settle = resolve
+      this.#abandon = reject
+      readAhead(body, this.#decoder, this, this.#o.readAhead)
+    })
   }
 
   /** ReadAheadSink: reading stopped (the upstream broke off, an event too large, the store refused for good). */
@@ -228,7 +293,7 @@ class Recording implements ReadAheadSink {
         o.metrics.upstreamErrors.inc({ kind: 'stream_broken' })
         o.log.warn({ err, streamId: o.streamId }, 'upstream SSE answer broke off')
       }
-      discardBody(o.body)
+      discardBody(this.#body)
       const closing: EventInput[] = tooLargeMarker === undefined ? [] : [tooLargeMarker]
       if (o.endStreamOnFinish && outcome !== 'session_gone' && outcome !== 'lease_lost') {
         // Nothing more can arrive: mark the end so resuming clients are not left waiting,
@@ -302,7 +367,10 @@ class Recording implements ReadAheadSink {
   /** Book-keeping once the store took an append: the upstream's events, and an error answer of the gateway's. */
   #recorded (stored: NumberedBatch, read: EventBatch, answer: EventInput | undefined, answers: boolean, end: boolean): true {
     const o = this.#o
-    if (stored.length > 0) this.#storedThrough = stored.lastSeq
+    if (stored.length > 0) {
+      this.#storedThrough = stored.lastSeq
+      this.#recordedSinceOpen = true
+    }
     if (answers) this.#answered = true
     if (end) this.#endPending = false
     if (this.#unrecorded > 0) {

@@ -35,6 +35,8 @@ class LocalSession implements PumpClients {
   /** Headers of the latest standalone GET here: a takeover opens the upstream GET with them. */
   headers: Record<string, string | string[]> | undefined
   log: Logger | undefined
+  /** The upstream answered the session's GET with 405: it has no GET stream, nothing to resume with. */
+  getRefused = false
   /** Set while another replica holds the stream and a client is attached here. */
   unwatch: (() => void) | undefined
   /** A DELETE of the session is on its way upstream (which may end the GET before it answers). */
@@ -126,6 +128,47 @@ export class SessionHub {
       // The client attaches next (keeping the headers a takeover needs); if it never does, forget later.
       setTimeout(() => this.#forget(sessionId), FORGET_AFTER_MS).unref()
     }
+  }
+
+  /**
+   * A session was just created (initialize answered with a session id): hold
+   * its upstream GET from now on, before any client asks for it. An SDK server
+   * drops a request or notification it sends on the standalone stream while no
+   * GET is open (sampling, elicitation, roots), so waiting for the client's
+   * GET, which may come later than its first tool call or never, loses them.
+   * Nothing is thrown: a refusal (405: the upstream has no standalone stream)
+   * is left for the client's own GET to meet and pass through, once.
+   */
+  openEarly (sessionId: string, headers: Record<string, string | string[]>, log: Logger): void {
+    this.ensurePump(sessionId, headers, log).then(refusal => {
+      if (refusal === null) return
+      if (refusal.statusCode === 405) this.#local(sessionId).getRefused = true
+      discardBody(refusal.body)
+      log.debug({ status: refusal.statusCode }, 'the upstream refused the session\'s standalone GET; a client GET gets its answer')
+    }, (err: unknown) => {
+      log.warn({ err }, 'could not open the session\'s upstream GET stream at initialize; the client\'s GET opens it')
+    })
+  }
+
+  /** Did the upstream answer this session's GET with 405 (known here)? Its streams cannot be resumed upstream. */
+  upstreamGetRefused (sessionId: string): boolean {
+    return this.#sessions.get(sessionId)?.getRefused === true
+  }
+
+  /**
+   * Resolves once the session's upstream GET being opened here has opened
+   * (or failed), at most after `maxWaitMs`: a request that may make the
+   * upstream send on the standalone stream goes upstream after it.
+   */
+  async opened (sessionId: string, maxWaitMs: number): Promise<void> {
+    const opening = this.#sessions.get(sessionId)?.opening
+    if (opening === undefined) return
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([
+      opening.catch(() => null),
+      new Promise<void>(resolve => { timer = setTimeout(resolve, maxWaitMs) })
+    ])
+    clearTimeout(timer)
   }
 
   async #claim (s: LocalSession, sessionId: string, log: Logger): Promise<UpstreamResponse | null> {

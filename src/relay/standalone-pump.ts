@@ -1,3 +1,4 @@
+import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { Lease } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
@@ -7,6 +8,7 @@ import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { mediaType } from '../upstream/headers.js'
 import type { ReadAheadBudget } from './read-ahead.js'
+import { isResumableUpstreamId } from '../protocol/upstream-event-id.js'
 import { GAP_MARKER_EVENT, recordUpstreamStream, type LiveClients, type RecordOutcome } from './recorder.js'
 
 /**
@@ -55,6 +57,7 @@ export class StandalonePump {
   readonly #abort = new UpstreamAbort()
   #holdTimer: NodeJS.Timeout | undefined
   #stopped = false
+  #headers: Record<string, string | string[]> = {}
   #released: Promise<void> = Promise.resolve()
 
   constructor (options: PumpOptions) {
@@ -71,9 +74,16 @@ export class StandalonePump {
    * through. The lease stays the caller's to release when it is refused.
    */
   async open (headers: Record<string, string | string[]>): Promise<UpstreamResponse | null> {
-    const { lease } = this.#o
-    let resuming = lease.lastUpstreamId !== undefined
-    let res = await this.#request(resuming ? { ...headers, 'last-event-id': lease.lastUpstreamId as string } : headers)
+    const { lease, log, metrics } = this.#o
+    this.#headers = headers
+    const lastId = lease.lastUpstreamId
+    let resuming = lastId !== undefined && isResumableUpstreamId(lastId)
+    if (lastId !== undefined && !resuming) {
+      // Sent as Last-Event-ID it would fail every GET (502 on each client retry): open afresh.
+      metrics.upstreamErrors.inc({ kind: 'unresumable_id' })
+      log.warn('the upstream\'s last event id cannot go back in a Last-Event-ID header: its GET stream is opened afresh')
+    }
+    let res = await this.#request(resuming ? { ...headers, 'last-event-id': lastId as string } : headers)
     if (resuming && !this.#stopped && res.statusCode >= 400 && res.statusCode !== 404 && res.statusCode !== 405) {
       // The upstream cannot resume from that id (it forgot it, restarted...): open afresh.
       discardBody(res.body)
@@ -135,7 +145,8 @@ export class StandalonePump {
       fence: lease.token,
       upstreamIds: lease,
       live: this.#o.clients,
-      storedThrough
+      storedThrough,
+      resumeUpstream: lastEventId => this.#resume(lastEventId)
     }).then(outcome => {
       metrics.upstreamStreamsOpen.dec({ kind: 'standalone' })
       log.debug({ outcome }, 'upstream GET stream finished')
@@ -143,6 +154,22 @@ export class StandalonePump {
     })
     this.clientsChanged()
     return null
+  }
+
+  /**
+   * The upstream ended its GET stream: open it again, from its last event id
+   * when it gave one, so nothing it sends later is dropped for want of a GET.
+   */
+  async #resume (lastEventId: string | undefined): Promise<Readable | undefined> {
+    if (this.#stopped) return undefined
+    const { upstream, metrics } = this.#o
+    const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
+    const headers = lastEventId === undefined ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }
+    const res = await upstream.request({ method: 'GET', path: this.#o.path, headers, signal: this.#abort })
+    end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
+    if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
+    discardBody(res.body)
+    return undefined
   }
 
   /** The hub's local client count changed: the hold timer runs only with none. */

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import type { Readable } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { LeaseCoordinator } from '../cluster/coordinator.js'
@@ -43,12 +44,25 @@ export const GAP_HEADER = 'x-mcp-gateway-gap'
 const REPLAY_PAGE_EVENTS = 10_000
 const REPLAY_FIRST_PAGE_BYTES = 128 * 1024
 const REPLAY_PAGE_MAX_BYTES = 4 * 1024 * 1024
+/** How long a request waits for its session's upstream GET, opening at initialize, to open. */
+const EARLY_GET_WAIT_MS = 2000
 /** Gap reason (mcpgw_gaps_total) of a request stream ended for its dead recorder. */
 const RECORDER_LOST = 'recorder_lost'
 /** Transports spec: session ids are visible ASCII (0x21-0x7E). */
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 
 export { sessionHash }
+/** The protocol version an initialize request offers (params.protocolVersion), when it is a plain token. */
+function offeredVersion (body: Buffer | undefined): string | undefined {
+  if (body === undefined) return undefined
+  try {
+    const version = (JSON.parse(body.toString('utf8')) as { params?: { protocolVersion?: unknown } }).params?.protocolVersion
+    return typeof version === 'string' && /^[\w.-]{1,32}$/.test(version) ? version : undefined
+  } catch {
+    return undefined
+  }
+}
+
 
 type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'
 
@@ -126,6 +140,40 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     return headers
   }
 
+  /**
+   * An upstream GET of the session on behalf of a POST: its auth and other
+   * end-to-end headers. The GET opened at initialize carries the version the
+   * client offered: the negotiated one is in the answer's body, and is the
+   * offered one whenever the server supports it (lifecycle spec); a server
+   * that does not refuses the GET, and the client's own GET opens it later.
+   * The version matters: servers send priming events (ids to resume from)
+   * only from 2025-11-25 on.
+   */
+  function upstreamGetHeaders (request: FastifyRequest, sessionId: string, version: 'keep' | 'offered'): Record<string, string | string[]> {
+    const headers = recordableHeaders(request)
+    for (const name of ['content-type', 'content-length', 'content-encoding', 'last-event-id']) delete headers[name]
+    if (version === 'offered') {
+      delete headers['mcp-protocol-version']
+      const offered = offeredVersion(request.body as Buffer | undefined)
+      if (offered !== undefined) headers['mcp-protocol-version'] = offered
+    }
+    headers.accept = 'text/event-stream'
+    headers['mcp-session-id'] = sessionId
+    return headers
+  }
+
+  /** Resumes a POST's SSE answer that the upstream ended early (SEP-1699 polling): GET with its Last-Event-ID. */
+  function resumeRequestUpstream (request: FastifyRequest, sessionId: string): (lastEventId: string | undefined) => Promise<Readable | undefined> {
+    const headers = upstreamGetHeaders(request, sessionId, 'keep')
+    return async lastEventId => {
+      if (lastEventId === undefined) return undefined
+      const res = await timedUpstream('GET', () => upstream.request({ method: 'GET', path: request.url, headers: { ...headers, 'last-event-id': lastEventId } }))
+      if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
+      discardBody(res.body)
+      return undefined
+    }
+  }
+
   async function timedUpstream (method: string, fn: () => Promise<UpstreamResponse>): Promise<UpstreamResponse> {
     const end = metrics.upstreamRequestDuration.startTimer({ method })
     try {
@@ -142,7 +190,12 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   async function handlePost (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
     const sessionId = sessionIdOf(request)
     const principal = principalOf(request, config.principalHeader)
-    if (sessionId !== undefined) await requireSession(sessionId, principal, request)
+    if (sessionId !== undefined) {
+      await requireSession(sessionId, principal, request)
+      // The session's upstream GET, opened at initialize, first: what this request
+      // makes the upstream send on the standalone stream then finds it open.
+      await hub.opened(sessionId, EARLY_GET_WAIT_MS)
+    }
     // Not tied to the client connection: the answer is read to its end and recorded.
     let res: UpstreamResponse
     try {
@@ -170,6 +223,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
         throw e
       }
       recordSession = issued
+      if (res.statusCode >= 200 && res.statusCode < 300) hub.openEarly(issued, upstreamGetHeaders(request, issued, 'offered'), request.log.child({ sessionHash: sessionHash(issued), streamId: STANDALONE_STREAM }))
     }
     if (sessionId !== undefined && res.statusCode === 404) await forgetSession(sessionId, request.log)
     if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream' || recordSession === undefined) {
@@ -243,6 +297,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       live: client,
       storedThrough: state.lastSeq,
       requestId,
+      ...(requestId !== undefined && !hub.upstreamGetRefused(sessionId) && { resumeUpstream: resumeRequestUpstream(request, sessionId) }),
       failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off')
     })).then(outcome => {
       recording.done()
@@ -381,8 +436,17 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
 
   async function resumeRequestStream (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition): Promise<unknown> {
     const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: position.streamId })
-    // The client already got the gateway's answer for a lost response: nothing follows.
-    if (position.seq === REPAIRED_SEQ) return await reply.code(204).send()
+    // The client already got the gateway's answer for a lost response: it gets it again
+    // (a GET is answered with an SSE stream or 405, and an SDK client resuming a request
+    // stream reconnects until a response arrives).
+    if (position.seq === REPAIRED_SEQ) {
+      const requestId = requestIdOfStream(position.streamId)
+      const client = streamOptions(reply, log, 'resume', position.epoch, position.streamId, proto)
+      client.open({}, position.seq)
+      if (requestId !== undefined) client.writeSynthesized(encodeEventId(position), lostResponseError(requestId, 'it was lost (told before)'))
+      client.close('completed', false)
+      return
+    }
     const startedAt = performance.now()
     const asked = metrics.timeStore('state', () => store.state(sessionId, position.streamId))
     // The first page right behind the state, not after its answer: on Redis, one
@@ -396,10 +460,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       e.cause = err
       throw e
     }
-    if (state !== null && state.epoch === position.epoch && state.ended && position.seq === state.lastSeq) {
-      // Everything was delivered (a client reconnects after a JSON-RPC error answer too).
-      metrics.resumes.inc({ outcome: 'replayed' })
-      return await reply.code(204).send()
+    if (state !== null && state.epoch === position.epoch && state.ended && position.seq === state.lastSeq && position.seq > 0) {
+      // Past the end of a finished stream: its last event (the response) once more, then
+      // the end. A GET is answered with an SSE stream or 405 (transports spec), and an SDK
+      // client resuming with a saved token reconnects until a response arrives.
+      position = { ...position, seq: position.seq - 1 }
     }
     if (state === null || state.epoch !== position.epoch) {
       // The store has no history for this stream (expired, or lost with the epoch):

@@ -5,9 +5,9 @@ import type { FrameEvent } from '../store/contract.js'
 /**
  * One complete upstream SSE event, as bytes (an EventInput, stored as it
  * is): its field lines exactly as the upstream sent them (less any `retry`
- * field), each with its line break, without the blank line that ended the
- * event. The gateway forwards these bytes and adds its own `id:` line after
- * them (the last id field of an event is the one a client keeps), so the
+ * and `id` fields), each with its line break, without the blank line that
+ * ended the event. The gateway forwards these bytes and adds its own `id:`
+ * line after them, so the
  * upstream's data is never parsed or re-serialised on the hot path.
  */
 export interface UpstreamEvent extends FrameEvent {
@@ -39,9 +39,10 @@ function fieldValue (buf: Buffer, start: number, end: number, nameLength: number
 }
 
 /**
- * The block's lines without its `retry` fields. The reconnection delay clients
- * get is the gateway's (SSE_RETRY_MS); an upstream's hint inside an event would
- * override it. Rare, so a copy is fine.
+ * The block's lines without its `retry` and `id` fields. The reconnection
+ * delay clients get is the gateway's (SSE_RETRY_MS), and the ids they see are
+ * the gateway's only: an upstream's hint or id inside an event would be
+ * passed on with it. A copy, only for events that carry either.
  */
 function withoutRetryLines (buf: Buffer, start: number, end: number): Buffer {
   const kept: Buffer[] = []
@@ -50,7 +51,7 @@ function withoutRetryLines (buf: Buffer, start: number, end: number): Buffer {
     let j = i
     while (j < end && buf[j] !== LF && buf[j] !== CR) j++
     const next = buf[j] === CR && buf[j + 1] === LF && j + 1 < end ? j + 2 : j + 1
-    if (!isField(buf, i, j, 'retry')) kept.push(buf.subarray(i, Math.min(next, end)))
+    if (!isField(buf, i, j, 'retry') && !isField(buf, i, j, 'id')) kept.push(buf.subarray(i, Math.min(next, end)))
     i = next
   }
   return Buffer.concat(kept)
@@ -63,7 +64,8 @@ function withoutRetryLines (buf: Buffer, start: number, end: number): Buffer {
  * blocks are events (a block without a `data` field dispatches nothing), and
  * reads the few fields the gateway needs (`id`, `retry`); it never decodes an
  * event's data. A frame keeps the event's lines as sent, except `retry`
- * fields (the gateway's retry hint is the one clients follow). A leading byte
+ * and `id` fields (the gateway's retry hint and ids are the ones clients
+ * follow); events with empty data (priming) are not kept. A leading byte
  * order mark is dropped, as a client would.
  *
  * MAX_EVENT_BYTES bounds an event's bytes on the wire (all its lines): an
@@ -83,6 +85,8 @@ export class SseDecoder {
   #lineParts: Buffer[] = []
   #lineBytes = 0
   #hasData = false
+  /** The block's data is empty (one `data` field, empty): clients dispatch no such event (priming). */
+  #emptyData = false
   /** The block has a retry field (kept out of the frame). */
   #hasRetry = false
   /** The value of the block's last id line, if any. */
@@ -164,6 +168,7 @@ export class SseDecoder {
     this.#lineParts = []
     this.#lineBytes = 0
     this.#hasData = false
+    this.#emptyData = false
     this.#hasRetry = false
     this.#blockId = undefined
   }
@@ -248,7 +253,11 @@ export class SseDecoder {
   #field (buf: Buffer, start: number, end: number): void {
     switch (buf[start]) {
       case 0x64: // d
-        if (!this.#hasData && isField(buf, start, end, 'data')) this.#hasData = true
+        if (isField(buf, start, end, 'data')) {
+          // "data", "data:" or "data: ": empty (the value itself is never decoded here).
+          this.#emptyData = !this.#hasData && (end - start <= 5 || (end - start === 6 && buf[start + 5] === 0x20))
+          this.#hasData = true
+        }
         break
       case 0x69: // i
         if (isField(buf, start, end, 'id')) this.#blockId = fieldValue(buf, start, end, 2)
@@ -281,12 +290,14 @@ export class SseDecoder {
       id = value
       this.#lastId = value
     }
-    if (this.#hasData) {
+    // An event with empty data (the upstream's priming event) is never dispatched by
+    // a client: only its id counts, for resuming the upstream.
+    if (this.#hasData && !this.#emptyData) {
       if (end - start > this.#maxEventBytes) {
         this.#reset()
         throw new EventTooLargeError(this.#maxEventBytes)
       }
-      if (this.#hasRetry) {
+      if (this.#hasRetry || this.#blockId !== undefined) {
         const frame = withoutRetryLines(buf, start, end)
         into.addFrame(frame, 0, frame.length, id)
       } else {
@@ -294,6 +305,7 @@ export class SseDecoder {
       }
     }
     this.#hasData = false
+    this.#emptyData = false
     this.#hasRetry = false
     this.#blockId = undefined
   }

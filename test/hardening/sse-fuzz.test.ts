@@ -182,7 +182,9 @@ function reference (bytes: Buffer, max: number): Reference {
   for (const match of text.matchAll(/[^\r\n]+/g)) {
     if (Buffer.byteLength(match[0]) > max) giants.push([match.index, match.index + match[0].length])
   }
-  return { events, ends, giants, text }
+  // Events with empty data (priming) are never dispatched by a client: the gateway drops them.
+  const kept = events.map(e => e.data !== '')
+  return { events: events.filter((_, i) => kept[i]), ends: ends.filter((_, i) => kept[i]), giants, text }
 }
 
 function isResponseTo (data: string, id: number): boolean {
