@@ -63,7 +63,6 @@ function offeredVersion (body: Buffer | undefined): string | undefined {
   }
 }
 
-
 type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'
 
 const LOST_PHRASES: Record<GapReason, string> = {
