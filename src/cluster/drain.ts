@@ -34,7 +34,7 @@ const IDLE_SWEEP_MS = 100
 const RETURN_MARGIN_MS = 1000
 
 /**
- * SIGTERM (DESIGN.md, "Replicas"). Readiness is already false when this runs.
+ * SIGTERM (docs/operations-restarts.md). Readiness is already false when this runs.
  * 1. Each held upstream GET goes to the first replica that asks for it (a
  *    client of the session attached there); this replica records until then.
  * 2. Client streams get a retry hint and are closed, spread over the window,

@@ -1,5 +1,5 @@
 /**
- * The lease on a session's upstream GET (DESIGN.md, "Replicas"): exactly one
+ * The lease on a session's upstream GET (docs/replicas.md): exactly one
  * replica at a time holds it and feeds the standalone stream; the others
  * follow the store. This file is the contract between the coordination logic
  * (coordinator.ts, store-agnostic) and a backend: Redis (store/redis/
