@@ -65,7 +65,9 @@ t.test('a resume whose stream history is gone gets a JSON-RPC error for the requ
   t.ok(resume?.events.some(e => e.event === 'gateway-gap'), 'with an explicit gap notice')
   await sleep(4000)
   const after = mcp.exchanges.filter(e => e.method === 'GET' && e.lastEventId !== undefined && !e.lastEventId.includes('.s.'))
-  t.ok(after.slice(1).every(e => e.status === 204), `a resume past the repair answer gets 204 (${after.map(e => e.status).join(',')})`)
+  // A GET gets an SSE stream (or 405): the repair answer once more, which ends the SDK's reconnecting.
+  t.ok(after.slice(1).every(e => e.status === 200 && e.contentType?.startsWith('text/event-stream') === true), `a resume past the repair answer gets an SSE stream (${after.map(e => e.status).join(',')})`)
+  t.ok(after.length <= 2, `no reconnection loop (${after.length} resumes)`)
   t.equal(after.filter(e => e.events.some(ev => ev.event === 'gateway-gap')).length, 1, 'exactly one repair')
   const metrics = await gateway.metrics.registry.getSingleMetricAsString('mcpgw_gaps_total')
   t.match(metrics, /mcpgw_gaps_total\{reason="unknown_stream"\} 1$/m, 'the gap is counted')

@@ -26,6 +26,11 @@ for (const kind of ['memory', 'redis'] as StoreKind[]) {
       mcp.client.setRequestHandler(ElicitRequestSchema, async () => ({ action: 'accept', content: { name: 'ada' } }))
       mcp.client.setRequestHandler(ListRootsRequestSchema, async () => ({ roots: [{ uri: 'file:///work', name: 'work' }] }))
       // Both streams are closed after each ask: the next ask finds them resumed upstream.
+      // The SDK server gives its GET stream no priming event: until its first event the
+      // stream has no id to resume from, and what it stores while no GET is open is out
+      // of reach (a direct client loses it too). So the session asks there first.
+      const warmUp = await mcp.client.callTool({ name: 'ask', arguments: { kind: 'roots', onRequestStream: false } }, undefined, { timeout: 15_000 })
+      t.equal((warmUp.content as Array<{ text: string }>)[0]?.text, EXPECTED.roots, 'first ask on the standalone stream')
       for (const k of ['sampling', 'elicitation', 'roots'] as AskKind[]) {
         for (const related of [onRequestStream, !onRequestStream]) {
           const result = await mcp.client.callTool({ name: 'ask', arguments: { kind: k, onRequestStream: related } }, undefined, { timeout: 15_000 })
