@@ -45,26 +45,11 @@ interface KnownFailure {
 
 const STORE_LESS: GatewaySetup[] = ['gateway-memory', 'gateway-redis']
 
-const LATE_UPSTREAM_GET = 'The tool sends its sampling/elicitation request on the standalone stream (no related request id). ' +
-  'The gateway opens its upstream GET only when the client\'s GET arrives and after store round trips (session check, lease), ' +
-  'so the tool call\'s POST often reaches the upstream first; the SDK upstream, with no GET stream open, drops the request and the ' +
-  'tool times out (the suite sees "MCP error -32001: Request timed out"). Mostly on Redis, where the round trips are longer.'
-
-/** Scenario -> why it fails through the gateway today, and where. */
-const KNOWN_GATEWAY_FAILURES: Record<string, KnownFailure> = {
-  'tools-call-sampling': { reason: LATE_UPSTREAM_GET, setups: STORE_LESS, race: true },
-  'tools-call-elicitation': { reason: LATE_UPSTREAM_GET, setups: STORE_LESS, race: true },
-  'elicitation-sep1034-defaults': { reason: LATE_UPSTREAM_GET, setups: STORE_LESS, race: true },
-  'elicitation-sep1330-enums': { reason: LATE_UPSTREAM_GET, setups: STORE_LESS, race: true },
-  'server-sse-polling': {
-    reason: 'In front of an upstream WITH a store, the upstream primes the POST stream and closes it before the result (SEP-1699 polling); ' +
-      'the gateway does not resume it upstream with GET and Last-Event-ID, and the client\'s own GET with the gateway\'s last id ' +
-      'gets 204 No Content (suite warning "Server did not accept reconnection with Last-Event-ID (HTTP 204)"). ' +
-      'The stable suite sends MCP-Protocol-Version 2025-03-26 on that POST, so the SDK neither primes nor closes there.',
-    setups: ['gateway-memory-upstream-store', 'gateway-redis-upstream-store'],
-    versions: ['0.2.0-alpha.12']
-  }
-}
+/**
+ * Scenario -> why it fails through the gateway today, and where. Empty: every
+ * scenario that passes directly with a store passes through the gateway.
+ */
+const KNOWN_GATEWAY_FAILURES: Record<string, KnownFailure> = {}
 
 /** Scenario -> why it fails directly against the server with its store too (excluded from the comparison). */
 const BASELINE_FAILURES: Record<string, string> = {}
