@@ -81,7 +81,8 @@ for (const loss of ['FLUSHALL', 'restart'] as const) {
     const outcome = await call
     const delivery = checkDelivery(received(), COUNT)
     const resumes = mcp.exchanges.filter(e => e.method === 'GET' && e.lastEventId !== undefined)
-    const gaps = metricSum(await metrics(adminUrl), 'mcpgw_gaps_total', { reason: 'epoch' })
+    const exposition = await metrics(adminUrl)
+    const gaps = metricSum(exposition, 'mcpgw_gaps_total', { reason: 'epoch' })
     t.comment(`${loss}: sent ${COUNT}, received ${delivery.received}, lost ${delivery.lost.length} [${formatRanges(delivery.lost)}], duplicated ${delivery.duplicated.length}; ` +
       `resumes ${resumes.map(e => e.status ?? e.error).join(',') || 'none'}; epoch gaps counted ${gaps}`)
     t.same('result' in outcome ? outcome.result.content : String(outcome.err), [{ type: 'text', text: `done ${COUNT}` }], 'the client gets the tool\'s result')
@@ -89,6 +90,7 @@ for (const loss of ['FLUSHALL', 'restart'] as const) {
     t.same(resumes.filter(e => e.status !== 200).map(e => e.status), [], 'no resume got 404 (or anything but 200)')
     t.ok(resumes.some(e => e.events.some(ev => ev.event === 'gateway-gap' && ev.data.includes('"epoch"'))), 'a resume was told of the gap: the store lost the history (a new epoch)')
     t.ok(gaps >= 1, 'the gap is counted (mcpgw_gaps_total{reason="epoch"})')
+    t.equal(metricSum(exposition, 'mcpgw_sessions_recovered_total'), 1, 'the session was recorded again, once (mcpgw_sessions_recovered_total)')
     t.same(delivery.duplicated, [], 'nothing twice')
     t.equal(delivery.outOfOrder, 0, 'in order')
     t.ok(delivery.received >= COUNT - 50, 'at most what the store held undelivered at the loss is missing')
