@@ -53,7 +53,9 @@ for (const loss of ['FLUSHALL', 'restart'] as const) {
     const upstream = await startExampleServer()
     t.teardown(() => upstream.close())
     const prefix = uniquePrefix('lost-mid-call')
-    const config = testConfig(upstream.url, { REDIS_URL: redis.url, REDIS_KEY_PREFIX: prefix, SSE_RETRY_MS: '200' })
+    // The client resumes after the gateway's 2 s cache of verified sessions expired:
+    // only the store can then say whether the session exists.
+    const config = testConfig(upstream.url, { REDIS_URL: redis.url, REDIS_KEY_PREFIX: prefix, SSE_RETRY_MS: '2500' })
     const store = await RedisEventStore.connect({ url: redis.url, keyPrefix: prefix, retention: config.retention })
     const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) })
     const { url, adminUrl } = await gateway.listen()
