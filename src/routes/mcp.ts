@@ -303,7 +303,9 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       // rest of the answer, the result included, the session is recorded again for the
       // principal this request was verified for, and this stream goes on in the new epoch.
       // The client following it is closed on the epoch change and resumes: an epoch gap,
-      // then the rest, recorded and resumable like any answer.
+      // then the rest, recorded and resumable like any answer. Not passed on unrecorded
+      // instead: a client cut off after the loss would then lose the result all the same.
+      // The upstream answering the session's request is its confirmation.
       recoverSession: async () => {
         if (await guard.recoverDuringAnswer(sessionId, principal, log) === null) return undefined
         return await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
