@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.js'
-import type { AppendOptions, EventInput, EventStore } from '../store/contract.js'
+import type { AppendOptions, EventInput, EventStore, StreamState } from '../store/contract.js'
 import { EventBatch, type NumberedBatch } from '../store/batch.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { SseDecoder } from '../sse/decoder.js'
@@ -71,6 +71,14 @@ export interface RecordOptions {
    * Resolves with the new SSE body, or undefined when the upstream refuses.
    */
   readonly resumeUpstream?: (lastEventId: string | undefined) => Promise<Readable | undefined>
+  /**
+   * Request streams: the store lost the session (Redis restarted empty) while
+   * the upstream is still answering. Records the session again under a new
+   * epoch and opens this stream in it; resolves with the stream's new state,
+   * or undefined when the session is not to be recorded again (deleted,
+   * expired, RECOVER_LOST_SESSIONS off).
+   */
+  readonly recoverSession?: () => Promise<StreamState | undefined>
 }
 
 /** Cheap pre-check on the bytes, then a parse: is this event the JSON-RPC response to `id`? */
@@ -170,6 +178,8 @@ class Recording implements ReadAheadSink {
   #answered: boolean
   /** The stream's end could not be recorded yet. */
   #endPending = false
+  /** The session was recorded again under a new epoch: a gap marker goes first in it. */
+  #epochGapPending = false
   #settle: (outcome: RecordOutcome) => void = ignore
   #abandon: (err: unknown) => void = ignore
 
@@ -312,6 +322,11 @@ class Recording implements ReadAheadSink {
     return { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded: this.#unrecorded }) }
   }
 
+  /** What a client replaying the new epoch reads first: what came before is gone with the old one. */
+  #epochMarker (): EventInput {
+    return { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'epoch', streamId: this.#o.streamId }) }
+  }
+
   #errorAnswer (reason: RecordOutcome): EventInput | undefined {
     const data = this.#answered ? undefined : this.#o.failureResponse?.(reason)
     return data === undefined ? undefined : { data }
@@ -373,6 +388,7 @@ class Recording implements ReadAheadSink {
     }
     if (answers) this.#answered = true
     if (end) this.#endPending = false
+    this.#epochGapPending = false
     if (this.#unrecorded > 0) {
       o.metrics.gaps.inc({ reason: 'store_unavailable' })
       o.log.warn({ streamId: o.streamId, unrecorded: this.#unrecorded }, 'event store back: gap marker recorded for the events it missed')
@@ -387,8 +403,40 @@ class Recording implements ReadAheadSink {
     return true
   }
 
-  /** Append what the upstream sent (one or more reads); false when the store refused it (degraded mode). */
+  /**
+   * Append what the upstream sent (one or more reads); false when the store
+   * refused it (degraded mode). A session the store lost is recorded again
+   * (recoverSession) and the append made in the new epoch, after a gap marker:
+   * the upstream is still answering, and the rest of its answer, the response
+   * included, stays resumable instead of being thrown away.
+   */
   async #append (events: EventBatch | readonly EventInput[], end: boolean, reason: RecordOutcome = 'upstream_error'): Promise<boolean> {
+    try {
+      return await this.#appendOnce(events, end, reason)
+    } catch (err) {
+      if (!(err instanceof SessionGoneError) || !(await this.#recoverSession())) throw err
+      return await this.#appendOnce(events, end, reason)
+    }
+  }
+
+  async #recoverSession (): Promise<boolean> {
+    const o = this.#o
+    if (o.recoverSession === undefined) return false
+    let state: StreamState | undefined
+    try {
+      state = await o.recoverSession()
+    } catch (err) {
+      o.log.warn({ err, streamId: o.streamId }, 'could not record the lost session again')
+      return false
+    }
+    if (state === undefined) return false
+    this.#storedThrough = state.lastSeq
+    this.#epochGapPending = true
+    o.log.warn({ streamId: o.streamId, epoch: state.epoch }, 'the event store lost the session during its answer: recorded again under a new epoch, recording goes on after a gap marker')
+    return true
+  }
+
+  async #appendOnce (events: EventBatch | readonly EventInput[], end: boolean, reason: RecordOutcome): Promise<boolean> {
     const o = this.#o
     const read = events instanceof EventBatch ? events : EventBatch.from(events)
     if (read.length === 0 && !end && this.#unrecorded === 0) return true
@@ -411,9 +459,10 @@ class Recording implements ReadAheadSink {
       }
     }
     // A gap marker before the events or an error answer after them (both rare) means packing anew.
-    const batch = this.#unrecorded === 0 && answer === undefined
+    const markers = [...(this.#epochGapPending ? [this.#epochMarker()] : []), ...(this.#unrecorded === 0 ? [] : [this.#marker()])]
+    const batch = markers.length === 0 && answer === undefined
       ? read
-      : EventBatch.from([...(this.#unrecorded === 0 ? [] : [this.#marker()]), ...read.toArray(), ...(answer === undefined ? [] : [answer])])
+      : EventBatch.from([...markers, ...read.toArray(), ...(answer === undefined ? [] : [answer])])
     const options = { end, ...(o.fence !== undefined && { fence: o.fence }) }
     let stored: NumberedBatch
     try {

@@ -260,6 +260,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     const requestId = requestIdOfBody(request.body as Buffer | undefined)
     const streamId = makeRequestStreamId(randomToken(8, random), randomToken(3, random), requestId)
     const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId })
+    const principal = guard.principalOf(request)
     let state: StreamState
     // Noted before any event id goes out: a client resuming elsewhere can then learn if this replica dies.
     const recording = deps.leases.recordRequestStream(sessionId, streamId)
@@ -297,7 +298,18 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       storedThrough: state.lastSeq,
       requestId,
       ...(requestId !== undefined && !hub.upstreamGetRefused(sessionId) && { resumeUpstream: resumeRequestUpstream(request, sessionId) }),
-      failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off')
+      failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off'),
+      // The store lost the session mid-answer (Redis restarted empty): rather than drop the
+      // rest of the answer, the result included, the session is recorded again for the
+      // principal this request was verified for, and this stream goes on in the new epoch.
+      // The client following it is closed on the epoch change and resumes: an epoch gap,
+      // then the rest, recorded and resumable like any answer. Not passed on unrecorded
+      // instead: a client cut off after the loss would then lose the result all the same.
+      // The upstream answering the session's request is its confirmation.
+      recoverSession: async () => {
+        if (await guard.recoverDuringAnswer(sessionId, principal, log) === null) return undefined
+        return await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
+      }
     })).then(outcome => {
       recording.done()
       metrics.upstreamStreamsOpen.dec({ kind: 'request' })
@@ -465,16 +477,18 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       // client resuming with a saved token reconnects until a response arrives.
       position = { ...position, seq: position.seq - 1 }
     }
-    if (state === null || state.epoch !== position.epoch) {
+    // A stream in another epoch was opened again after the store lost the session
+    // during its answer: an epoch gap, then what the new epoch holds (resumePoint).
+    if (state === null) {
       // The store has no history for this stream (expired, or lost with the epoch):
       // say so, and answer the request with an error so the call fails fast.
-      const reason: GapReason = state === null ? 'unknown_stream' : 'epoch'
+      const reason: GapReason = 'unknown_stream'
       const requestId = requestIdOfStream(position.streamId)
       if (requestId !== undefined) return answerLostResponse(request, reply, proto, position, requestId, reason)
       metrics.resumes.inc({ outcome: 'unknown' })
       metrics.gaps.inc({ reason })
       log.warn({ reason }, 'gap: resume of a stream whose history is gone')
-      const client = streamOptions(reply, log, 'resume', state?.epoch ?? record.epoch, position.streamId, proto)
+      const client = streamOptions(reply, log, 'resume', record.epoch, position.streamId, proto)
       client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
       client.close('completed', false)
       return

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify'
 import { createHash } from 'node:crypto'
 import { JwtPrincipal } from '../auth/jwt-principal.js'
 import { HeaderPrincipal, type Identity, type PrincipalResolver } from '../auth/principal.js'
@@ -118,15 +118,10 @@ export class SessionGuard {
    * after the loss gets 404, as before it.
    */
   async recoverLostSession (sessionId: string, principal: string, request: FastifyRequest): Promise<SessionRecord | null> {
-    if (!this.#config.recoverLostSessions) return null
-    const known = this.#sessions.stale(sessionId)
-    if (known !== undefined && known.principal !== principal) return null
     try {
-      const intactSince = await this.#metrics.timeStore('intact_since', () => this.#store.intactSince())
-      const lostFor = Date.now() - Math.min(intactSince, Date.now())
-      // A mark that is not a time (written by something else) reads as intact: no recovery.
-      if (!Number.isFinite(lostFor) || lostFor >= this.#config.retention.ttlMs) return null
-      const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal))
+      const adopted = await this.#adoptLost(sessionId, principal)
+      if (adopted === null) return null
+      const { record, intactSince } = adopted
       if (record.principal === principal) this.recovering.set(request, { sessionId, epoch: record.epoch, intactSince })
       return record
     } catch (err) {
@@ -134,6 +129,41 @@ export class SessionGuard {
       e.cause = err
       throw e
     }
+  }
+
+  /**
+   * A session the store lost while the upstream was still streaming its
+   * answer to one of its requests, made for `principal`. The upstream
+   * answering is its confirmation, so it is recorded again at once (same
+   * rules as recoverLostSession); null when it is not to be, or the store
+   * has it for another principal already. Throws when the store fails.
+   */
+  async recoverDuringAnswer (sessionId: string, principal: string, log: FastifyBaseLogger): Promise<SessionRecord | null> {
+    const known = this.#sessions.stale(sessionId)
+    const adopted = await this.#adoptLost(sessionId, principal)
+    if (adopted === null || adopted.record.principal !== principal) return null
+    const { record, intactSince } = adopted
+    this.#sessions.set(sessionId, record)
+    // Another request may have recorded it again first: counted once.
+    if (known?.epoch !== record.epoch) {
+      this.#metrics.sessionsRecovered.inc()
+      log.warn({ sessionHash: sessionHash(sessionId), epoch: record.epoch, storeIntactSince: new Date(intactSince).toISOString() },
+        'a session the event store had lost (it restarted empty, or evicted it) during a request\'s answer goes on under a new epoch; resuming clients are told of the gap')
+    }
+    return record
+  }
+
+  /** Record a lost session again (see recoverLostSession): the store's record, or null when it was not lost, or too long ago. */
+  async #adoptLost (sessionId: string, principal: string): Promise<{ record: SessionRecord, intactSince: number } | null> {
+    if (!this.#config.recoverLostSessions) return null
+    const known = this.#sessions.stale(sessionId)
+    if (known !== undefined && known.principal !== principal) return null
+    const intactSince = await this.#metrics.timeStore('intact_since', () => this.#store.intactSince())
+    const lostFor = Date.now() - Math.min(intactSince, Date.now())
+    // A mark that is not a time (written by something else) reads as intact: no recovery.
+    if (!Number.isFinite(lostFor) || lostFor >= this.#config.retention.ttlMs) return null
+    const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal))
+    return { record, intactSince }
   }
 
   /**
