@@ -1,11 +1,16 @@
 // grafana/dashboard.json: valid JSON Grafana can import, a datasource variable every
 // panel uses, a layout without overlaps, and queries that only name metrics (and
 // labels) the gateway registers, so a renamed metric cannot leave a silent empty
-// panel. Every mcpgw_ metric is shown somewhere.
+// panel. Every mcpgw_ metric is shown somewhere, and every panel has data on a
+// healthy gateway's real scrape.
 import t from 'tap'
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { GatewayMetrics } from '../../src/metrics/metrics.js'
+import { startExampleServer } from '../../examples/mcp-server.js'
+import { startGateway } from '../fixtures/gateway.js'
+import { metrics as scrape } from '../fixtures/hardening.js'
+import { connectClient } from '../fixtures/mcp-client.js'
 
 interface Target { expr?: string, datasource?: { uid?: string } }
 interface Panel { id: number, type: string, title: string, gridPos: { x: number, y: number, w: number, h: number }, datasource?: { type?: string, uid?: string }, targets?: Target[], panels?: Panel[] }
@@ -109,5 +114,20 @@ t.test('every gateway metric is on the dashboard', async t => {
   t.same(missing, [], 'add a panel to grafana/dashboard.json for each new mcpgw_ metric')
   for (const name of ['process_resident_memory_bytes', 'process_cpu_seconds_total', 'nodejs_eventloop_lag_p99_seconds']) {
     t.ok(shown.has(name), `process health: ${name}`)
+  }
+})
+
+t.test('every panel has data on a healthy gateway (a real scrape, after one session and a tool call)', async t => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const gw = await startGateway(t, 'memory', upstream.url)
+  const client = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => client.close())
+  await client.client.callTool({ name: 'echo', arguments: { text: 'hello' } })
+  const scraped = await scrape(gw.adminUrl)
+  const series = new Set(scraped.split('\n').filter(l => l !== '' && !l.startsWith('#')).map(l => (/^[a-zA-Z_:][\w:]*/.exec(l) as RegExpExecArray)[0]))
+  for (const { panel, expr } of exprs) {
+    const empty = metricNames(expr).filter(name => !series.has(name) && !series.has(`${name}_count`))
+    t.same(empty, [], `${panel}: every metric it selects has a series (${expr})`)
   }
 })
