@@ -47,8 +47,9 @@ t.test('SIGKILL of the lease holder mid-broadcast: takeover within seconds, loss
   await sleep(200)
 
   const takenBy = survivors.find(r => r.logged(/gap marker recorded/).length > 0)
-  const loggedAt = takenBy?.logged(/gap marker recorded/)[0]?.time as number | undefined
-  const takeoverMs = loggedAt === undefined ? NaN : loggedAt - killedAt
+  // Log lines carry ISO times.
+  const loggedAt = takenBy?.logged(/gap marker recorded/)[0]?.time as string | undefined
+  const takeoverMs = loggedAt === undefined ? NaN : Date.parse(loggedAt) - killedAt
   const report = checkDelivery(received(), COUNT)
   const lost = missingRanges(received(), COUNT)
   t.comment(`failover: lease ttl ${LEASE_TTL_MS} ms; takeover ${takeoverMs} ms after SIGKILL (gap marker recorded by ${takenBy?.name ?? '?'}), seen by the client after ${observedMs} ms`)
