@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Lease, LeaseCoordinator } from '../cluster/coordinator.js'
@@ -35,8 +36,6 @@ class LocalSession implements PumpClients {
   /** Headers of the latest standalone GET here: a takeover opens the upstream GET with them. */
   headers: Record<string, string | string[]> | undefined
   log: Logger | undefined
-  /** The upstream answered the session's GET with 405: it has no GET stream, nothing to resume with. */
-  getRefused = false
   /** Set while another replica holds the stream and a client is attached here. */
   unwatch: (() => void) | undefined
   /** A DELETE of the session is on its way upstream (which may end the GET before it answers). */
@@ -75,9 +74,17 @@ export class SessionHub {
   readonly #handoverExpected = new Set<string>()
   /** Set once the drain closed its last streams: the retry hint for any attached later. */
   #exitRetryMs: number | undefined
+  /**
+   * Sessions whose upstream answered their GET with 405 (it has no standalone
+   * stream), kept after their local state is forgotten: their request streams
+   * are never resumed upstream, so an answer that ends early is concluded at
+   * once instead of after the upstream's retry delay and a GET bound to fail.
+   */
+  readonly #getRefused: LRUCache<string, true>
 
   constructor (options: SessionHubOptions) {
     this.#o = options
+    this.#getRefused = new LRUCache({ max: Math.max(10_000, options.maxSessions * 4) })
   }
 
   get pumpCount (): number { return this.#pumps }
@@ -142,7 +149,7 @@ export class SessionHub {
   openEarly (sessionId: string, headers: Record<string, string | string[]>, log: Logger): void {
     this.ensurePump(sessionId, headers, log).then(refusal => {
       if (refusal === null) return
-      if (refusal.statusCode === 405) this.#local(sessionId).getRefused = true
+      if (refusal.statusCode === 405) this.#getRefused.set(sessionId, true)
       discardBody(refusal.body)
       log.debug({ status: refusal.statusCode }, 'the upstream refused the session\'s standalone GET; a client GET gets its answer')
     }, (err: unknown) => {
@@ -152,7 +159,7 @@ export class SessionHub {
 
   /** Did the upstream answer this session's GET with 405 (known here)? Its streams cannot be resumed upstream. */
   upstreamGetRefused (sessionId: string): boolean {
-    return this.#sessions.get(sessionId)?.getRefused === true
+    return this.#getRefused.has(sessionId)
   }
 
   /**
@@ -341,6 +348,7 @@ export class SessionHub {
   /** The session is gone (DELETE, upstream 404): release its upstream GET and close its clients. */
   dropSession (sessionId: string, outcome: CloseOutcome = 'session_deleted'): void {
     this.#o.leases.backend.forget(sessionId)
+    this.#getRefused.delete(sessionId)
     const s = this.#sessions.get(sessionId)
     if (s === undefined) return
     s.unwatch?.()

@@ -485,7 +485,10 @@ t.test('end to end: random SSE answers through the gateway', async t => {
         fail(`resume from event ${from}: expected ${rest.length} events, got ${resumed.events.length}: ${JSON.stringify(resumed.events).slice(0, 300)}`)
       }
     }
-  }), { numRuns: E2E_RUNS, seed: SEED, timeout: 20_000, endOnFailure: true })
+  }), { numRuns: E2E_RUNS, seed: SEED, timeout: 20_000, endOnFailure: true, interruptAfterTimeLimit: 75_000 })
+  // Bounded in time as well as in runs (interruptAfterTimeLimit): on a loaded machine
+  // fewer runs fit in the file's timeout, but never too few to mean anything.
+  t.ok(tally.runs >= Math.min(E2E_RUNS, 50), `at least 50 end-to-end runs (${tally.runs})`)
   t.pass(`${tally.runs} answers, ${resumes} resumes, as the oracle says (${Date.now() - started} ms)`)
   reportNotes(t, tally, 'end to end', true)
   t.equal((await exchange(`${gw.adminUrl}/healthz`)).status, 200, 'the gateway still answers /healthz')
