@@ -22,6 +22,11 @@ export class GatewayError extends Error {
   }
 }
 
+function withCause (error: GatewayError, cause: unknown): GatewayError {
+  if (cause !== undefined) error.cause = cause
+  return error
+}
+
 export const errors = {
   sessionNotFound: (): GatewayError => new GatewayError('MCPGW_SESSION_NOT_FOUND', 404,
     'Session not found: it expired, was deleted, or belongs to another principal. Start a new session with initialize.', -32001),
@@ -30,8 +35,6 @@ export const errors = {
     'Service Unavailable: the gateway could not fetch the authorization server\'s keys (AUTH_JWKS_URL) to verify the access token. Retry shortly.', -32000, { 'retry-after': '5' }),
   tooManyPrincipalSessions: () => new GatewayError('MCPGW_TOO_MANY_PRINCIPAL_SESSIONS', 429,
     'Too Many Requests: this principal holds MAX_SESSIONS_PER_PRINCIPAL standalone streams on this gateway. End sessions you no longer use (DELETE), or retry later.', -32000, { 'retry-after': '10' }),
-  sessionRequired: () => new GatewayError('MCPGW_SESSION_REQUIRED', 400,
-    'Bad Request: Mcp-Session-Id header is required for this request.'),
   badProtocolVersion: (value: string) => new GatewayError('MCPGW_BAD_PROTOCOL_VERSION', 400,
     `Bad Request: MCP-Protocol-Version "${value.slice(0, 40)}" is not a protocol revision (YYYY-MM-DD).`),
   badLastEventId: () => new GatewayError('MCPGW_BAD_LAST_EVENT_ID', 400,
@@ -46,8 +49,9 @@ export const errors = {
     `Request Timeout: the request did not arrive within REQUEST_READ_TIMEOUT_SECONDS (${seconds}).`),
   notAcceptable: () => new GatewayError('MCPGW_NOT_ACCEPTABLE', 406,
     'Not Acceptable: a GET on the MCP endpoint must accept text/event-stream.'),
-  storeUnavailable: () => new GatewayError('MCPGW_STORE_UNAVAILABLE', 503,
-    'Service Unavailable: the event store did not answer. Retry shortly.', -32000, { 'retry-after': '1' }),
+  /** `cause`: the store's own error, kept for the log. */
+  storeUnavailable: (cause?: unknown) => withCause(new GatewayError('MCPGW_STORE_UNAVAILABLE', 503,
+    'Service Unavailable: the event store did not answer. Retry shortly.', -32000, { 'retry-after': '1' }), cause),
   upstreamUnavailable: () => new GatewayError('MCPGW_UPSTREAM_UNAVAILABLE', 502,
     'Bad Gateway: the upstream MCP server could not be reached.'),
   upstreamTimeout: () => new GatewayError('MCPGW_UPSTREAM_TIMEOUT', 504,

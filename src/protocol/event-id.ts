@@ -78,7 +78,3 @@ export function randomToken (length: number, random: (size: number) => Uint8Arra
   for (let i = 0; i < length; i++) out += ALPHABET[(bytes[i] as number) % 36]
   return out
 }
-
-export function isStreamId (value: string): boolean {
-  return /^[0-9a-z]{1,32}$/.test(value)
-}

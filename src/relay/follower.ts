@@ -97,7 +97,7 @@ export class StreamFollower {
     }
     if (notice.ended && this.#o.untilEnded && client.lastSeq >= notice.toSeq) {
       this.stop()
-      client.close('completed', false)
+      client.end('completed')
     }
   }
 
@@ -125,7 +125,7 @@ export class StreamFollower {
   #epochChanged (): void {
     this.stop()
     this.#o.log.warn({ streamId: this.#o.client.streamId }, 'the store started a new epoch: closing the client so its resume is told of the gap')
-    this.#o.client.close('upstream_error', true)
+    this.#o.client.close('upstream_error')
   }
 
   async #catchUp (replay: boolean): Promise<void> {
@@ -141,7 +141,7 @@ export class StreamFollower {
         if (result === null) {
           // The session was deleted or expired while the client was attached.
           this.stop()
-          client.close('session_deleted', false)
+          client.end('session_deleted')
           return
         }
         const { events, state } = result
@@ -169,7 +169,7 @@ export class StreamFollower {
         if (client.closed) return
         if (ended && this.#o.untilEnded && client.lastSeq >= endSeq) {
           this.stop()
-          client.close('completed', false)
+          client.end('completed')
           return
         }
         if (!this.#dirty) return
@@ -177,7 +177,7 @@ export class StreamFollower {
     } catch (err) {
       log.error({ err, streamId: client.streamId }, 'store read failed while following a stream: closing the client, it will resume')
       this.stop()
-      client.close('upstream_error', true)
+      client.close('upstream_error')
     } finally {
       this.#reading = false
     }

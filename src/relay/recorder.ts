@@ -134,9 +134,6 @@ export async function * confirmWindow (): AsyncGenerator<number, void, undefined
   }
 }
 
-/** Event type of gap markers stored in a stream (the SSE gap notices use the same type). */
-export const GAP_MARKER_EVENT = GAP_EVENT
-
 export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'aborted' | 'event_too_large' | 'lease_lost'
 
 /**
@@ -292,7 +289,7 @@ class Recording implements ReadAheadSink {
         // What came complete before the oversized event is recorded all the same, then a
         // gap marker says that the rest of this answer was cut off.
         await this.#append(err.completed, false).catch(() => {})
-        tooLargeMarker = { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'event_too_large', limit: o.maxEventBytes }) }
+        tooLargeMarker = { event: GAP_EVENT, data: JSON.stringify({ reason: 'event_too_large', limit: o.maxEventBytes }) }
         o.metrics.eventsUnrecorded.inc({ reason: 'too_large' })
         o.metrics.gaps.inc({ reason: 'event_too_large' })
         o.log.error({ streamId: o.streamId, err }, 'upstream event too large: stream closed')
@@ -319,12 +316,12 @@ class Recording implements ReadAheadSink {
   }
 
   #marker (): EventInput {
-    return { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded: this.#unrecorded }) }
+    return { event: GAP_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded: this.#unrecorded }) }
   }
 
   /** What a client replaying the new epoch reads first: what came before is gone with the old one. */
   #epochMarker (): EventInput {
-    return { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'epoch', streamId: this.#o.streamId }) }
+    return { event: GAP_EVENT, data: JSON.stringify({ reason: 'epoch', streamId: this.#o.streamId }) }
   }
 
   #errorAnswer (reason: RecordOutcome): EventInput | undefined {

@@ -184,9 +184,7 @@ export class SessionHub {
     try {
       lease = await this.#o.metrics.timeStore('lease_acquire', () => this.#o.leases.acquire(sessionId))
     } catch (err) {
-      const e = errors.storeUnavailable()
-      e.cause = err
-      throw e
+      throw errors.storeUnavailable(err)
     }
     if (lease === 'gone') throw errors.sessionNotFound()
     // Held by another replica: attach() watches it for a takeover.
@@ -252,7 +250,7 @@ export class SessionHub {
         break
       default:
         // The upstream GET ended or broke: the client reconnects (retry hint) and reopens it.
-        local?.close(s.deleting ? 'session_deleted' : 'upstream_error', true)
+        local?.close(s.deleting ? 'session_deleted' : 'upstream_error')
     }
     this.#forget(sessionId)
   }
@@ -268,7 +266,7 @@ export class SessionHub {
       onGone: () => {
         s.unwatch = undefined
         // The store lost the session: the client reconnects and is told (404).
-        s.clients.get(STANDALONE_STREAM)?.close('session_deleted', true)
+        s.clients.get(STANDALONE_STREAM)?.close('session_deleted')
       }
     })
   }
@@ -280,7 +278,7 @@ export class SessionHub {
     if (busy || this.#draining || !s.clients.has(STANDALONE_STREAM) || s.headers === undefined || this.#pumps >= this.#o.maxSessions) {
       log.info({ busy, draining: this.#draining }, 'takeover declined: the lease goes back')
       lease.release(lease.takeover).catch(() => {})
-      if (!busy) s.clients.get(STANDALONE_STREAM)?.close('upstream_error', true)
+      if (!busy) s.clients.get(STANDALONE_STREAM)?.close('upstream_error')
       return
     }
     log.info({ takeover: lease.takeover }, 'took the upstream GET stream over from another replica')
@@ -298,7 +296,7 @@ export class SessionHub {
           log.warn({ status: res?.statusCode, attempt }, 'takeover: the upstream GET could not be opened; the client reconnects')
           await lease.release(lease.takeover).catch(() => {})
           // Its reconnect goes through ensurePump, which passes the upstream's answer on.
-          s.clients.get(STANDALONE_STREAM)?.close('upstream_error', true)
+          s.clients.get(STANDALONE_STREAM)?.close('upstream_error')
           return null
         }
         await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
@@ -315,7 +313,7 @@ export class SessionHub {
     const s = this.#local(sessionId)
     const previous = s.clients.get(client.streamId)
     s.clients.set(client.streamId, client)
-    if (previous !== undefined && previous !== client) previous.close('superseded', false)
+    if (previous !== undefined && previous !== client) previous.end('superseded')
     const standalone = client.streamId === STANDALONE_STREAM
     if (standalone) {
       if (s.pump !== undefined && !s.pump.stopped) s.pump.clientsChanged()
@@ -354,7 +352,7 @@ export class SessionHub {
     s.unwatch?.()
     s.unwatch = undefined
     s.pump?.stop()
-    for (const client of [...s.clients.values()]) client.close(outcome, false)
+    for (const client of [...s.clients.values()]) client.end(outcome)
     this.#sessions.delete(sessionId)
   }
 
@@ -386,7 +384,7 @@ export class SessionHub {
     const timers = clients.map(([sessionId, client], i) => setTimeout(() => this.#closeForDrain(client, deadline, sessionId), Math.round(i * step)))
     while (clients.some(([, client]) => !client.closed) && Date.now() < deadline) await sleep(DRAIN_POLL_MS)
     for (const timer of timers) clearTimeout(timer)
-    for (const [, client] of clients) client.close('draining', true)
+    for (const [, client] of clients) client.close('draining')
     return clients.length
   }
 
@@ -424,6 +422,6 @@ export class SessionHub {
       return
     }
     if (sessionId !== undefined && client.streamId === STANDALONE_STREAM) this.#handoverExpected.add(sessionId)
-    client.close('draining', true)
+    client.close('draining')
   }
 }

@@ -9,7 +9,8 @@ import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse 
 import { mediaType } from '../upstream/headers.js'
 import type { ReadAheadBudget } from './read-ahead.js'
 import { isResumableUpstreamId } from '../protocol/upstream-event-id.js'
-import { GAP_MARKER_EVENT, recordUpstreamStream, type LiveClients, type RecordOutcome } from './recorder.js'
+import { recordUpstreamStream, type LiveClients, type RecordOutcome } from './recorder.js'
+import { GAP_EVENT } from '../sse/frame.js'
 
 /**
  * Why a pump stopped. `refused`: the upstream GET never opened (the caller
@@ -203,7 +204,7 @@ export class StandalonePump {
    */
   async #recordHandoverGap (): Promise<void> {
     const { store, metrics, log, lease, sessionId } = this.#o
-    const marker: EventInput = { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: 'upstream_handover', streamId: STANDALONE_STREAM }) }
+    const marker: EventInput = { event: GAP_EVENT, data: JSON.stringify({ reason: 'upstream_handover', streamId: STANDALONE_STREAM }) }
     try {
       await metrics.timeStore('append', () => store.append(sessionId, STANDALONE_STREAM, [marker], { fence: lease.token }))
       metrics.gaps.inc({ reason: 'upstream_handover' })

@@ -12,7 +12,8 @@ import { protocolInfo, type ProtocolInfo } from '../protocol/era.js'
 import { decodeEventId, encodeEventId, randomToken, type EventPosition } from '../protocol/event-id.js'
 import { lostResponseError, makeRequestStreamId, REPAIRED_SEQ, requestIdOfBody, requestIdOfStream } from '../protocol/request-stream.js'
 import { nextPageBytes, StreamFollower } from '../relay/follower.js'
-import { confirmWindow, GAP_MARKER_EVENT, recordUpstreamStream } from '../relay/recorder.js'
+import { confirmWindow, recordUpstreamStream } from '../relay/recorder.js'
+import { GAP_EVENT } from '../sse/frame.js'
 import type { InFlight } from '../relay/inflight.js'
 import type { SessionHub } from '../relay/session-hub.js'
 import { SessionRateLimiter } from './rate-limit.js'
@@ -217,9 +218,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
         sessions.set(issued, await metrics.timeStore('create_session', () => store.createSession(issued, principal)))
       } catch (err) {
         discardBody(res.body)
-        const e = errors.storeUnavailable()
-        e.cause = err
-        throw e
+        throw errors.storeUnavailable(err)
       }
       recordSession = issued
       if (res.statusCode >= 200 && res.statusCode < 300) hub.openEarly(issued, upstreamGetHeaders(request, issued, 'offered'), request.log.child({ sessionHash: sessionHash(issued), streamId: STANDALONE_STREAM }))
@@ -313,7 +312,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     })).then(outcome => {
       recording.done()
       metrics.upstreamStreamsOpen.dec({ kind: 'request' })
-      if (outcome !== 'completed') client.close('upstream_error', true)
+      if (outcome !== 'completed') client.close('upstream_error')
     })
   }
 
@@ -351,7 +350,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     const client = streamOptions(reply, log, 'resume', position.epoch, position.streamId, proto)
     client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
     client.writeSynthesized(encodeEventId({ epoch: position.epoch, streamId: position.streamId, seq: REPAIRED_SEQ }), lostResponseError(requestId, LOST_PHRASES[reason]))
-    client.close('completed', false)
+    client.end('completed')
   }
 
   async function attachStandalone (request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
@@ -388,9 +387,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     try {
       ;[state, cursor] = await asked
     } catch (err) {
-      const e = errors.storeUnavailable()
-      e.cause = err
-      throw e
+      throw errors.storeUnavailable(err)
     }
     const start = resumePoint(state, position, record, cursor)
     const client = streamOptions(reply, log, position === null ? 'standalone' : 'resume', state.epoch, STANDALONE_STREAM, proto)
@@ -455,7 +452,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       const client = streamOptions(reply, log, 'resume', position.epoch, position.streamId, proto)
       client.open({}, position.seq)
       if (requestId !== undefined) client.writeSynthesized(encodeEventId(position), lostResponseError(requestId, 'it was lost (told before)'))
-      client.close('completed', false)
+      client.end('completed')
       return
     }
     const startedAt = performance.now()
@@ -467,9 +464,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
     try {
       state = await asked
     } catch (err) {
-      const e = errors.storeUnavailable()
-      e.cause = err
-      throw e
+      throw errors.storeUnavailable(err)
     }
     if (state !== null && state.epoch === position.epoch && state.ended && position.seq === state.lastSeq && position.seq > 0) {
       // Past the end of a finished stream: its last event (the response) once more, then
@@ -490,7 +485,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       log.warn({ reason }, 'gap: resume of a stream whose history is gone')
       const client = streamOptions(reply, log, 'resume', record.epoch, position.streamId, proto)
       client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
-      client.close('completed', false)
+      client.end('completed')
       return
     }
     const client = streamOptions(reply, log, 'resume', state.epoch, position.streamId, proto)
@@ -512,7 +507,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   /** What ends a request stream whose recorder died: the JSON-RPC error for its request, else a gap marker. */
   function orphanAnswer (streamId: string): OrphanAnswer {
     const requestId = requestIdOfStream(streamId)
-    if (requestId === undefined) return { event: GAP_MARKER_EVENT, data: JSON.stringify({ reason: RECORDER_LOST, streamId }) }
+    if (requestId === undefined) return { event: GAP_EVENT, data: JSON.stringify({ reason: RECORDER_LOST, streamId }) }
     return { data: lostResponseError(requestId, 'the gateway replica recording the answer went away') }
   }
 
@@ -578,9 +573,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       } catch (err) {
         // Fail closed: the client retries the DELETE until the records are gone.
         discardBody(res.body)
-        const e = errors.storeUnavailable()
-        e.cause = err
-        throw e
+        throw errors.storeUnavailable(err)
       }
     }
     return sendUpstreamResponse(reply, res)

@@ -90,9 +90,7 @@ export class SessionGuard {
         // Degraded mode: a session verified before the store failed keeps working.
         record = sessions.stale(sessionId)
         if (record === undefined) {
-          const e = errors.storeUnavailable()
-          e.cause = err
-          throw e
+          throw errors.storeUnavailable(err)
         }
       }
       const known = sessions.stale(sessionId)
@@ -125,9 +123,7 @@ export class SessionGuard {
       if (record.principal === principal) this.recovering.set(request, { sessionId, epoch: record.epoch, intactSince })
       return record
     } catch (err) {
-      const e = errors.storeUnavailable()
-      e.cause = err
-      throw e
+      throw errors.storeUnavailable(err)
     }
   }
 

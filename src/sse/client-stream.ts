@@ -275,13 +275,19 @@ export class ClientStream implements KeepAliveTarget {
     this.#onClose = this.#onClose.concat(listener)
   }
 
-  /**
-   * Close from the gateway's side; with `retry`, the client is told when to
-   * come back (after SSE_RETRY_MS, or after the given milliseconds).
-   */
-  close (outcome: CloseOutcome, retry: boolean | number = true): void {
+  /** Close from the gateway's side, the stream being over: no retry hint. */
+  end (outcome: CloseOutcome): void {
+    this.#close(outcome, undefined)
+  }
+
+  /** Close from the gateway's side, telling the client to come back after `retryMs` (by default SSE_RETRY_MS). */
+  close (outcome: CloseOutcome, retryMs: number = this.#retryMs): void {
+    this.#close(outcome, retryMs)
+  }
+
+  #close (outcome: CloseOutcome, retryMs: number | undefined): void {
     if (this.#closed) return
-    if (retry !== false && !this.#raw.destroyed) this.#raw.write(formatRetry(retry === true ? this.#retryMs : retry))
+    if (retryMs !== undefined && !this.#raw.destroyed) this.#raw.write(formatRetry(retryMs))
     this.#finish(outcome)
     this.#reply.sse.close()
   }
@@ -300,7 +306,7 @@ export class ClientStream implements KeepAliveTarget {
       const cutOff = setTimeout(() => raw.destroy(), SLOW_CLIENT_GRACE_MS)
       cutOff.unref()
       raw.once('close', () => clearTimeout(cutOff))
-      this.close('slow_client', true)
+      this.close('slow_client')
       return false
     }
     this.#raw.write(text)

@@ -25,7 +25,7 @@ async function serve (t: Test, cases: readonly Case[]): Promise<{ body: (n: numb
     const numbered = new NumberedBatch(EventBatch.from(c.events), c.firstSeq)
     t.ok(stream.writeEvents(as === 'batch' ? numbered : numbered.events), 'written')
     t.equal(stream.lastSeq, Math.max(c.position, numbered.lastSeq), 'lastSeq is the batch\'s last')
-    stream.close('completed', false)
+    stream.end('completed')
   })
   return {
     body: async (n, as) => await (await fetch(`${url}/?case=${n}&as=${as}`)).text(),

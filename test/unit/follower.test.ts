@@ -79,7 +79,7 @@ t.test('a follower started for a client already gone subscribes to nothing', asy
   let closedBeforeStart = false
   const { url } = await serveClientStream(t, { kind: 'resume', epoch, maxBufferBytes: 8 << 20 }, async (client, _request, { metrics, log }) => {
     client.open({}, 0)
-    client.close('client_gone', false)
+    client.end('client_gone')
     closedBeforeStart = client.closed
     await new StreamFollower({ store, metrics, log, client, sessionId: 'S', untilEnded: true, pageSize: 100, pageBytes: 1 << 20, pageMaxBytes: 1 << 20 }).start()
   })

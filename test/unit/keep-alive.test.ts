@@ -39,7 +39,7 @@ t.test('a stream silent for an interval gets a comment; one that wrote since doe
     await ticks(TICKS_PER_INTERVAL - 1) // the comment counts as a write: nothing
     write(stream, 2, 'two')
     await ticks(TICKS_PER_INTERVAL - 1) // nothing
-    stream.close('completed', false)
+    stream.end('completed')
     sizes.push(ticker.size)
   })
   const body = await (await fetch(url)).text()
@@ -59,7 +59,7 @@ t.test('a stream with bytes still waiting for its client gets no comment', async
     waiting = request.raw.socket.writableLength
     // An interval later, its bytes are still waiting: nothing is added.
     for (let i = 0; i < TICKS_PER_INTERVAL; i++) ticker.tick()
-    stream.close('completed', false)
+    stream.end('completed')
   })
   const body = await (await fetch(url)).text()
   t.ok(waiting > 0, `bytes were waiting when the ticker looked (${waiting})`)
