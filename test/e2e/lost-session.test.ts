@@ -1,4 +1,4 @@
-// A session the event store lost (src/routes/mcp.ts recoverLostSession): the
+// A session the event store lost (src/routes/mcp/session-guard.ts, recoverLostSession): the
 // gateway on its embedded store restarts while the official SDK client holds a
 // session on the upstream. The restarted gateway knows nothing of it; the
 // session goes on under a new epoch (resuming clients are told of the gap),

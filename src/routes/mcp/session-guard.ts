@@ -1,11 +1,11 @@
 import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify'
 import { createHash } from 'node:crypto'
-import { JwtPrincipal } from '../auth/jwt-principal.js'
-import { HeaderPrincipal, type Identity, type PrincipalResolver } from '../auth/principal.js'
-import type { GatewayConfig } from '../config/load.js'
-import { errors } from '../errors.js'
-import type { GatewayMetrics } from '../metrics/metrics.js'
-import type { EventStore, SessionRecord } from '../store/contract.js'
+import { JwtPrincipal } from '../../auth/jwt-principal.js'
+import { HeaderPrincipal, type Identity, type PrincipalResolver } from '../../auth/principal.js'
+import type { GatewayConfig } from '../../config/load.js'
+import { errors } from '../../errors.js'
+import type { GatewayMetrics } from '../../metrics/metrics.js'
+import type { EventStore, SessionRecord } from '../../store/contract.js'
 import type { SessionCache } from './session-cache.js'
 
 export interface SessionGuardOptions {

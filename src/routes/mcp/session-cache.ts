@@ -1,43 +1,39 @@
-import type { SessionRecord } from '../store/contract.js'
+import { LRUCache } from 'lru-cache'
+import type { SessionRecord } from '../../store/contract.js'
 
 /**
  * Recently verified session records, per replica. A burst of requests on one
  * session costs one store read, and while the store is unreachable a session
  * verified before the outage keeps its principal binding checked (degraded
- * mode) instead of failing every request. Bounded; least recently used first out.
+ * mode) instead of failing every request. Bounded: the least recently verified go first.
  */
 export class SessionCache {
   readonly #fresh: number
   readonly #stale: number
-  readonly #max: number
   readonly #now: () => number
-  readonly #entries = new Map<string, { record: SessionRecord, at: number }>()
+  /** Reads peek (a check does not renew an entry); setting one makes it the most recent. */
+  readonly #entries: LRUCache<string, { record: SessionRecord, at: number }>
 
   constructor (options: { freshMs: number, staleMs: number, maxEntries: number, now?: () => number }) {
     this.#fresh = options.freshMs
     this.#stale = options.staleMs
-    this.#max = options.maxEntries
     this.#now = options.now ?? Date.now
+    this.#entries = new LRUCache({ max: options.maxEntries })
   }
 
   /** A record verified within the fresh window. */
   fresh (sessionId: string): SessionRecord | undefined {
-    const entry = this.#entries.get(sessionId)
+    const entry = this.#entries.peek(sessionId)
     return entry !== undefined && this.#now() - entry.at < this.#fresh ? entry.record : undefined
   }
 
   /** A record verified within the stale window (used only when the store fails). */
   stale (sessionId: string): SessionRecord | undefined {
-    const entry = this.#entries.get(sessionId)
+    const entry = this.#entries.peek(sessionId)
     return entry !== undefined && this.#now() - entry.at < this.#stale ? entry.record : undefined
   }
 
   set (sessionId: string, record: SessionRecord): void {
-    this.#entries.delete(sessionId)
-    if (this.#entries.size >= this.#max) {
-      const oldest = this.#entries.keys().next().value
-      if (oldest !== undefined) this.#entries.delete(oldest)
-    }
     this.#entries.set(sessionId, { record, at: this.#now() })
   }
 

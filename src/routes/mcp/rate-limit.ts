@@ -1,3 +1,5 @@
+import { LRUCache } from 'lru-cache'
+
 /**
  * Per-session token buckets: a session may make `ratePerSecond` requests a
  * second through this replica, in bursts of twice that. Bounds a flood of
@@ -8,33 +10,28 @@
 export class SessionRateLimiter {
   readonly #rate: number
   readonly #burst: number
-  readonly #maxEntries: number
   readonly #now: () => number
-  readonly #buckets = new Map<string, { tokens: number, at: number }>()
+  readonly #buckets: LRUCache<string, { tokens: number, at: number }>
 
   constructor (options: { ratePerSecond: number, maxEntries: number, now?: () => number }) {
     this.#rate = options.ratePerSecond
     this.#burst = options.ratePerSecond * 2
-    this.#maxEntries = options.maxEntries
     this.#now = options.now ?? Date.now
+    this.#buckets = new LRUCache({ max: options.maxEntries })
   }
 
   /** Take one token; returns 0 when allowed, else the seconds to wait before retrying. */
   take (key: string): number {
     const now = this.#now()
+    // get() makes the bucket the most recently used; a new one is set as such.
     let bucket = this.#buckets.get(key)
     if (bucket === undefined) {
       bucket = { tokens: this.#burst, at: now }
-      if (this.#buckets.size >= this.#maxEntries) {
-        const oldest = this.#buckets.keys().next().value
-        if (oldest !== undefined) this.#buckets.delete(oldest)
-      }
+      this.#buckets.set(key, bucket)
     } else {
-      this.#buckets.delete(key)
       bucket.tokens = Math.min(this.#burst, bucket.tokens + (now - bucket.at) * this.#rate / 1000)
       bucket.at = now
     }
-    this.#buckets.set(key, bucket)
     if (bucket.tokens >= 1) {
       bucket.tokens -= 1
       return 0

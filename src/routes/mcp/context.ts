@@ -1,0 +1,106 @@
+import { randomBytes } from 'node:crypto'
+import type { FastifyBaseLogger as Logger, FastifyReply } from 'fastify'
+import type { LeaseCoordinator } from '../../cluster/coordinator.js'
+import type { GatewayConfig } from '../../config/load.js'
+import type { GatewayMetrics, StreamKind } from '../../metrics/metrics.js'
+import { statusClass } from '../../metrics/metrics.js'
+import type { ProtocolInfo } from '../../protocol/era.js'
+import type { InFlight } from '../../relay/inflight.js'
+import type { SessionHub } from '../../relay/session-hub.js'
+import { ClientStream } from '../../sse/client-stream.js'
+import type { KeepAliveTicker } from '../../sse/keep-alive.js'
+import type { EventStore } from '../../store/contract.js'
+import type { UpstreamClient, UpstreamResponse } from '../../upstream/client.js'
+import type { SessionCache } from './session-cache.js'
+import type { SessionGuard } from './session-guard.js'
+
+export interface McpRouteDeps {
+  readonly maxBodyBytes: number
+  readonly config: GatewayConfig
+  readonly store: EventStore
+  readonly hub: SessionHub
+  readonly upstream: UpstreamClient
+  readonly metrics: GatewayMetrics
+  readonly inflight: InFlight
+  /** Request stream recorders across replicas: claimed here, watched while a resuming client waits. */
+  readonly leases: LeaseCoordinator
+  readonly random?: (size: number) => Uint8Array
+}
+
+/** Replay pages: at most this many events, their bytes doubling from the first size up to the largest (see StreamFollower). */
+export interface ReplayPages {
+  readonly pageSize: number
+  readonly pageBytes: number
+  readonly pageMaxBytes: number
+}
+
+const REPLAY_PAGE_EVENTS = 10_000
+const REPLAY_FIRST_PAGE_BYTES = 128 * 1024
+const REPLAY_PAGE_MAX_BYTES = 4 * 1024 * 1024
+
+/** The replay pages of a gateway whose clients may each have `clientBufferMaxBytes` unsent: a page is written in one piece. */
+export function replayPagesFor (clientBufferMaxBytes: number): ReplayPages {
+  const pageMaxBytes = Math.min(REPLAY_PAGE_MAX_BYTES, clientBufferMaxBytes)
+  return { pageSize: REPLAY_PAGE_EVENTS, pageBytes: Math.min(REPLAY_FIRST_PAGE_BYTES, pageMaxBytes), pageMaxBytes }
+}
+
+/**
+ * What every handler of the MCP endpoint shares: the gateway's parts, the
+ * session guard and cache, and the few steps they all take (opening a client
+ * stream, timing an upstream request, forgetting a session).
+ */
+export class McpContext {
+  readonly deps: McpRouteDeps
+  readonly random: (size: number) => Uint8Array
+  readonly sessions: SessionCache
+  readonly guard: SessionGuard
+  readonly replayPages: ReplayPages
+  readonly #keepAlive: KeepAliveTicker
+
+  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker }) {
+    this.deps = deps
+    this.random = deps.random ?? randomBytes
+    this.sessions = parts.sessions
+    this.guard = parts.guard
+    this.#keepAlive = parts.keepAlive
+    this.replayPages = replayPagesFor(deps.config.clientBufferMaxBytes)
+  }
+
+  /** A client stream on `reply`, not yet open. */
+  clientStream (reply: FastifyReply, log: Logger, kind: StreamKind, epoch: string, streamId: string, proto: ProtocolInfo): ClientStream {
+    return new ClientStream({
+      reply,
+      kind,
+      epoch,
+      streamId,
+      priming: proto.priming,
+      retryMs: this.deps.config.retryMs,
+      maxBufferBytes: this.deps.config.clientBufferMaxBytes,
+      metrics: this.deps.metrics,
+      log,
+      keepAlive: this.#keepAlive
+    })
+  }
+
+  /** An upstream request, timed and counted by method and status class. */
+  async timedUpstream (method: string, fn: () => Promise<UpstreamResponse>): Promise<UpstreamResponse> {
+    const end = this.deps.metrics.upstreamRequestDuration.startTimer({ method })
+    try {
+      const res = await fn()
+      end({ status_class: statusClass(res.statusCode) })
+      return res
+    } catch (err) {
+      end({ status_class: 'error' })
+      this.deps.metrics.upstreamErrors.inc({ kind: 'request' })
+      throw err
+    }
+  }
+
+  /** A session the upstream no longer knows: neither does the gateway. */
+  async forgetSession (sessionId: string, log: Logger): Promise<void> {
+    this.sessions.delete(sessionId)
+    this.deps.hub.dropSession(sessionId)
+    await this.deps.metrics.timeStore('delete_session', () => this.deps.store.deleteSession(sessionId))
+      .catch((err: unknown) => log.warn({ err }, 'could not drop the records of a session the upstream no longer knows'))
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * The MCP endpoint (Streamable HTTP, transports spec). Legacy-era requests
+ * (MCP-Protocol-Version up to 2025-11-25) get recorded, resumable streams;
+ * modern-era requests are proxied transparently. Each method has its module:
+ * post.ts, get.ts (standalone.ts, resume.ts), delete.ts; session-guard.ts
+ * decides who a request acts for and whether its session is theirs.
+ */
+import type { FastifyInstance } from 'fastify'
+import { errors } from '../../errors.js'
+import { protocolInfo } from '../../protocol/era.js'
+import { KeepAliveTicker } from '../../sse/keep-alive.js'
+import { forwardTransparently } from '../forward.js'
+import { McpContext, type McpRouteDeps } from './context.js'
+import { handleDelete } from './delete.js'
+import { handleGet } from './get.js'
+import { handlePost } from './post.js'
+import { SessionRateLimiter } from './rate-limit.js'
+import { sessionIdOf } from './request-headers.js'
+import { SessionCache } from './session-cache.js'
+import { SessionGuard } from './session-guard.js'
+
+export type { McpRouteDeps } from './context.js'
+
+export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): void {
+  const { config } = deps
+  const entries = Math.max(10_000, config.maxSessions * 4)
+  const sessions = new SessionCache({ freshMs: 2000, staleMs: config.retention.ttlMs, maxEntries: entries })
+  // Who requests act for, and whether the sessions they name are theirs.
+  const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions })
+  guard.register(app)
+  const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
+  const keepAlive = new KeepAliveTicker(config.keepAliveMs)
+  app.addHook('onClose', async () => { keepAlive.stop() })
+  const ctx = new McpContext(deps, { sessions, guard, keepAlive })
+
+  app.route({
+    method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH', 'OPTIONS', 'HEAD'],
+    url: config.mcpPath,
+    // Keep-alive comments come from the streams' own ticker (sse/keep-alive.ts).
+    sse: { kind: 'manual', heartbeat: false },
+    handler: async (request, reply) => {
+      const versionHeader = request.headers['mcp-protocol-version']
+      const proto = protocolInfo(versionHeader)
+      if (proto === null) throw errors.badProtocolVersion(String(versionHeader))
+      const sessionId = sessionIdOf(request)
+      if (sessionId !== undefined) {
+        // Keyed by session and principal: someone who learnt a session id cannot
+        // exhaust its owner's budget.
+        const wait = limiter.take(`${guard.principalOf(request)} ${sessionId}`)
+        if (wait > 0) throw errors.rateLimited(wait)
+      }
+      const legacyMethod = request.method === 'POST' || request.method === 'GET' || request.method === 'DELETE'
+      if (proto.era === 'modern' || !legacyMethod) {
+        // Never a way around the principal binding: a session this gateway knows is
+        // checked whatever the method or the protocol revision claimed.
+        if (sessionId !== undefined) await guard.requireKnownSessionOrStateless(sessionId, request)
+        return await forwardTransparently(deps, request, reply, request.body as Buffer | undefined)
+      }
+      switch (request.method) {
+        case 'POST': return await handlePost(ctx, request, reply, proto)
+        case 'GET': return await handleGet(ctx, request, reply, proto)
+        default: return await handleDelete(ctx, request, reply)
+      }
+    }
+  })
+}

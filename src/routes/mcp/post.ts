@@ -1,0 +1,169 @@
+/**
+ * POST on the MCP endpoint: the request goes upstream, and an SSE answer is
+ * recorded as a request stream while it is relayed, so a client that loses
+ * the connection resumes it from the store. Initialize binds the session the
+ * upstream issues to the request's principal and opens the session's
+ * upstream GET at once.
+ */
+import type { Readable } from 'node:stream'
+import type { FastifyBaseLogger as Logger, FastifyReply, FastifyRequest } from 'fastify'
+import { errors, SessionGoneError } from '../../errors.js'
+import type { ProtocolInfo } from '../../protocol/era.js'
+import { randomToken } from '../../protocol/event-id.js'
+import { lostResponseError, makeRequestStreamId, requestIdOfBody } from '../../protocol/request-stream.js'
+import { StreamFollower } from '../../relay/follower.js'
+import { confirmWindow, recordUpstreamStream } from '../../relay/recorder.js'
+import { STANDALONE_STREAM, type StreamState } from '../../store/contract.js'
+import { discardBody, type UpstreamResponse } from '../../upstream/client.js'
+import { clientResponseHeaders, headerValue, mediaType } from '../../upstream/headers.js'
+import { sendUpstreamResponse } from '../forward.js'
+import type { McpContext } from './context.js'
+import { isSessionId, recordableHeaders, sessionIdOf, upstreamGetHeaders } from './request-headers.js'
+import { sessionHash } from './session-guard.js'
+
+/** How long a request waits for its session's upstream GET, opening at initialize, to open. */
+const EARLY_GET_WAIT_MS = 2000
+
+export async function handlePost (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
+  const { guard } = ctx
+  const { hub, metrics } = ctx.deps
+  const sessionId = sessionIdOf(request)
+  const principal = guard.principalOf(request)
+  if (sessionId !== undefined) {
+    await guard.requireSession(sessionId, principal, request)
+    // The session's upstream GET, opened at initialize, first: what this request
+    // makes the upstream send on the standalone stream then finds it open.
+    await hub.opened(sessionId, EARLY_GET_WAIT_MS)
+  }
+  // Not tied to the client connection: the answer is read to its end and recorded.
+  let res: UpstreamResponse
+  try {
+    res = await ctx.timedUpstream('POST', () => ctx.deps.upstream.request({
+      method: 'POST',
+      path: request.url,
+      headers: recordableHeaders(request),
+      body: request.body as Buffer | undefined
+    }))
+  } catch (err) {
+    await guard.settleRecovery(request, false)
+    throw err
+  }
+  await guard.settleRecovery(request, res.statusCode >= 200 && res.statusCode < 300)
+  const issued = headerValue(res.headers['mcp-session-id'])
+  let recordSession = sessionId
+  if (sessionId === undefined && issued !== undefined && isSessionId(issued)) {
+    // initialize: the upstream issued a session; bind it to this principal.
+    try {
+      ctx.sessions.set(issued, await metrics.timeStore('create_session', () => ctx.deps.store.createSession(issued, principal)))
+    } catch (err) {
+      discardBody(res.body)
+      throw errors.storeUnavailable(err)
+    }
+    recordSession = issued
+    if (res.statusCode >= 200 && res.statusCode < 300) hub.openEarly(issued, upstreamGetHeaders(request, issued, 'offered'), request.log.child({ sessionHash: sessionHash(issued), streamId: STANDALONE_STREAM }))
+  }
+  if (sessionId !== undefined && res.statusCode === 404) await ctx.forgetSession(sessionId, request.log)
+  if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream' || recordSession === undefined) {
+    return sendUpstreamResponse(reply, res)
+  }
+  return await serveRequestStream(ctx, request, reply, proto, recordSession, res)
+}
+
+/**
+ * Open a request stream in the store. A failure is retried for as long as
+ * the recorder retries a failed append (its confirm window), the upstream's
+ * answer waiting meanwhile: a short outage only delays the answer, which
+ * stays resumable. Throws the last error after that.
+ */
+async function openRequestStream (ctx: McpContext, sessionId: string, streamId: string, log: Logger): Promise<StreamState> {
+  const window = confirmWindow()
+  let retries = 0
+  for (;;) {
+    try {
+      const state = await ctx.deps.metrics.timeStore('open_stream', () => ctx.deps.store.openStream(sessionId, streamId))
+      if (retries > 0) log.info({ retries }, 'event store back: request stream opened, its answer is recorded')
+      return state
+    } catch (err) {
+      if (err instanceof SessionGoneError) throw err
+      if (retries === 0) log.warn({ err }, 'event store unavailable: retrying to open the request stream before passing its answer through unrecorded')
+      const next = await window.next()
+      if (next.done === true) throw err
+      retries = next.value
+    }
+  }
+}
+
+async function serveRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, res: UpstreamResponse): Promise<FastifyReply | undefined> {
+  const { store, metrics, hub, config } = ctx.deps
+  // The stream id carries the request's JSON-RPC id, for gap repair.
+  const requestId = requestIdOfBody(request.body as Buffer | undefined)
+  const streamId = makeRequestStreamId(randomToken(8, ctx.random), randomToken(3, ctx.random), requestId)
+  const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId })
+  const principal = ctx.guard.principalOf(request)
+  let state: StreamState
+  // Noted before any event id goes out: a client resuming elsewhere can then learn if this replica dies.
+  const recording = ctx.deps.leases.recordRequestStream(sessionId, streamId)
+  const claimed = recording.claimed
+    .catch((err: unknown) => log.warn({ err }, 'could not note this replica as the recorder: if it dies, resuming clients wait for their timeout'))
+  try {
+    state = await openRequestStream(ctx, sessionId, streamId, log)
+  } catch (err) {
+    // Degraded mode: the request already reached the upstream; pass its answer
+    // on as it is (live, not resumable) rather than lose the result. The claim,
+    // pointless now, is not waited for.
+    recording.done()
+    log.error({ err }, 'event store unavailable: passing the SSE answer through unrecorded')
+    metrics.eventsUnrecorded.inc({ reason: 'store_error' })
+    return sendUpstreamResponse(reply, res)
+  }
+  await claimed
+  const client = ctx.clientStream(reply, log, 'request', state.epoch, streamId, proto)
+  hub.attach(sessionId, client)
+  client.open(clientResponseHeaders(res.headers, ['content-type', 'content-length', 'content-encoding']), 0)
+  // Subscribe before recording starts, so the first event already finds its reader.
+  await new StreamFollower({ store, metrics, log, client, sessionId, ...ctx.replayPages, untilEnded: true }).start()
+  metrics.upstreamStreamsOpen.inc({ kind: 'request' })
+  ctx.deps.inflight.track(recordUpstreamStream({
+    store,
+    metrics,
+    log,
+    sessionId,
+    streamId,
+    body: res.body,
+    maxEventBytes: config.maxEventBytes,
+    readAhead: hub.readAhead,
+    endStreamOnFinish: true,
+    live: client,
+    storedThrough: state.lastSeq,
+    requestId,
+    ...(requestId !== undefined && !hub.upstreamGetRefused(sessionId) && { resumeUpstream: resumeRequestUpstream(ctx, request, sessionId) }),
+    failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off'),
+    // The store lost the session mid-answer (Redis restarted empty): rather than drop the
+    // rest of the answer, the result included, the session is recorded again for the
+    // principal this request was verified for, and this stream goes on in the new epoch.
+    // The client following it is closed on the epoch change and resumes: an epoch gap,
+    // then the rest, recorded and resumable like any answer. Not passed on unrecorded
+    // instead: a client cut off after the loss would then lose the result all the same.
+    // The upstream answering the session's request is its confirmation.
+    recoverSession: async () => {
+      if (await ctx.guard.recoverDuringAnswer(sessionId, principal, log) === null) return undefined
+      return await metrics.timeStore('open_stream', () => store.openStream(sessionId, streamId))
+    }
+  })).then(outcome => {
+    recording.done()
+    metrics.upstreamStreamsOpen.dec({ kind: 'request' })
+    if (outcome !== 'completed') client.close('upstream_error')
+  })
+}
+
+/** Resumes a POST's SSE answer that the upstream ended early (SEP-1699 polling): GET with its Last-Event-ID. */
+function resumeRequestUpstream (ctx: McpContext, request: FastifyRequest, sessionId: string): (lastEventId: string | undefined) => Promise<Readable | undefined> {
+  const headers = upstreamGetHeaders(request, sessionId, 'keep')
+  return async lastEventId => {
+    if (lastEventId === undefined) return undefined
+    const res = await ctx.timedUpstream('GET', () => ctx.deps.upstream.request({ method: 'GET', path: request.url, headers: { ...headers, 'last-event-id': lastEventId } }))
+    if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
+    discardBody(res.body)
+    return undefined
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * What the MCP endpoint reads from a request's headers and body, and the
+ * headers of the upstream requests it makes on a request's behalf.
+ */
+import type { FastifyRequest } from 'fastify'
+import { GatewayError } from '../../errors.js'
+import { headerValue } from '../../upstream/headers.js'
+import { upstreamHeadersFor } from '../forward.js'
+
+/** Transports spec: session ids are visible ASCII (0x21-0x7E). */
+const SESSION_ID = /^[\x21-\x7e]{1,256}$/
+
+/** Whether `value` may be a session id (one the upstream issues is recorded only then). */
+export function isSessionId (value: string): boolean {
+  return SESSION_ID.test(value)
+}
+
+/** The request's Mcp-Session-Id; throws 400 for several values or one that is not visible ASCII. */
+export function sessionIdOf (request: FastifyRequest): string | undefined {
+  const raw = request.headers['mcp-session-id']
+  if (raw === undefined) return undefined
+  const value = headerValue(raw) as string
+  if (Array.isArray(raw) || !SESSION_ID.test(value)) {
+    throw new GatewayError('MCPGW_BAD_SESSION_ID', 400, 'Bad Request: Mcp-Session-Id must be one value of visible ASCII characters.')
+  }
+  return value
+}
+
+/** Whether a GET's Accept lets it be answered with an SSE stream (no Accept does). */
+export function acceptsEventStream (accept: string | undefined): boolean {
+  return accept === undefined || /text\/event-stream|\*\/\*|text\/\*/.test(accept)
+}
+
+/** The protocol version an initialize request offers (params.protocolVersion), when it is a plain token. */
+export function offeredVersion (body: Buffer | undefined): string | undefined {
+  if (body === undefined) return undefined
+  try {
+    const version = (JSON.parse(body.toString('utf8')) as { params?: { protocolVersion?: unknown } }).params?.protocolVersion
+    return typeof version === 'string' && /^[\w.-]{1,32}$/.test(version) ? version : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** Upstream headers for an answer the gateway may record: it parses the SSE, so no content coding. */
+export function recordableHeaders (request: FastifyRequest): Record<string, string | string[]> {
+  const headers = upstreamHeadersFor(request, false)
+  headers['accept-encoding'] = 'identity'
+  return headers
+}
+
+/**
+ * An upstream GET of the session on behalf of a POST: its auth and other
+ * end-to-end headers. The GET opened at initialize carries the version the
+ * client offered: the negotiated one is in the answer's body, and is the
+ * offered one whenever the server supports it (lifecycle spec); a server
+ * that does not refuses the GET, and the client's own GET opens it later.
+ * The version matters: servers send priming events (ids to resume from)
+ * only from 2025-11-25 on.
+ */
+export function upstreamGetHeaders (request: FastifyRequest, sessionId: string, version: 'keep' | 'offered'): Record<string, string | string[]> {
+  const headers = recordableHeaders(request)
+  for (const name of ['content-type', 'content-length', 'content-encoding', 'last-event-id']) delete headers[name]
+  if (version === 'offered') {
+    delete headers['mcp-protocol-version']
+    const offered = offeredVersion(request.body as Buffer | undefined)
+    if (offered !== undefined) headers['mcp-protocol-version'] = offered
+  }
+  headers.accept = 'text/event-stream'
+  headers['mcp-session-id'] = sessionId
+  return headers
+}

@@ -1,0 +1,57 @@
+/**
+ * Where a resume starts, and what the client is told when history cannot
+ * fill it: decisions on the store's answer alone, without I/O.
+ */
+import type { EventPosition } from '../../protocol/event-id.js'
+import type { SessionRecord, StreamState } from '../../store/contract.js'
+
+export type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'
+
+/** How a lost response's JSON-RPC error says why, by gap reason. */
+export const LOST_PHRASES: Readonly<Record<GapReason, string>> = {
+  trimmed: 'it was trimmed by retention',
+  epoch: 'the event store lost this stream\'s history',
+  unknown_stream: 'the gateway no longer has this stream\'s history',
+  future_id: 'the Last-Event-ID is past the end of the stream'
+}
+
+export interface Gap {
+  readonly reason: GapReason
+  readonly missingFrom?: number
+  readonly missingTo?: number
+}
+
+/** Replay what comes after `after`; `gap`: what the client is told is missing first. */
+export interface StartPoint { readonly after: number, readonly gap?: Gap }
+
+/**
+ * The start of a stream's replay. `position` null: a standalone stream
+ * opened without a Last-Event-ID, which gets what was recorded since the
+ * session's last connection stopped (`cursor`), within what is retained.
+ */
+export function resumePoint (state: StreamState, position: EventPosition | null, record: SessionRecord, cursor: number): StartPoint {
+  if (position === null) return { after: Math.min(Math.max(cursor, state.firstSeq - 1), state.lastSeq) }
+  if (position.epoch !== state.epoch || position.epoch !== record.epoch) {
+    // The store lost the history this id points into: replay what the new epoch holds.
+    return { after: state.firstSeq - 1, gap: { reason: 'epoch' } }
+  }
+  if (position.seq > state.lastSeq) return { after: state.lastSeq, gap: { reason: 'future_id' } }
+  if (position.seq + 1 < state.firstSeq) {
+    return { after: state.firstSeq - 1, gap: { reason: 'trimmed', missingFrom: position.seq + 1, missingTo: state.firstSeq - 1 } }
+  }
+  return { after: position.seq }
+}
+
+/**
+ * The position a request stream's resume replays from. Past the end of a
+ * finished stream it steps back one event, so the last one (the response)
+ * comes once more before the end: a GET is answered with an SSE stream or
+ * 405 (transports spec), and an SDK client resuming with a saved token
+ * reconnects until a response arrives.
+ */
+export function requestResumePosition (state: StreamState | null, position: EventPosition): EventPosition {
+  if (state !== null && state.epoch === position.epoch && state.ended && position.seq === state.lastSeq && position.seq > 0) {
+    return { ...position, seq: position.seq - 1 }
+  }
+  return position
+}

@@ -1,0 +1,99 @@
+/**
+ * The resume of a request stream (GET with a Last-Event-ID of one): its
+ * history replayed from the store, then followed live until the response.
+ * Never reaches the upstream. When the history is gone, the request is
+ * answered with a JSON-RPC error so the call fails fast instead of hanging.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { OrphanAnswer } from '../../cluster/lease.js'
+import { errors } from '../../errors.js'
+import type { ProtocolInfo } from '../../protocol/era.js'
+import { encodeEventId, type EventPosition } from '../../protocol/event-id.js'
+import { lostResponseError, REPAIRED_SEQ, requestIdOfStream } from '../../protocol/request-stream.js'
+import { StreamFollower } from '../../relay/follower.js'
+import { GAP_EVENT } from '../../sse/frame.js'
+import type { SessionRecord, StreamState } from '../../store/contract.js'
+import type { McpContext } from './context.js'
+import { GAP_HEADER, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
+import { LOST_PHRASES, requestResumePosition, resumePoint, type GapReason } from './resume-point.js'
+import { sessionHash } from './session-guard.js'
+
+/** Gap reason (mcpgw_gaps_total) of a request stream ended for its dead recorder. */
+const RECORDER_LOST = 'recorder_lost'
+
+export async function resumeRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, resumeFrom: EventPosition): Promise<unknown> {
+  const { store, metrics } = ctx.deps
+  const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: resumeFrom.streamId })
+  // The client already got the gateway's answer for a lost response: it gets it again
+  // (a GET is answered with an SSE stream or 405, and an SDK client resuming a request
+  // stream reconnects until a response arrives).
+  if (resumeFrom.seq === REPAIRED_SEQ) {
+    const requestId = requestIdOfStream(resumeFrom.streamId)
+    const client = ctx.clientStream(reply, log, 'resume', resumeFrom.epoch, resumeFrom.streamId, proto)
+    client.open({}, resumeFrom.seq)
+    if (requestId !== undefined) client.writeSynthesized(encodeEventId(resumeFrom), lostResponseError(requestId, 'it was lost (told before)'))
+    client.end('completed')
+    return
+  }
+  const startedAt = performance.now()
+  const asked = metrics.timeStore('state', () => store.state(sessionId, resumeFrom.streamId))
+  // The first page right behind the state, not after its answer: on Redis, one
+  // round trip less before the first event (see writeFirstPage).
+  const firstPage = readFirstPage(ctx, sessionId, resumeFrom.streamId, resumeFrom.seq)
+  let state: StreamState | null
+  try {
+    state = await asked
+  } catch (err) {
+    throw errors.storeUnavailable(err)
+  }
+  const position = requestResumePosition(state, resumeFrom)
+  // A stream in another epoch was opened again after the store lost the session
+  // during its answer: an epoch gap, then what the new epoch holds (resumePoint).
+  if (state === null) {
+    // The store has no history for this stream (expired, or lost with the epoch):
+    // say so, and answer the request with an error so the call fails fast.
+    const reason: GapReason = 'unknown_stream'
+    const requestId = requestIdOfStream(position.streamId)
+    if (requestId !== undefined) return answerLostResponse(ctx, request, reply, proto, position, requestId, reason)
+    metrics.resumes.inc({ outcome: 'unknown' })
+    metrics.gaps.inc({ reason })
+    log.warn({ reason }, 'gap: resume of a stream whose history is gone')
+    const client = ctx.clientStream(reply, log, 'resume', record.epoch, position.streamId, proto)
+    client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
+    client.end('completed')
+    return
+  }
+  const client = ctx.clientStream(reply, log, 'resume', state.epoch, position.streamId, proto)
+  ctx.deps.hub.attach(sessionId, client)
+  const start = resumePoint(state, position, record, 0)
+  openWithGap(ctx, client, log, position, start)
+  const pages = start.gap === undefined ? await writeFirstPage(ctx.replayPages, client, await firstPage) : ctx.replayPages
+  await new StreamFollower({ store, metrics, log, client, sessionId, ...pages, untilEnded: true }).start()
+  observeReplay(ctx, client, startedAt)
+  if (client.closed) return
+  // The client waits for the rest: should the replica recording it die, end the stream with an answer.
+  const unwatch = ctx.deps.leases.watchRequestStream(sessionId, position.streamId, orphanAnswer(position.streamId), () => {
+    metrics.gaps.inc({ reason: RECORDER_LOST })
+    log.warn({ reason: RECORDER_LOST }, 'gap: the replica recording this request stream died; ended it with the gateway\'s error answer')
+  })
+  client.onClose(unwatch)
+}
+
+/** Gap repair without a stream: a gap notice and a JSON-RPC error for the request, then the end. */
+function answerLostResponse (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, position: EventPosition, requestId: string | number, reason: GapReason): void {
+  const log = request.log.child({ streamId: position.streamId })
+  ctx.deps.metrics.resumes.inc({ outcome: 'unknown' })
+  ctx.deps.metrics.gaps.inc({ reason })
+  log.warn({ reason }, 'gap: resume of a stream whose history is gone; answering its request with an error')
+  const client = ctx.clientStream(reply, log, 'resume', position.epoch, position.streamId, proto)
+  client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
+  client.writeSynthesized(encodeEventId({ epoch: position.epoch, streamId: position.streamId, seq: REPAIRED_SEQ }), lostResponseError(requestId, LOST_PHRASES[reason]))
+  client.end('completed')
+}
+
+/** What ends a request stream whose recorder died: the JSON-RPC error for its request, else a gap marker. */
+export function orphanAnswer (streamId: string): OrphanAnswer {
+  const requestId = requestIdOfStream(streamId)
+  if (requestId === undefined) return { event: GAP_EVENT, data: JSON.stringify({ reason: RECORDER_LOST, streamId }) }
+  return { data: lostResponseError(requestId, 'the gateway replica recording the answer went away') }
+}

@@ -1,0 +1,68 @@
+/**
+ * A session's standalone stream: the upstream GET runs once per session
+ * (here, or on the replica that holds it) and is recorded; each client GET
+ * follows the store from where it stands.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { errors } from '../../errors.js'
+import type { ProtocolInfo } from '../../protocol/era.js'
+import type { EventPosition } from '../../protocol/event-id.js'
+import { StreamFollower } from '../../relay/follower.js'
+import { STANDALONE_STREAM, type SessionRecord, type StreamState } from '../../store/contract.js'
+import type { UpstreamResponse } from '../../upstream/client.js'
+import { sendUpstreamResponse } from '../forward.js'
+import type { McpContext } from './context.js'
+import { observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
+import { recordableHeaders } from './request-headers.js'
+import { resumePoint } from './resume-point.js'
+import { sessionHash } from './session-guard.js'
+
+export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
+  const { guard } = ctx
+  const { store, metrics, hub } = ctx.deps
+  const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: STANDALONE_STREAM })
+  const headers = recordableHeaders(request)
+  // The gateway's ids mean nothing upstream; the upstream GET starts fresh.
+  delete headers['last-event-id']
+  let refusal: UpstreamResponse | null
+  try {
+    refusal = await hub.ensurePump(sessionId, headers, log)
+  } catch (err) {
+    await guard.settleRecovery(request, false)
+    throw err
+  }
+  // null: the upstream GET runs (here, or on the replica that holds it).
+  await guard.settleRecovery(request, refusal === null)
+  if (refusal !== null) {
+    // The upstream no longer knows the session: neither do we.
+    if (refusal.statusCode === 404) await ctx.forgetSession(sessionId, log)
+    return sendUpstreamResponse(reply, refusal)
+  }
+  const startedAt = performance.now()
+  // Both asked at once (one round trip on Redis, in this order on its connection).
+  // A client without a position gets what was recorded since the last connection
+  // stopped: nothing recorded in a reconnect gap is dropped for want of a cursor.
+  const asked = Promise.all([
+    metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM)),
+    position === null ? metrics.timeStore('load_cursor', () => store.loadCursor(sessionId, STANDALONE_STREAM)) : 0
+  ])
+  // A resume's first page right behind them (see writeFirstPage).
+  const firstPage = position === null ? null : readFirstPage(ctx, sessionId, STANDALONE_STREAM, position.seq)
+  let state: StreamState
+  let cursor: number
+  try {
+    ;[state, cursor] = await asked
+  } catch (err) {
+    throw errors.storeUnavailable(err)
+  }
+  const start = resumePoint(state, position, record, cursor)
+  const client = ctx.clientStream(reply, log, position === null ? 'standalone' : 'resume', state.epoch, STANDALONE_STREAM, proto)
+  hub.attach(sessionId, client)
+  client.onClose(() => {
+    store.saveCursor(sessionId, STANDALONE_STREAM, client.lastSeq).catch((err: unknown) => log.warn({ err }, 'could not save the stream cursor'))
+  })
+  openWithGap(ctx, client, log, position, start)
+  const pages = firstPage !== null && start.gap === undefined ? await writeFirstPage(ctx.replayPages, client, await firstPage) : ctx.replayPages
+  await new StreamFollower({ store, metrics, log, client, sessionId, ...pages, untilEnded: false }).start()
+  if (position !== null) observeReplay(ctx, client, startedAt)
+}
