@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The side-by-side benchmark of issue 5 (`npm run bench`).
+// The side-by-side benchmark (`npm run bench`): the gateway against a plain proxy.
 //
 // Starts everything it needs on 127.0.0.1 and measures, in one run, paths
 // interleaved, median of several rounds:

@@ -1,4 +1,4 @@
-// Targets of issue 5, the ratio table (stdout and Markdown), the JSON report
+// The performance targets, the ratio table (stdout and Markdown), the JSON report
 // and the chart (SVG, converted to PNG with rsvg-convert).
 import { spawnSync } from 'node:child_process'
 import { existsSync, writeFileSync } from 'node:fs'
@@ -22,7 +22,7 @@ const num = v => typeof v === 'number' && Number.isFinite(v)
 /** Above this, nginx's own p99 at 1,000 events/s says the machine, not the proxy, sets the tail. */
 const NOISY_P99_MS = 5
 
-/** Every target of issue 5: { id, target, value, met (true|false|null = not measured), note } */
+/** Every performance target: { id, target, value, met (true|false|null = not measured), note } */
 export function evaluate (s) {
   const out = []
   const add = (id, target, value, met, note) => out.push({ id, target, value, met: num(value) || typeof value === 'string' ? met : null, ...(note === undefined ? {} : { note }) })
@@ -198,7 +198,7 @@ function markdown (report, tbl) {
     '',
     `Ratios are against nginx (plain pass-through, \`proxy_buffering off\`, one worker process), measured in the same run; medians of ${report.config.rounds} rounds (latency ${report.config.latRounds}), paths interleaved. Events are ~300-byte JSON-RPC notifications stamped with their send time.`,
     '',
-    '## Targets (issue 5)',
+    '## Targets',
     '',
     '| target | value | result |',
     '| --- | ---: | --- |',
@@ -307,7 +307,7 @@ function svgChart (report) {
   }
 
   // Panel 3: targets.
-  parts.push('<text x="20" y="480" font-size="14" font-weight="bold">Targets of issue 5</text>')
+  parts.push('<text x="20" y="480" font-size="14" font-weight="bold">Performance targets</text>')
   report.targets.forEach((t, i) => {
     const y = 504 + i * 21
     const color = t.met === true ? '#1a7f37' : t.met === false ? '#c62828' : t.met === 'inconclusive' ? '#b7791f' : '#777'
@@ -338,7 +338,7 @@ function toPng (svgPath, pngPath, log) {
 export async function writeReports (report, dir, name, log) {
   const present = PATHS.filter(id => ['thr1', 'thr100', 'lat1k', 'lat10k', 'idle', 'replay'].some(g => report.summary[g]?.[id] != null))
   const tbl = table(report.summary, present)
-  process.stdout.write(`\n${textTable(tbl)}\n\nTargets (issue 5):\n`)
+  process.stdout.write(`\n${textTable(tbl)}\n\nTargets:\n`)
   for (const t of report.targets) process.stdout.write(`  ${mark(t.met).padEnd(12)} ${t.target}: ${targetValue(t)}${t.note === undefined ? '' : ` (${t.note})`}\n`)
   process.stdout.write('\n')
   const files = []
