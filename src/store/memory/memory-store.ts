@@ -5,7 +5,9 @@ import type {
   AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecord, StoreUsage, StoredEvent, StreamNotice, StreamState
 } from '../contract.js'
-import { BatchNotice, EventBatch, NumberedBatch } from '../batch.js'
+import { EventBatch } from '../batch/event-batch.js'
+import { NumberedBatch } from '../batch/numbered-batch.js'
+import { BatchNotice } from '../batch/batch-notice.js'
 
 /**
  * What a record weighs against the cap besides event data: about what a
