@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { EventStore, StoredEvent, StreamNotice } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
-import { NumberedBatch } from '../store/batch.js'
+import { NumberedBatch } from '../store/batch/numbered-batch.js'
 import type { ClientStream } from '../sse/client-stream.js'
 
 export interface FollowOptions {

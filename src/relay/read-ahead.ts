@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream'
 import type { SseDecoder } from '../sse/decoder.js'
-import { EventBatchBuilder, type EventBatch } from '../store/batch.js'
+import { EventBatchBuilder, type EventBatch } from '../store/batch/event-batch.js'
 import { discardBody } from '../upstream/client.js'
 
 /**

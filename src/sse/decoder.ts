@@ -1,5 +1,5 @@
 import { EventTooLargeError } from '../errors.js'
-import { EventBatchBuilder } from '../store/batch.js'
+import { EventBatchBuilder } from '../store/batch/event-batch.js'
 import type { FrameEvent } from '../store/contract.js'
 
 /**

@@ -9,7 +9,8 @@
  * loses the session's history; event ids carry it (see protocol/event-id.ts).
  */
 import type { LeaseBackend } from '../cluster/lease.js'
-import type { EventBatch, NumberedBatch } from './batch.js'
+import type { EventBatch } from './batch/event-batch.js'
+import type { NumberedBatch } from './batch/numbered-batch.js'
 import type { EventInput, StoredEvent } from './events.js'
 
 export type { EventInput, FrameEvent, StoredEvent, TextEvent } from './events.js'

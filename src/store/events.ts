@@ -1,5 +1,5 @@
 // The events a store keeps, apart from the store contract (contract.ts) so
-// that the packed form (batch.ts) and the decoder's errors can name them
+// that the packed form (batch/) and the decoder's errors can name them
 // without importing the contract.
 
 /**

@@ -11,7 +11,7 @@ import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures
 import type { TestRedis } from '../fixtures/redis.js'
 import { storeContract } from '../fixtures/store-contract.js'
 import { COMMANDS } from '../../src/store/redis/lua.js'
-import { EventBatch, EventBatchBuilder } from '../../src/store/batch.js'
+import { EventBatch, EventBatchBuilder } from '../../src/store/batch/event-batch.js'
 import { startRedisCut, type RedisCut } from '../fixtures/redis-cut.js'
 
 const RETENTION: RetentionLimits = { maxEvents: 1000, maxBytes: 1024 * 1024, ttlMs: 60_000 }

@@ -3,7 +3,8 @@
 // event) reaches the client byte for byte as its events written one by one do.
 import t, { type Test } from 'tap'
 import { serveClientStream } from '../fixtures/client-stream-app.js'
-import { EventBatch, NumberedBatch } from '../../src/store/batch.js'
+import { EventBatch } from '../../src/store/batch/event-batch.js'
+import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
 import type { EventInput } from '../../src/store/contract.js'
 
 const BOM = '\uFEFF'

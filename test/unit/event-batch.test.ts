@@ -1,8 +1,8 @@
-// Packed event batches (src/store/batch.ts): what the recorder hands the
+// Packed event batches (src/store/batch/event-batch.ts): what the recorder hands the
 // stores, and the form Redis keeps. Packing must give back every event as
 // it was appended, in the layout text the Redis scripts parse.
 import t from 'tap'
-import { EventBatch, EventBatchBuilder } from '../../src/store/batch.js'
+import { EventBatch, EventBatchBuilder } from '../../src/store/batch/event-batch.js'
 import type { EventInput } from '../../src/store/contract.js'
 import { SseDecoder } from '../../src/sse/decoder.js'
 

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { MemoryEventStore, RECORD_BYTES, type MemoryStoreOptions } from '../../src/store/memory/memory-store.js'
 import type { EventInput, RetentionLimits, StoredEvent } from '../../src/store/contract.js'
 import { SessionGoneError } from '../../src/errors.js'
-import { EventBatch, EventBatchBuilder } from '../../src/store/batch.js'
+import { EventBatch, EventBatchBuilder } from '../../src/store/batch/event-batch.js'
 
 const ROOMY: RetentionLimits = { maxEvents: 1_000_000, maxBytes: 1_000_000_000, ttlMs: 3_600_000 }
 

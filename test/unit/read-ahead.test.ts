@@ -9,7 +9,7 @@ import { READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, readAhead, ReadAheadBudget, typ
 /** One gateway's budget, shared by the streams of these tests. */
 const budget = new ReadAheadBudget()
 import { SseDecoder } from '../../src/sse/decoder.js'
-import type { EventBatch } from '../../src/store/batch.js'
+import type { EventBatch } from '../../src/store/batch/event-batch.js'
 import { EventTooLargeError } from '../../src/errors.js'
 import { dataOf } from '../fixtures/events.js'
 

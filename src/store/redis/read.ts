@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis'
-import { FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID } from '../batch.js'
+import { FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID } from '../batch/layout-flags.js'
 import type { ReadResult, StoredEvent, StreamState } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
 import type { ScriptedConnection } from './lua.js'

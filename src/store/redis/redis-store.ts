@@ -3,7 +3,8 @@ import type { RedisOptions } from 'ioredis'
 import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import { STANDALONE_STREAM } from '../contract.js'
-import type { EventBatch, NumberedBatch } from '../batch.js'
+import type { EventBatch } from '../batch/event-batch.js'
+import type { NumberedBatch } from '../batch/numbered-batch.js'
 import type {
   AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecord, StoredEvent, StreamState

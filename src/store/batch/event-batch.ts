@@ -1,11 +1,9 @@
-import type { EventInput, StoredEvent } from './events.js'
+// The packed batch and the builder that packs it. They share a file because
+// each needs the other: a batch packs an array of events with a builder
+// (EventBatch.from), and a builder hands out batches (take()).
 
-/** Layout flags of an event in a batch: it has an event type. */
-export const FLAG_EVENT = 1
-/** ... it has an upstream id (possibly empty). */
-export const FLAG_UPSTREAM_ID = 2
-/** ... it is an upstream frame rather than text data. */
-export const FLAG_FRAME = 4
+import type { EventInput, StoredEvent } from '../events.js'
+import { FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID } from './layout-flags.js'
 
 /** Smallest buffer a builder starts a batch with. */
 const MIN_CAPACITY = 4096
@@ -174,50 +172,6 @@ export class EventBatch {
   includes (needle: string): boolean {
     return this.bytes.includes(needle)
   }
-}
-
-/**
- * A batch as a store took it: its events are numbered from `firstSeq`. The
- * event objects are made only when asked for (`events`): a listener that
- * writes the batch out reads `batch` directly, without an object per event.
- */
-export class NumberedBatch {
-  readonly batch: EventBatch
-  readonly firstSeq: number
-  #events: StoredEvent[] | undefined
-
-  constructor (batch: EventBatch, firstSeq: number) {
-    this.batch = batch
-    this.firstSeq = firstSeq
-  }
-
-  get length (): number { return this.batch.length }
-  /** Sequence number of the last event (firstSeq - 1 when there is none). */
-  get lastSeq (): number { return this.firstSeq + this.batch.length - 1 }
-  /** The events; frames are views of the batch's bytes. Made once, shared by every caller: do not change it. */
-  get events (): readonly StoredEvent[] {
-    this.#events ??= this.batch.stored(this.firstSeq)
-    return this.#events
-  }
-}
-
-/** The notice a store gives its local listeners after an append: the events are the batch's, made on first use. */
-export class BatchNotice {
-  readonly streamId: string
-  readonly toSeq: number
-  readonly ended: boolean
-  readonly batch: NumberedBatch
-  readonly epoch: string | undefined
-
-  constructor (streamId: string, toSeq: number, ended: boolean, batch: NumberedBatch, epoch?: string) {
-    this.streamId = streamId
-    this.toSeq = toSeq
-    this.ended = ended
-    this.batch = batch
-    this.epoch = epoch
-  }
-
-  get events (): readonly StoredEvent[] { return this.batch.events }
 }
 
 /**

@@ -1,0 +1,116 @@
+// How the memory store keeps a stream's events: one segment per append.
+import type { EventInput, StoredEvent } from '../events.js'
+import type { EventBatch } from '../batch/event-batch.js'
+import type { NumberedBatch } from '../batch/numbered-batch.js'
+
+/**
+ * The events of one append. Upstream frames are copied into one blob with
+ * their end offsets, so a retained batch is a handful of objects however many
+ * events it holds (the garbage collector then has little to trace in a full
+ * store); events the gateway made itself are kept as they came.
+ */
+export type Segment = FrameSegment | EventSegment
+
+interface FrameSegment {
+  /** Sequence number of the segment's first event. */
+  readonly first: number
+  readonly count: number
+  /**
+   * The frames' bytes: a buffer of its own from OFF_HEAP_SEGMENT_BYTES on,
+   * below as a one-byte string (latin1: byte for byte), one leaf object in the
+   * heap. Either way a full store costs the collector one object per append.
+   */
+  readonly blob: string | Buffer
+  /** End offset of each event's frame in `blob` (small integers: a plain array, no backing store of its own). */
+  readonly ends: readonly number[]
+  /** Upstream ids by position, when any event had one. */
+  readonly upstreamIds: ReadonlyArray<string | undefined> | undefined
+  readonly events?: undefined
+}
+
+interface EventSegment {
+  readonly first: number
+  readonly count: number
+  readonly events: readonly StoredEvent[]
+}
+
+/** Bytes an event costs for retention: its data plus the small fields. */
+export function eventBytes (e: EventInput): number {
+  const upstreamId = e.upstreamId?.length ?? 0
+  return e.frame !== undefined ? e.frame.length + upstreamId : Buffer.byteLength(e.data) + (e.event?.length ?? 0) + upstreamId
+}
+
+/**
+ * Segments of at least this many bytes keep them off the JavaScript heap, in
+ * a buffer of their own. A fast upstream makes big segments at hundreds of
+ * MB/s, all retained: in the heap, every young-generation collection would
+ * copy the new ones (twice, before they reach the old generation). Smaller
+ * ones (a slow stream's event or two) stay strings: cheap to copy, and one
+ * buffer each would pin Node's shared pool or crowd V8 with tiny backing stores.
+ */
+const OFF_HEAP_SEGMENT_BYTES = 4096
+
+/**
+ * A batch's buffer is kept as the blob when its memory holds little besides
+ * the batch (a builder's buffer grows by doubling, so it may be up to twice
+ * what it holds): kept as it is, the events cost no copy and no allocation.
+ * Past this share of unused room, a blob of the exact size is made instead,
+ * so retention by bytes stays close to the memory actually held.
+ */
+const KEEP_BUFFER_MAX_SLACK = 0.25
+
+export function segmentOf (first: number, batch: EventBatch, plain: boolean, numbered: NumberedBatch): Segment {
+  const count = batch.length
+  if (plain) {
+    // The usual batch, the upstream's frames and nothing else: its bytes are the blob.
+    const bytes = batch.bytes
+    const total = bytes.length
+    const ends = new Array<number>(count)
+    for (let i = 0, at = 0; i < count; i++) {
+      at += batch.layout[4 * i + 1] as number
+      ends[i] = at
+    }
+    if (total < OFF_HEAP_SEGMENT_BYTES) return { first, count, blob: bytes.toString('latin1'), ends, upstreamIds: undefined }
+    if (bytes.buffer.byteLength <= total * (1 + KEEP_BUFFER_MAX_SLACK)) {
+      batch.retain()
+      return { first, count, blob: bytes, ends, upstreamIds: undefined }
+    }
+    const blob = Buffer.allocUnsafeSlow(total)
+    bytes.copy(blob)
+    return { first, count, blob, ends, upstreamIds: undefined }
+  }
+  // Frames are views of the batch's buffer (which may be twice their size): keep copies.
+  const stored = numbered.events
+  let total = 0
+  let upstreamIds: Array<string | undefined> | undefined
+  for (const [i, e] of stored.entries()) {
+    if (e.frame === undefined) return { first, count, events: stored.map(e => e.frame === undefined ? e : { ...e, frame: Buffer.from(e.frame) }) }
+    total += e.frame.length
+    if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
+  }
+  const offHeap = total >= OFF_HEAP_SEGMENT_BYTES
+  const bytes = offHeap ? Buffer.allocUnsafeSlow(total) : Buffer.allocUnsafe(total)
+  const ends = new Array<number>(count)
+  let at = 0
+  for (const [i, e] of stored.entries()) {
+    bytes.set(e.frame as Buffer, at)
+    at += (e.frame as Buffer).length
+    ends[i] = at
+  }
+  return { first, count, blob: offHeap ? bytes : bytes.toString('latin1'), ends, upstreamIds }
+}
+
+/** The event at position `i` of a segment. */
+export function eventAt (segment: Segment, i: number): StoredEvent {
+  if (segment.events !== undefined) return segment.events[i] as StoredEvent
+  const start = i === 0 ? 0 : segment.ends[i - 1] as number
+  const frame = typeof segment.blob === 'string' ? Buffer.from(segment.blob.slice(start, segment.ends[i]), 'latin1') : segment.blob.subarray(start, segment.ends[i])
+  const upstreamId = segment.upstreamIds?.[i]
+  return upstreamId === undefined ? { seq: segment.first + i, frame } : { seq: segment.first + i, frame, upstreamId }
+}
+
+export function sizeAt (segment: Segment, i: number): number {
+  if (segment.events !== undefined) return eventBytes(segment.events[i] as StoredEvent)
+  const start = i === 0 ? 0 : segment.ends[i - 1] as number
+  return (segment.ends[i] as number) - start + (segment.upstreamIds?.[i]?.length ?? 0)
+}

@@ -1,0 +1,89 @@
+// The memory store's sessions: their records and streams, their expiry (lazy
+// on access, and a periodic sweep), and the order they were used in, which
+// the byte cap drops them by when records alone fill it.
+import type { RetentionLimits, SessionRecord } from '../contract.js'
+import { LruOrder } from './lru-order.js'
+import type { MemoryStream } from './memory-stream.js'
+
+export interface MemorySession {
+  readonly id: string
+  readonly record: SessionRecord
+  readonly streams: Map<string, MemoryStream>
+  expiresAt: number
+}
+
+export interface SessionTableOptions {
+  readonly retention: RetentionLimits
+  readonly now: () => number
+  /** How often expired sessions are swept. */
+  readonly sweepIntervalMs: number
+  /** Called for each session dropped (expired, deleted, replaced or evicted), to release what it held. */
+  readonly onDrop: (session: MemorySession) => void
+}
+
+export class SessionTable {
+  /** Least recently used first. */
+  readonly #sessions = new LruOrder<string, MemorySession>()
+  readonly #retention: RetentionLimits
+  readonly #now: () => number
+  readonly #onDrop: (session: MemorySession) => void
+  readonly #sweeper: NodeJS.Timeout
+
+  constructor (options: SessionTableOptions) {
+    this.#retention = options.retention
+    this.#now = options.now
+    this.#onDrop = options.onDrop
+    this.#sweeper = setInterval(() => this.#sweep(), options.sweepIntervalMs)
+    this.#sweeper.unref()
+  }
+
+  get size (): number { return this.#sessions.size }
+
+  /** A new session, most recently used; the id must not be held (drop() it first). */
+  add (sessionId: string, record: SessionRecord): MemorySession {
+    const session: MemorySession = { id: sessionId, record, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs }
+    this.#sessions.touch(sessionId, session)
+    return session
+  }
+
+  /** The session unless it expired (then it is dropped now). */
+  live (sessionId: string): MemorySession | undefined {
+    const session = this.#sessions.get(sessionId)
+    if (session !== undefined && session.expiresAt <= this.#now()) {
+      this.drop(sessionId)
+      return undefined
+    }
+    return session
+  }
+
+  /** Refresh the session's TTL; most recently used last, so the cap evicts from the front. */
+  touch (session: MemorySession): void {
+    session.expiresAt = this.#now() + this.#retention.ttlMs
+    this.#sessions.touch(session.id, session)
+  }
+
+  drop (sessionId: string): void {
+    const session = this.#sessions.get(sessionId)
+    if (session === undefined) return
+    this.#onDrop(session)
+    this.#sessions.delete(sessionId)
+  }
+
+  /** Sessions with their ids, least recently used first; dropping during the walk is safe. */
+  [Symbol.iterator] (): MapIterator<[string, MemorySession]> {
+    return this.#sessions[Symbol.iterator]()
+  }
+
+  /** Stop sweeping and forget every session (without onDrop: the store is closing). */
+  close (): void {
+    clearInterval(this.#sweeper)
+    this.#sessions.clear()
+  }
+
+  #sweep (): void {
+    const now = this.#now()
+    for (const [id, session] of this.#sessions) {
+      if (session.expiresAt <= now) this.drop(id)
+    }
+  }
+}
