@@ -10,7 +10,7 @@ import { discardBody } from '../upstream/client.js'
  * then costs the store fewer, larger round trips, and the gateway decodes while
  * the store works. Past the stream's bound the upstream is paused
  * (backpressure). An idle stream holds nothing. What waits is packed
- * (store/batch.ts): a few objects, not a few per event, however long the
+ * (store/batch/event-batch.ts): a few objects, not a few per event, however long the
  * store takes.
  *
  * The bound is a share of a gateway's READ_AHEAD_BUDGET_BYTES among its

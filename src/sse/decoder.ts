@@ -59,7 +59,7 @@ function withoutRetryLines (buf: Buffer, start: number, end: number): Buffer {
 
 /**
  * Splits the upstream's SSE bytes into events, packed as they complete into
- * a batch (store/batch.ts) that the store takes in one round trip. It finds event boundaries (blank lines in
+ * a batch (store/batch/event-batch.ts) that the store takes in one round trip. It finds event boundaries (blank lines in
  * any of SSE's spellings: LF, CR, CRLF, even split across reads) and which
  * blocks are events (a block without a `data` field dispatches nothing), and
  * reads the few fields the gateway needs (`id`, `retry`); it never decodes an

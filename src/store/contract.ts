@@ -110,7 +110,7 @@ export interface EventStore {
   /**
    * Append events to a stream in one atomic step (one round trip on Redis) and
    * return them numbered lastSeq+1, lastSeq+2, ... Events come as an array or
-   * packed (EventBatch, see batch.ts: the recorder's form). The stream is opened if
+   * packed (EventBatch, see batch/event-batch.ts: the recorder's form). The stream is opened if
    * needed. Retention (count, bytes, TTL) is applied in the same step; the
    * newest event is never trimmed. Subscribers of the stream get a notice.
    * A batch is the store's from then on: the embedded store may keep its
