@@ -1,7 +1,7 @@
 // What a draining process still serves: GETs of a session's streams on the MCP
 // endpoint; everything else goes to a ready replica (503).
 import t from 'tap'
-import { servedWhileDraining } from '../../src/cluster/drain.js'
+import { servedWhileDraining } from '../../src/lifecycle/drain.js'
 
 const MCP = '/mcp'
 
