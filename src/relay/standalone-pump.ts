@@ -2,15 +2,17 @@ import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { Lease } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
-import type { EventInput, EventStore } from '../store/contract.js'
+import type { EventStore } from '../store/contract.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { mediaType } from '../upstream/headers.js'
 import type { ReadAheadBudget } from './read-ahead.js'
 import { isResumableUpstreamId } from '../protocol/upstream-event-id.js'
-import { recordUpstreamStream, type LiveClients, type RecordOutcome } from './recorder.js'
-import { GAP_EVENT } from '../sse/frame.js'
+import { recordUpstreamStream } from './recorder.js'
+import type { LiveClients } from './live-clients.js'
+import type { RecordOutcome } from './record-outcome.js'
+import { upstreamHandoverGap } from './gap-markers.js'
 
 /**
  * Why a pump stopped. `refused`: the upstream GET never opened (the caller
@@ -204,9 +206,8 @@ export class StandalonePump {
    */
   async #recordHandoverGap (): Promise<void> {
     const { store, metrics, log, lease, sessionId } = this.#o
-    const marker: EventInput = { event: GAP_EVENT, data: JSON.stringify({ reason: 'upstream_handover', streamId: STANDALONE_STREAM }) }
     try {
-      await metrics.timeStore('append', () => store.append(sessionId, STANDALONE_STREAM, [marker], { fence: lease.token }))
+      await metrics.timeStore('append', () => store.append(sessionId, STANDALONE_STREAM, [upstreamHandoverGap(STANDALONE_STREAM)], { fence: lease.token }))
       metrics.gaps.inc({ reason: 'upstream_handover' })
       log.warn('upstream GET taken over without upstream resumption: gap marker recorded')
     } catch (err) {

@@ -1,0 +1,23 @@
+import type { EventBatch } from '../store/batch/event-batch.js'
+import type { EventInput } from '../store/contract.js'
+import { parseFrame } from '../sse/frame.js'
+
+/** Cheap pre-check on the bytes, then a parse: is this event the JSON-RPC response to `id`? */
+export function isResponseTo (e: EventInput, id: string | number): boolean {
+  const raw = e.frame ?? e.data
+  if (!raw.includes('"id"') || (!raw.includes('"result"') && !raw.includes('"error"'))) return false
+  const data = e.frame === undefined ? e.data : parseFrame(e.frame)?.data
+  if (data === undefined) return false
+  try {
+    const message = JSON.parse(data) as { id?: unknown, result?: unknown, error?: unknown }
+    return message.id === id && (message.result !== undefined || message.error !== undefined)
+  } catch {
+    return false
+  }
+}
+
+/** Does the batch hold the JSON-RPC response to `id`? Most hold none, which one look at their bytes tells. */
+export function respondsTo (batch: EventBatch, id: string | number): boolean {
+  if (!batch.includes('"id"') || (!batch.includes('"result"') && !batch.includes('"error"'))) return false
+  return batch.toArray().some(e => isResponseTo(e, id))
+}

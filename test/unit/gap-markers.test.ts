@@ -1,0 +1,18 @@
+// The gap markers a recorder stores where events are missing (src/relay/gap-markers.ts).
+import t from 'tap'
+import { epochGap, eventTooLargeGap, storeUnavailableGap, upstreamHandoverGap } from '../../src/relay/gap-markers.js'
+import type { TextEvent } from '../../src/store/contract.js'
+import { GAP_EVENT } from '../../src/sse/frame.js'
+
+t.test('each marker is a gap event saying why', async t => {
+  const cases: Array<[TextEvent, unknown]> = [
+    [storeUnavailableGap(3), { reason: 'store_unavailable', unrecorded: 3 }],
+    [epochGap('s1'), { reason: 'epoch', streamId: 's1' }],
+    [eventTooLargeGap(1024), { reason: 'event_too_large', limit: 1024 }],
+    [upstreamHandoverGap('_'), { reason: 'upstream_handover', streamId: '_' }]
+  ]
+  for (const [marker, data] of cases) {
+    t.equal(marker.event, GAP_EVENT)
+    t.same(JSON.parse(marker.data), data)
+  }
+})
