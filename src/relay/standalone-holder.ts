@@ -1,0 +1,196 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyBaseLogger as Logger } from 'fastify'
+import type { Lease, LeaseCoordinator } from '../cluster/coordinator.js'
+import { errors } from '../errors.js'
+import type { EventStore } from '../store/contract.js'
+import type { GatewayMetrics } from '../metrics/metrics.js'
+import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
+import type { LocalSession, LocalSessions } from './local-session.js'
+import type { PumpAdmission } from './principal-quota.js'
+import type { ReadAheadBudget } from './read-ahead.js'
+import { StandalonePump, type PumpOutcome } from './standalone-pump.js'
+
+export interface StandaloneHolderOptions {
+  readonly upstream: UpstreamClient
+  readonly store: EventStore
+  readonly metrics: GatewayMetrics
+  readonly log: Logger
+  readonly mcpPath: string
+  readonly holdMs: number
+  readonly maxEventBytes: number
+  readonly maxSessions: number
+  /** Which replica holds each session's upstream GET. */
+  readonly leases: LeaseCoordinator
+  /** Per-principal places for upstream GETs (MAX_SESSIONS_PER_PRINCIPAL), if any. */
+  readonly admission?: PumpAdmission
+}
+
+/** Whether the process is draining (it then takes on no upstream GET). */
+export interface DrainState {
+  readonly draining: boolean
+}
+
+/** Attempts to open the upstream GET after taking a stream over (the old one may still be closing upstream: 409). */
+const TAKEOVER_ATTEMPTS = 4
+const TAKEOVER_BACKOFF_MS = 150
+
+/**
+ * Holds sessions' upstream GETs in this process, each under the session's
+ * lease, with a pump that records it; and, for a session whose client is
+ * attached here while another replica holds its GET, watches that holder and
+ * takes the GET over if it goes away.
+ */
+export class StandaloneHolder {
+  readonly #o: StandaloneHolderOptions
+  readonly #sessions: LocalSessions
+  readonly #readAhead: ReadAheadBudget
+  readonly #drain: DrainState
+  #pumps = 0
+
+  constructor (options: StandaloneHolderOptions, sessions: LocalSessions, readAhead: ReadAheadBudget, drain: DrainState) {
+    this.#o = options
+    this.#sessions = sessions
+    this.#readAhead = readAhead
+    this.#drain = drain
+  }
+
+  /** Upstream GETs held here. */
+  get pumpCount (): number { return this.#pumps }
+  /** As many upstream GETs held here as MAX_SESSIONS allows. */
+  get full (): boolean { return this.#pumps >= this.#o.maxSessions }
+
+  /**
+   * Take the session's lease and open its upstream GET here. Resolves null
+   * when the GET is held, here or (the lease being taken) by another replica;
+   * otherwise with the upstream's refusal to pass through.
+   */
+  async claim (s: LocalSession, sessionId: string, log: Logger): Promise<UpstreamResponse | null> {
+    await this.#o.admission?.admit(sessionId)
+    let lease: Lease | 'held' | 'gone'
+    try {
+      lease = await this.#o.metrics.timeStore('lease_acquire', () => this.#o.leases.acquire(sessionId))
+    } catch (err) {
+      throw errors.storeUnavailable(err)
+    }
+    if (lease === 'gone') throw errors.sessionNotFound()
+    // Held by another replica: attach() watches it for a takeover.
+    if (lease === 'held') return null
+    let res: UpstreamResponse | null = null
+    try {
+      for (let attempt = 1; attempt <= TAKEOVER_ATTEMPTS; attempt++) {
+        res = await this.#startPump(s, sessionId, lease, log)
+        // 409: the previous holder's GET is still closing upstream (one GET per session); it goes in a moment.
+        if (res?.statusCode !== 409 || attempt === TAKEOVER_ATTEMPTS) break
+        discardBody(res.body)
+        await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
+      }
+    } catch (err) {
+      await lease.release(lease.takeover).catch(() => {})
+      throw err
+    }
+    if (res !== null) await lease.release(lease.takeover).catch(() => {})
+    return res
+  }
+
+  /** A client is attached here and another replica holds the stream: take it over if the holder goes. */
+  watch (s: LocalSession, sessionId: string): void {
+    if (s.unwatch !== undefined || this.#drain.draining || s.opening !== undefined || s.pumping) return
+    s.unwatch = this.#o.leases.watch(sessionId, {
+      onGrant: lease => {
+        s.unwatch = undefined
+        this.#takeover(s, sessionId, lease)
+      },
+      onGone: () => {
+        s.unwatch = undefined
+        // The store lost the session: the client reconnects and is told (404).
+        s.standaloneClient?.close('session_deleted')
+      }
+    })
+  }
+
+  async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger): Promise<UpstreamResponse | null> {
+    const pump: StandalonePump = new StandalonePump({
+      upstream: this.#o.upstream,
+      store: this.#o.store,
+      metrics: this.#o.metrics,
+      log,
+      sessionId,
+      path: this.#o.mcpPath,
+      holdMs: this.#o.holdMs,
+      maxEventBytes: this.#o.maxEventBytes,
+      readAhead: this.#readAhead,
+      lease,
+      clients: s,
+      onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome)
+    })
+    lease.onHandoverRequest = () => {
+      log.info('draining: another replica asked for the upstream GET stream; handing it over')
+      pump.handOver()
+    }
+    this.#pumps++
+    s.pump = pump
+    s.stopWatching()
+    return await pump.open(s.headers ?? {})
+  }
+
+  #pumpStopped (s: LocalSession, sessionId: string, pump: StandalonePump, outcome: PumpOutcome): void {
+    this.#pumps--
+    this.#o.admission?.release(sessionId)
+    if (s.pump === pump) s.pump = undefined
+    const local = s.standaloneClient
+    switch (outcome) {
+      case 'refused':
+      case 'handed_over':
+      case 'stopped':
+        // stopped: dropSession closes the clients itself, with its own outcome (session_deleted).
+        break
+      case 'hold_expired':
+      case 'lease_lost':
+        // Another replica holds (or may take) the stream: the client here follows the store.
+        if (local !== undefined) this.watch(s, sessionId)
+        break
+      default:
+        // The upstream GET ended or broke: the client reconnects (retry hint) and reopens it.
+        local?.close(s.deleting ? 'session_deleted' : 'upstream_error')
+    }
+    this.#sessions.forget(sessionId)
+  }
+
+  /** This replica got the lease of a session another replica held: reopen the upstream GET here. */
+  #takeover (s: LocalSession, sessionId: string, lease: Lease): void {
+    const log = s.log ?? this.#o.log
+    const busy = s.opening !== undefined || s.pumping
+    const draining = this.#drain.draining
+    if (busy || draining || s.standaloneClient === undefined || s.headers === undefined || this.full) {
+      log.info({ busy, draining }, 'takeover declined: the lease goes back')
+      lease.release(lease.takeover).catch(() => {})
+      if (!busy) s.standaloneClient?.close('upstream_error')
+      return
+    }
+    log.info({ takeover: lease.takeover }, 'took the upstream GET stream over from another replica')
+    s.opening = (async () => {
+      for (let attempt = 1; ; attempt++) {
+        let res: UpstreamResponse | null | undefined
+        try {
+          res = await this.#startPump(s, sessionId, lease, log)
+        } catch (err) {
+          log.warn({ err, attempt }, 'takeover: the upstream GET failed')
+        }
+        if (res === null) return null
+        if (res !== undefined) discardBody(res.body)
+        if (attempt >= TAKEOVER_ATTEMPTS || this.#drain.draining || s.standaloneClient === undefined || lease.settled) {
+          log.warn({ status: res?.statusCode, attempt }, 'takeover: the upstream GET could not be opened; the client reconnects')
+          await lease.release(lease.takeover).catch(() => {})
+          // Its reconnect goes through ensurePump, which passes the upstream's answer on.
+          s.standaloneClient?.close('upstream_error')
+          return null
+        }
+        await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
+      }
+    })()
+    s.opening.catch(() => null).finally(() => {
+      s.opening = undefined
+      this.#sessions.forget(sessionId)
+    }).catch(() => {})
+  }
+}
