@@ -132,6 +132,9 @@ export interface LeaseBackend extends RecorderLiveness {
 
 export type LostReason = 'lost' | 'gone'
 
+/** How the upstream GET held under a lease ended, for the next holder: `unclean` leaves it a gap to mark. */
+export type UpstreamGetEnd = 'clean' | 'unclean'
+
 /** What a Lease needs from the replica that holds it. */
 export interface LeaseOwner {
   readonly backend: LeaseBackend
@@ -169,12 +172,20 @@ export class Lease implements LeaseGrant {
 
   /**
    * Let the lease go and tell the session's channel, so a replica with a
-   * client takes over at once. `live`: the upstream GET did not end cleanly,
-   * the next holder marks a gap. Only the first release or loss counts.
+   * client takes over at once. `unclean`: the upstream GET did not end
+   * cleanly, the next holder marks a gap. Only the first release or loss counts.
    */
-  async release (live: boolean): Promise<void> {
+  async release (end: UpstreamGetEnd): Promise<void> {
     if (!this.#settle()) return
-    await this.#owner.backend.release(this.sessionId, this.token, live)
+    await this.#owner.backend.release(this.sessionId, this.token, end === 'unclean')
+  }
+
+  /**
+   * Give back a lease that was not used (the upstream GET refused or failed,
+   * a takeover declined): a gap the previous holder left stays owed.
+   */
+  async giveBack (): Promise<void> {
+    await this.release(this.takeover ? 'unclean' : 'clean')
   }
 
   /**

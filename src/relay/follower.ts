@@ -25,12 +25,6 @@ export interface FollowOptions {
   readonly untilEnded: boolean
 }
 
-/**
- * Feeds one client stream from the store: history after the client's
- * position, then live notices. The subscription starts before the first read,
- * so nothing appended in between is missed; contiguous sequence numbers tell
- * whether a notice continues what was written or a read must fill a hole.
- */
 /** Most events kept from notices during one read. */
 const HELD_MAX = 10_000
 
@@ -39,6 +33,12 @@ export function nextPageBytes (pageBytes: number, pageMaxBytes: number): number 
   return Math.min(2 * pageBytes, pageMaxBytes)
 }
 
+/**
+ * Feeds one client stream from the store: history after the client's
+ * position, then live notices. The subscription starts before the first read,
+ * so nothing appended in between is missed; contiguous sequence numbers tell
+ * whether a notice continues what was written or a read must fill a hole.
+ */
 export class StreamFollower {
   readonly #o: FollowOptions
   #unsubscribe: (() => void) | undefined
@@ -60,7 +60,7 @@ export class StreamFollower {
     if (client.closed) return
     this.#unsubscribe = store.subscribe(sessionId, client.streamId, notice => this.#onNotice(notice))
     client.onClose(() => this.stop())
-    await this.#catchUp(true)
+    await this.#catchUp('replay')
   }
 
   stop (): void {
@@ -92,7 +92,7 @@ export class StreamFollower {
     if (events !== undefined && (first === undefined || first <= client.lastSeq + 1)) {
       client.writeEvents(events)
     } else if (notice.toSeq > client.lastSeq) {
-      this.#catchUp(false).catch(() => {}) // #catchUp handles its own errors
+      this.#catchUp('fill').catch(() => {}) // #catchUp handles its own errors
       return
     }
     if (notice.ended && this.#o.untilEnded && client.lastSeq >= notice.toSeq) {
@@ -128,7 +128,12 @@ export class StreamFollower {
     this.#o.client.close('upstream_error')
   }
 
-  async #catchUp (replay: boolean): Promise<void> {
+  /**
+   * Read the stream after the client's position and write it: `replay` the
+   * history when the client starts, or `fill` a hole between what it has and
+   * a notice.
+   */
+  async #catchUp (reading: 'replay' | 'fill'): Promise<void> {
     const { store, client, sessionId, pageSize, metrics, log } = this.#o
     this.#reading = true
     let pageBytes = this.#o.pageBytes
@@ -155,7 +160,7 @@ export class StreamFollower {
           log.warn({ streamId: client.streamId, from: client.lastSeq + 1, to: state.firstSeq - 1 }, 'gap: events trimmed before the client read them')
           client.writeGap({ reason: 'trimmed', streamId: client.streamId, missingFrom: client.lastSeq + 1, missingTo: state.firstSeq - 1 })
         }
-        client.writeEvents(events, replay)
+        client.writeEvents(events, reading === 'replay')
         if (client.closed) return
         await client.drained()
         if (events.length > 0 && client.lastSeq < state.lastSeq) {

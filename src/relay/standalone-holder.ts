@@ -85,10 +85,10 @@ export class StandaloneHolder {
         await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
       }
     } catch (err) {
-      await lease.release(lease.takeover).catch(() => {})
+      await lease.giveBack().catch(() => {})
       throw err
     }
-    if (res !== null) await lease.release(lease.takeover).catch(() => {})
+    if (res !== null) await lease.giveBack().catch(() => {})
     return res
   }
 
@@ -163,7 +163,7 @@ export class StandaloneHolder {
     const draining = this.#drain.draining
     if (busy || draining || s.standaloneClient === undefined || s.headers === undefined || this.full) {
       log.info({ busy, draining }, 'takeover declined: the lease goes back')
-      lease.release(lease.takeover).catch(() => {})
+      lease.giveBack().catch(() => {})
       if (!busy) s.standaloneClient?.close('upstream_error')
       return
     }
@@ -180,7 +180,7 @@ export class StandaloneHolder {
         if (res !== undefined) discardBody(res.body)
         if (attempt >= TAKEOVER_ATTEMPTS || this.#drain.draining || s.standaloneClient === undefined || lease.settled) {
           log.warn({ status: res?.statusCode, attempt }, 'takeover: the upstream GET could not be opened; the client reconnects')
-          await lease.release(lease.takeover).catch(() => {})
+          await lease.giveBack().catch(() => {})
           // Its reconnect goes through ensurePump, which passes the upstream's answer on.
           s.standaloneClient?.close('upstream_error')
           return null

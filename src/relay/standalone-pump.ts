@@ -253,7 +253,7 @@ export class StandalonePump {
     // upstream. A lease already released or lost is left alone; a refused one
     // is the caller's (it may retry).
     if (outcome !== 'refused') {
-      this.#released = lease.release(!CLEAN_END.has(outcome)).catch((err: unknown) => log.warn({ err }, 'could not release the upstream GET lease'))
+      this.#released = lease.release(CLEAN_END.has(outcome) ? 'clean' : 'unclean').catch((err: unknown) => log.warn({ err }, 'could not release the upstream GET lease'))
     }
     this.#o.onStop(outcome)
   }
