@@ -3,8 +3,6 @@
  * that says what to do, and the HTTP status. Errors are sent as JSON-RPC
  * error objects, with the request's id when its body had one, else null.
  */
-import type { FrameEvent } from './store/events.js'
-
 export class GatewayError extends Error {
   readonly code: string
   readonly statusCode: number
@@ -80,17 +78,6 @@ export class LeaseLostError extends Error {
   constructor (sessionId: string) {
     super(`the stream lease of session ${sessionId.slice(0, 8)}... is held by another replica`)
     this.name = 'LeaseLostError'
-  }
-}
-
-/** An upstream SSE event exceeded MAX_EVENT_BYTES. */
-export class EventTooLargeError extends Error {
-  /** Complete events that arrived before the oversized one (still to be recorded). */
-  readonly completed: readonly FrameEvent[]
-  constructor (limit: number, completed: EventTooLargeError['completed'] = []) {
-    super(`upstream SSE event exceeds MAX_EVENT_BYTES (${limit})`)
-    this.name = 'EventTooLargeError'
-    this.completed = completed
   }
 }
 

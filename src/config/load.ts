@@ -3,8 +3,8 @@ import { closest } from 'fastest-levenshtein'
 import { ConfigSchema, type RawConfig } from './schema.js'
 import type { RetentionLimits } from '../store/contract.js'
 import { redisUrlProblem } from '../store/redis/redis-url.js'
-import { allowListEntry, defaultHostPolicy, type HostPolicy } from '../routes/host-check.js'
-import { trustedProxyList } from '../routes/connection-limits.js'
+import { allowListEntry, defaultHostPolicy, type HostPolicy } from '../net/host-policy.js'
+import { trustedProxyList } from '../net/trusted-proxies.js'
 import type { JwtOptions } from '../auth/jwt-principal.js'
 
 export interface GatewayConfig {

@@ -1,4 +1,5 @@
-import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../errors.js'
+import { LeaseLostError, SessionGoneError } from '../errors.js'
+import { EventTooLargeError } from '../sse/event-too-large.js'
 
 /** How the recording of an upstream answer ended. */
 export type RecordOutcome = 'completed' | 'upstream_error' | 'session_gone' | 'aborted' | 'event_too_large' | 'lease_lost'

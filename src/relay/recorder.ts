@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { EventTooLargeError } from '../errors.js'
+import type { EventTooLargeError } from '../sse/event-too-large.js'
 import type { EventInput } from '../store/contract.js'
 import type { EventBatch } from '../store/batch/event-batch.js'
 import { SseDecoder } from '../sse/decoder.js'

@@ -136,10 +136,19 @@ export class SessionHub {
     if (exitRetryMs !== undefined) setImmediate(() => client.close('draining', exitRetryMs))
   }
 
-  /** A DELETE of the session goes upstream (pending) or was answered: closes meanwhile are the DELETE's. */
-  deleting (sessionId: string, pending: boolean): void {
+  /** A DELETE of the session goes upstream: until it is answered, the end of the session's upstream GET is the DELETE's. */
+  deleteForwarded (sessionId: string): void {
+    this.#markDeleting(sessionId, true)
+  }
+
+  /** The upstream answered the DELETE without ending the session (or did not answer). */
+  deleteRefused (sessionId: string): void {
+    this.#markDeleting(sessionId, false)
+  }
+
+  #markDeleting (sessionId: string, deleting: boolean): void {
     const s = this.#sessions.get(sessionId)
-    if (s !== undefined) s.deleting = pending
+    if (s !== undefined) s.deleting = deleting
   }
 
   /** The session is gone (DELETE, upstream 404): release its upstream GET and close its clients. */

@@ -1,4 +1,4 @@
-import { EventTooLargeError } from '../errors.js'
+import { EventTooLargeError } from './event-too-large.js'
 import { EventBatchBuilder } from '../store/batch/event-batch.js'
 import type { FrameEvent } from '../store/contract.js'
 

@@ -21,7 +21,7 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { createParser } from 'eventsource-parser'
 import { request } from 'undici'
 import { SseDecoder, type UpstreamEvent } from '../../src/sse/decoder.js'
-import { EventTooLargeError } from '../../src/errors.js'
+import { EventTooLargeError } from '../../src/sse/event-too-large.js'
 import { decodeEventId } from '../../src/protocol/event-id.js'
 import { startGateway } from '../fixtures/gateway.js'
 import { exchange, rawInitialize, sseEvents, type RawSession } from '../fixtures/hardening.js'

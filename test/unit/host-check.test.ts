@@ -1,7 +1,7 @@
-// Host checks (src/routes/host-check.ts): the pure policy behind DNS-rebinding
+// Host checks (src/net/host-policy.ts): the pure policy behind DNS-rebinding
 // protection, for every kind of listener.
 import t from 'tap'
-import { allowListEntry, defaultHostPolicy, hostAllowed, hostName } from '../../src/routes/host-check.js'
+import { allowListEntry, defaultHostPolicy, hostAllowed, hostName } from '../../src/net/host-policy.js'
 
 t.test('hostName: the name of a Host value, or undefined when malformed', async t => {
   t.equal(hostName('LocalHost:8080'), 'localhost')

@@ -10,7 +10,7 @@ import { READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, readAhead, ReadAheadBudget, typ
 const budget = new ReadAheadBudget()
 import { SseDecoder } from '../../src/sse/decoder.js'
 import type { EventBatch } from '../../src/store/batch/event-batch.js'
-import { EventTooLargeError } from '../../src/errors.js'
+import { EventTooLargeError } from '../../src/sse/event-too-large.js'
 import { dataOf } from '../fixtures/events.js'
 
 const ev = (i: number): string => `data: {"i":${i}}\n\n`

@@ -1,7 +1,8 @@
 // Why recording an upstream answer stopped, from the error that stopped it (src/relay/record-outcome.ts).
 import t from 'tap'
 import { failureOutcome } from '../../src/relay/record-outcome.js'
-import { EventTooLargeError, LeaseLostError, SessionGoneError } from '../../src/errors.js'
+import { LeaseLostError, SessionGoneError } from '../../src/errors.js'
+import { EventTooLargeError } from '../../src/sse/event-too-large.js'
 
 t.test('each failure has its outcome', async t => {
   t.equal(failureOutcome(new SessionGoneError('session-1')), 'session_gone')

@@ -8,7 +8,7 @@ import {
   GAP_EVENT, formatComment, formatEvent, formatGap, formatPriming, formatRetry, frameWithoutId
 } from '../../src/sse/frame.js'
 import { SseDecoder, type UpstreamEvent } from '../../src/sse/decoder.js'
-import { EventTooLargeError } from '../../src/errors.js'
+import { EventTooLargeError } from '../../src/sse/event-too-large.js'
 import { encodeEventId } from '../../src/protocol/event-id.js'
 import { dataOf, eventOf } from '../fixtures/events.js'
 

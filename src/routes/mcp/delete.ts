@@ -22,19 +22,19 @@ export async function handleDelete (ctx: McpContext, request: FastifyRequest, re
   if (sessionId === undefined) return await forwardTransparently(ctx.deps, request, reply, undefined)
   await guard.requireSession(sessionId, guard.principalOf(request), request)
   let res: UpstreamResponse
-  hub.deleting(sessionId, true)
+  hub.deleteForwarded(sessionId)
   try {
     res = await ctx.timedUpstream('DELETE', () => ctx.deps.upstream.request({
       method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
     }))
   } catch (err) {
-    hub.deleting(sessionId, false)
+    hub.deleteRefused(sessionId)
     await guard.settleRecovery(request, false)
     throw err
   }
   const gone = sessionGone(res.statusCode)
   if (!gone) {
-    hub.deleting(sessionId, false)
+    hub.deleteRefused(sessionId)
     await guard.settleRecovery(request, false)
     return sendUpstreamResponse(reply, res)
   }
