@@ -5,43 +5,15 @@
 // the upstream still decides which sessions exist, and the recovery can be
 // switched off.
 import t from 'tap'
-import type { Test } from 'tap'
-import { pino } from 'pino'
 import { startExampleServer } from '../../examples/mcp-server.js'
-import { buildGateway } from '../../src/server.js'
-import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
-import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { deleteKeys, useRedis } from '../fixtures/redis.js'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { testConfig } from '../fixtures/gateway.js'
+import { startGateway, startGatewayOnRedis } from '../fixtures/gateway.js'
 import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil } from '../fixtures/mcp-client.js'
 import { ACCEPT_BOTH, exchange, jsonRpcError, metricSum, metrics, rawInitialize, sseEvents } from '../fixtures/hardening.js'
 
 const RECONNECT = { initialReconnectionDelay: 200, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1.5, maxRetries: 20 }
 const VERSION = '2025-11-25'
-
-interface Running {
-  url: string
-  adminUrl: string
-  store: MemoryEventStore
-  close: () => Promise<void>
-}
-
-/** A gateway on a fresh embedded store, as a restarted process has. */
-async function gatewayOn (t: Test, upstreamUrl: string, env: Record<string, string> = {}): Promise<Running> {
-  const config = testConfig(upstreamUrl, env)
-  const store = new MemoryEventStore({ retention: config.retention, maxBytes: config.memoryStoreMaxBytes })
-  const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) })
-  const { url, adminUrl } = await gateway.listen()
-  let closed = false
-  const close = async (): Promise<void> => {
-    if (closed) return
-    closed = true
-    await gateway.close()
-  }
-  t.teardown(close)
-  return { url, adminUrl, store, close }
-}
 
 function callTool (id: number, name: string, args: Record<string, unknown>): string {
   return JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } })
@@ -60,7 +32,7 @@ t.test('a restarted gateway picks up the sessions its store lost; the upstream d
   t.teardown(() => upstream.close())
   // The restart is immediate here: the draining process's last retry hint need not
   // cover a slow one (DRAIN_RETRY_MS), or the broadcast would end in the wait.
-  const first = await gatewayOn(t, upstream.url, { SSE_RETRY_MS: '100', DRAIN_RETRY_MS: '100' })
+  const first = await startGateway(t, 'memory', upstream.url, { SSE_RETRY_MS: '100', DRAIN_RETRY_MS: '100' })
   const port = new URL(first.url).port
 
   const mcp = await connectClient(`${first.url}/mcp`, { reconnectionOptions: RECONNECT })
@@ -74,7 +46,7 @@ t.test('a restarted gateway picks up the sessions its store lost; the upstream d
 
   // The process restarts: same address, an empty embedded store.
   await first.close()
-  const second = await gatewayOn(t, upstream.url, { PORT: port, SSE_RETRY_MS: '100' })
+  const second = await startGateway(t, 'memory', upstream.url, { PORT: port, SSE_RETRY_MS: '100' })
   t.equal(new URL(second.url).port, port, 'the new gateway listens where the old one did')
 
   t.ok(await waitUntil(() => received().includes(COUNT - 1), 20_000), 'the live client\'s session goes on, to the end of the broadcast')
@@ -115,26 +87,26 @@ t.test('a restarted gateway picks up the sessions its store lost; the upstream d
 t.test('RECOVER_LOST_SESSIONS=false: a session the store lost gets 404', async (t) => {
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
-  const first = await gatewayOn(t, upstream.url)
+  const first = await startGateway(t, 'memory', upstream.url)
   const mcp = await connectClient(`${first.url}/mcp`)
   t.teardown(() => mcp.close())
   const sessionId = mcp.sessionId as string
   await first.close()
 
-  const strict = await gatewayOn(t, upstream.url, { RECOVER_LOST_SESSIONS: 'false' })
+  const strict = await startGateway(t, 'memory', upstream.url, { RECOVER_LOST_SESSIONS: 'false' })
   const answer = await post(strict.url, sessionId, callTool(3, 'echo', { text: 'x' }))
   t.equal(answer.status, 404, '404')
   t.match(jsonRpcError(answer.text), { code: -32001 }, 'the gateway\'s own JSON-RPC error: the request did not reach the upstream')
   t.equal(await strict.store.getSession(sessionId), null, 'nothing recorded')
 
-  const lenient = await gatewayOn(t, upstream.url)
+  const lenient = await startGateway(t, 'memory', upstream.url)
   const served = await post(lenient.url, sessionId, callTool(4, 'echo', { text: 'back' }))
   t.equal(served.status, 200, 'with recovery on, the same request is served')
   t.ok(sseEvents(served.text).some(e => e.data.includes('"back"')), 'by the upstream, on the same session')
 
   // A DELETE is how a client ends a session it lost with the store: it reaches the upstream.
   await lenient.close()
-  const last = await gatewayOn(t, upstream.url)
+  const last = await startGateway(t, 'memory', upstream.url)
   const deleted = await exchange(`${last.url}/mcp`, { method: 'DELETE', headers: { 'mcp-session-id': sessionId, 'mcp-protocol-version': VERSION } })
   t.equal(deleted.status, 200, 'the DELETE of a lost session reaches the upstream')
   t.equal(await last.store.getSession(sessionId), null, 'nothing is left recorded')
@@ -145,12 +117,9 @@ t.test('RECOVER_LOST_SESSIONS=false: a session the store lost gets 404', async (
 t.test('on Redis the intact mark decides; a mark that is not a time reads as intact', async (t) => {
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
-  const { url: redisUrl, prefix, redis } = await useRedis(t, 'lost')
-  const config = testConfig(upstream.url, { REDIS_URL: redisUrl, REDIS_KEY_PREFIX: prefix })
-  const store = await RedisEventStore.connect({ url: redisUrl, keyPrefix: prefix, retention: config.retention })
-  const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) })
-  const { url } = await gateway.listen()
-  t.teardown(() => gateway.close())
+  const testRedis = await useRedis(t, 'lost')
+  const { prefix, redis } = testRedis
+  const { url, config, store } = await startGatewayOnRedis(t, testRedis, upstream.url)
 
   const session = await rawInitialize(`${url}/mcp`)
   // What a Redis restarted empty does to the session, with a mark nobody can read as a time.

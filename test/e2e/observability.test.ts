@@ -6,16 +6,10 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { execFileSync, spawnSync } from 'node:child_process'
-import { Writable } from 'node:stream'
 import { startExampleServer } from '../../examples/mcp-server.js'
-import { createLogger } from '../../src/logger.js'
-import { buildGateway } from '../../src/server.js'
-import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
-import { testConfig } from '../fixtures/gateway.js'
+import { startGatewayWithLog, type LoggingGateway } from '../fixtures/gateway.js'
 import { connectClient, waitUntil } from '../fixtures/mcp-client.js'
 import { exchange, metricSum, metrics, rawInitialize } from '../fixtures/hardening.js'
-
-type Line = Record<string, unknown>
 
 /** promtool from Debian's prometheus package (scripts/install-packaging-tools.sh installs it). */
 function promtool (): string {
@@ -24,28 +18,10 @@ function promtool (): string {
   return found
 }
 
-async function started (t: Test, env: Record<string, string> = {}): Promise<{ url: string, adminUrl: string, lines: Line[], store: MemoryEventStore, close: () => Promise<void> }> {
+async function started (t: Test, env: Record<string, string> = {}): Promise<LoggingGateway> {
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
-  const config = testConfig(upstream.url, { LOG_LEVEL: 'info', ...env })
-  const store = new MemoryEventStore({ retention: config.retention, maxBytes: config.memoryStoreMaxBytes })
-  const lines: Line[] = []
-  const destination = new Writable({
-    write (chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString().split('\n')) if (line !== '') lines.push(JSON.parse(line) as Line)
-      done()
-    }
-  })
-  const gateway = await buildGateway(config, { store, logger: createLogger('info', { destination }) })
-  const { url, adminUrl } = await gateway.listen()
-  let closed = false
-  const close = async (): Promise<void> => {
-    if (closed) return
-    closed = true
-    await gateway.close()
-  }
-  t.teardown(close)
-  return { url, adminUrl, lines, store, close }
+  return await startGatewayWithLog(t, upstream.url, env)
 }
 
 t.test('a real scrape passes promtool check metrics, every labelled series at 0 from the start', async t => {

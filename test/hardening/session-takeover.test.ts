@@ -8,10 +8,7 @@ import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { RECORD_BYTES, type MemoryEventStore } from '../../src/store/memory/memory-store.js'
-import { pino } from 'pino'
-import { buildGateway } from '../../src/server.js'
-import { RedisEventStore } from '../../src/store/redis/redis-store.js'
-import { startGateway, testConfig } from '../fixtures/gateway.js'
+import { startGateway, startGatewayOnRedis } from '../fixtures/gateway.js'
 import { deleteKeys, useRedis } from '../fixtures/redis.js'
 import { exchange, jsonRpcError, rawInitialize } from '../fixtures/hardening.js'
 
@@ -71,12 +68,9 @@ t.test('an evicted session this replica never verified is not recovered for anyo
 t.test('after a real loss (Redis restarted empty), a session this replica knew is recovered only for its principal', async t => {
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
-  const { url: redisUrl, prefix, redis } = await useRedis(t, 'takeover')
-  const config = testConfig(upstream.url, { REDIS_URL: redisUrl, REDIS_KEY_PREFIX: prefix })
-  const store = await RedisEventStore.connect({ url: redisUrl, keyPrefix: prefix, retention: config.retention })
-  const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) })
-  const { url } = await gateway.listen()
-  t.teardown(() => gateway.close())
+  const testRedis = await useRedis(t, 'takeover')
+  const { prefix, redis } = testRedis
+  const { url, store } = await startGatewayOnRedis(t, testRedis, upstream.url)
   const mcpUrl = `${url}/mcp`
   const alice = await rawInitialize(mcpUrl, { headers: { authorization: 'Bearer alice' } })
   // What a Redis restarted empty does: the session's keys gone, the intact mark new.
