@@ -43,12 +43,18 @@ export function request (port, { method = 'GET', path = MCP_PATH, headers = {}, 
 
 let nextId = 1
 
-/** initialize: returns the session id the upstream issued (through whatever proxy `port` is). */
-export async function initialize (port, agent) {
+/**
+ * initialize: returns the session id the upstream issued (through whatever
+ * proxy `port` is). `stream`: the options of the session's standalone stream
+ * (as openStream takes them), sent as headers here too: a gateway opens the
+ * session's upstream GET as soon as initialize answers, with the headers of
+ * that request, before the client's own GET arrives.
+ */
+export async function initialize (port, agent, stream = {}) {
   const res = await request(port, {
     method: 'POST',
     agent,
-    headers: { accept: 'application/json, text/event-stream' },
+    headers: { accept: 'application/json, text/event-stream', ...streamHeaders(stream) },
     body: { jsonrpc: '2.0', id: nextId++, method: 'initialize', params: { protocolVersion: PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'bench', version: '1' } } }
   })
   const sessionId = res.headers['mcp-session-id']
@@ -237,6 +243,16 @@ export class SseStream {
   }
 }
 
+/** The bench upstream's stream options as request headers (see lib/upstream.mjs). */
+function streamHeaders ({ rate, count, wait = false, lockstep = false }) {
+  const headers = {}
+  if (rate !== undefined) headers['x-bench-rate'] = String(rate)
+  if (count !== undefined) headers['x-bench-count'] = String(count)
+  if (wait) headers['x-bench-wait'] = '1'
+  if (lockstep) headers['x-bench-lockstep'] = '1'
+  return headers
+}
+
 /**
  * GET the session's standalone stream (x-bench-rate: 0 = as fast as the
  * socket takes them, N = N events/s, undefined = idle). Resolves once the
@@ -248,10 +264,7 @@ export function openStream (port, sessionId, { rate, count, wait = false, lockst
     'mcp-session-id': sessionId,
     'mcp-protocol-version': PROTOCOL_VERSION
   }
-  if (rate !== undefined) headers['x-bench-rate'] = String(rate)
-  if (count !== undefined) headers['x-bench-count'] = String(count)
-  if (wait) headers['x-bench-wait'] = '1'
-  if (lockstep) headers['x-bench-lockstep'] = '1'
+  Object.assign(headers, streamHeaders({ rate, count, wait, lockstep }))
   if (lastEventId !== undefined) headers['last-event-id'] = lastEventId
   return sseRequest(port, { method: 'GET', headers, mode, timeoutMs })
 }

@@ -52,8 +52,8 @@ async function resetUpstream (ctx) {
   await request(ctx.upstreamPort, { method: 'POST', path: '/bench/reset', agent: ctx.controlAgent })
 }
 
-async function openSessions (path, count, agent) {
-  return await mapLimit(range(count), 32, () => initialize(path.port, agent))
+async function openSessions (path, count, agent, stream) {
+  return await mapLimit(range(count), 32, () => initialize(path.port, agent, stream))
 }
 
 /** How late the upstream's paced ticker fired since the last call (see lib/upstream.mjs). */
@@ -171,7 +171,7 @@ function redisCost (ctx, a, b, seconds) {
 /** Events/s end to end, `sessions` concurrent standalone streams, upstream as fast as the socket takes them. */
 export async function throughputRound (ctx, path, sessions, { warmupMs, windowMs, fillEvents = 0, fillCapMs = 0 }) {
   const agent = jsonAgent()
-  const ids = await openSessions(path, sessions, agent)
+  const ids = await openSessions(path, sessions, agent, { rate: 0, wait: true })
   let streams = []
   try {
     debug(path.id, 'sessions open')
@@ -243,7 +243,7 @@ async function untilFilled (streams, fillEvents, deadline) {
  */
 export async function latencyRound (ctx, path, sessions, ratePerSession, { warmupMs, windowMs }, { lockstep = false } = {}) {
   const agent = jsonAgent()
-  const ids = await openSessions(path, sessions, agent)
+  const ids = await openSessions(path, sessions, agent, { rate: ratePerSession, wait: true, lockstep })
   let streams = []
   try {
     streams = await openAndGo(ctx, path, ids, { rate: ratePerSession, mode: 'latency', lockstep })
