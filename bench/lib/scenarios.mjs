@@ -69,8 +69,13 @@ async function upstreamStats (ctx) {
 
 /**
  * Open every stream silent, then start them all at once (POST /bench/go on
- * the upstream). Response heads are not awaited before the start: a proxy
- * may hold the head of a silent stream back until its first write.
+ * the upstream) once the upstream holds every stream and every client has
+ * its response head: a gateway opens a session's upstream GET at initialize,
+ * so the upstream may hold every stream before the clients' own GETs are
+ * served, and a GET that arrives in the middle of a flood measures how soon
+ * a busy gateway answers a new request, not its throughput. A proxy that
+ * holds the head of a silent stream back until its first write gets the
+ * start after the deadline.
  */
 async function openAndGo (ctx, path, ids, opts) {
   const streams = ids.map(id => new FollowedStream(path.port, id, { ...opts, wait: true }))
@@ -87,7 +92,7 @@ async function openAndGo (ctx, path, ids, opts) {
   for (;;) {
     // `refused` is set by the head callbacks above while this loop waits.
     if (Date.now() >= deadline || refused !== undefined) break
-    if ((await upstreamStats(ctx)).waiting >= ids.length) break
+    if (settled >= ids.length && (await upstreamStats(ctx)).waiting >= ids.length) break
     await sleep(20)
   }
   await request(ctx.upstreamPort, { method: 'POST', path: '/bench/go', agent: ctx.controlAgent })
@@ -343,8 +348,9 @@ export async function replayRound (ctx, path, events) {
 export async function idleRun (ctx, path, count, { settleMs, cpuWindowMs, concurrency = 200, warmup = 200 }) {
   const agent = jsonAgent()
   // Warm-up (pools, JIT), then the baseline RSS.
-  const warmIds = (await mapSettled(range(warmup), 50, () => initialize(path.port, agent))).filter(o => o.ok).map(o => o.value)
+  // Upstream streams counted from before initialize: a gateway opens each session's upstream GET then.
   const warmBase = (await upstreamStats(ctx)).streams
+  const warmIds = (await mapSettled(range(warmup), 50, () => initialize(path.port, agent))).filter(o => o.ok).map(o => o.value)
   const warm = warmIds.map(id => quiet(openStream(path.port, id, { timeoutMs: 60_000 })))
   const warmDeadline = Date.now() + 20_000
   while (Date.now() < warmDeadline && (await upstreamStats(ctx)).streams < warmBase + warmIds.length) await sleep(25)
@@ -358,12 +364,12 @@ export async function idleRun (ctx, path, count, { settleMs, cpuWindowMs, concur
   // Sessions first, then the GETs in batches: a batch is done when the
   // upstream holds its streams (the response heads may come later: a proxy
   // can hold back the head of a silent stream until its first write).
+  const base = (await upstreamStats(ctx)).streams
   const sessions = await mapSettled(range(count), concurrency, () => initialize(path.port, agent))
   const errors = {}
   const fail = (message) => { errors[message] = (errors[message] ?? 0) + 1 }
   for (const o of sessions) if (!o.ok) fail(`initialize: ${o.error.message}`)
   const ids = sessions.filter(o => o.ok).map(o => o.value)
-  const base = (await upstreamStats(ctx)).streams
   const heads = []
   const BATCH = 500
   for (let i = 0; i < ids.length; i += BATCH) {
