@@ -52,6 +52,14 @@ export const errors = {
     'Service Unavailable: the event store did not answer. Retry shortly.', -32000, { 'retry-after': '1' }), cause),
   upstreamUnavailable: () => new GatewayError('MCPGW_UPSTREAM_UNAVAILABLE', 502,
     'Bad Gateway: the upstream MCP server could not be reached.'),
+  /**
+   * The endpoint holding the request's session left the upstream's endpoints,
+   * is set aside, or refused the connection. Whoever can establish the session
+   * elsewhere catches it; otherwise the client is told, as for a session the
+   * upstream lost, to start anew.
+   */
+  upstreamEndpointGone: (cause?: unknown) => withCause(new GatewayError('MCPGW_UPSTREAM_ENDPOINT_GONE', 404,
+    'Session not found: the upstream endpoint that held this session is gone. Start a new session with initialize.', -32001), cause),
   upstreamTimeout: () => new GatewayError('MCPGW_UPSTREAM_TIMEOUT', 504,
     'Gateway Timeout: the upstream MCP server did not answer in time.'),
   tooManySessions: () => new GatewayError('MCPGW_TOO_MANY_SESSIONS', 503,

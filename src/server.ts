@@ -29,6 +29,9 @@ import { sessionHash } from './routes/mcp/session-guard.js'
 import { traceRequests } from './tracing/spans.js'
 import type { EventStore } from './store/contract.js'
 import { UpstreamClient } from './upstream/client.js'
+import { systemResolver, UpstreamDiscovery, type HostResolver } from './upstream/discovery.js'
+import { EndpointSet } from './upstream/endpoint-set.js'
+import { SessionPlacement } from './upstream/session-placement.js'
 import { VERSION } from './version.js'
 import { LazyChildLogger } from './lazy-logger.js'
 
@@ -45,6 +48,10 @@ export interface GatewayDeps {
   readonly leases?: LeaseBackend
   /** OpenTelemetry tracing is on: spans for requests and store operations. */
   readonly tracer?: Tracer
+  /** How the host names of UPSTREAM_URL are resolved; by default DNS (node:dns). */
+  readonly resolveHost?: HostResolver
+  /** In [0, 1): the draws that place new sessions on upstream endpoints. */
+  readonly placementRandom?: () => number
 }
 
 export interface Gateway {
@@ -75,6 +82,27 @@ function logRefusal (log: FastifyBaseLogger, refusal: GatewayError, err: Error):
   else log.info(fields, refusal.message)
 }
 
+/** Sessions whose placement this process remembers (about 0.2 KB each); beyond, the least recently used go first. */
+const PLACEMENT_MAX_SESSIONS = 100_000
+
+/**
+ * The upstream client over the endpoints of UPSTREAM_URL, the names among
+ * them resolved before the gateway serves, and again as their DNS answers
+ * age. One endpoint that never needs DNS needs no placement either.
+ */
+async function upstreamClient (config: GatewayConfig, deps: GatewayDeps, logger: Logger): Promise<{ upstream: UpstreamClient, discovery: UpstreamDiscovery | undefined }> {
+  if (deps.upstream !== undefined) return { upstream: deps.upstream, discovery: undefined }
+  const targets = config.upstreamTargets
+  const endpoints = new EndpointSet(targets, { setAsideMs: config.upstreamSetAsideMs, random: deps.placementRandom })
+  const several = targets.length > 1 || targets.some(t => t.resolvable)
+  const placement = several ? new SessionPlacement({ maxSessions: PLACEMENT_MAX_SESSIONS, ttlMs: config.retention.ttlMs }) : undefined
+  const upstream = new UpstreamClient({ endpoints, placement, headersTimeoutMs: config.upstreamHeadersTimeoutMs })
+  if (!targets.some(t => t.resolvable)) return { upstream, discovery: undefined }
+  const discovery = new UpstreamDiscovery({ targets, endpoints, resolver: deps.resolveHost ?? systemResolver, maxAgeMs: config.upstreamResolveMs, log: logger.child({ component: 'upstream-discovery' }) })
+  await discovery.start()
+  return { upstream, discovery }
+}
+
 /** Build the gateway; it does not listen until `listen()` (tests call this with port 0). */
 export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): Promise<Gateway> {
   const logger = deps.logger ?? createLogger(config.logLevel)
@@ -82,7 +110,8 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   const metrics = deps.metrics ?? new GatewayMetrics({ version: VERSION, store: store.kind })
   metrics.reportStoreHealth(logger as FastifyBaseLogger)
   if (store.usage !== undefined) metrics.watchMemoryStore({ usage: store.usage.bind(store) })
-  const upstream = deps.upstream ?? new UpstreamClient({ origin: config.upstreamUrl, headersTimeoutMs: config.upstreamHeadersTimeoutMs })
+  const { upstream, discovery } = await upstreamClient(config, deps, logger)
+  metrics.watchUpstreamEndpoints(() => upstream.endpoints.snapshot())
   const inflight = new InFlight()
   let draining = false
   if (config.allowedHosts.kind === 'any') logger.warn('ALLOWED_HOSTS is *: no Host check, so no DNS-rebinding protection; list the names clients use instead')
@@ -286,6 +315,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       // The drain is over: whatever is still being read upstream is cut (close()
       // would wait for it), and the recorders get a moment to store the error
       // answer that ends each such stream.
+      discovery?.stop()
       await upstream.destroy()
       if (inflight.size > 0) await inflight.settle(CUT_SETTLE_MS)
       await leases.close()

@@ -6,9 +6,17 @@ import { redisUrlProblem } from '../store/redis/redis-url.js'
 import { allowListEntry, defaultHostPolicy, type HostPolicy } from '../net/host-policy.js'
 import { trustedProxyList } from '../net/trusted-proxies.js'
 import type { JwtOptions } from '../auth/jwt-principal.js'
+import { parseUpstreamUrls, type UpstreamTarget } from '../upstream/upstream-url.js'
 
 export interface GatewayConfig {
+  /** The first entry of UPSTREAM_URL. */
   readonly upstreamUrl: URL
+  /** Every entry of UPSTREAM_URL: the endpoints of one server, or names resolving to them. */
+  readonly upstreamTargets: readonly UpstreamTarget[]
+  /** Longest time a resolved upstream name is used before it is resolved again. */
+  readonly upstreamResolveMs: number
+  /** How long an upstream endpoint that refused a connection first gets nothing new. */
+  readonly upstreamSetAsideMs: number
   /** The MCP endpoint path, taken from the upstream URL. */
   readonly mcpPath: string
   readonly host: string
@@ -204,26 +212,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     raw = { ...raw, PORT: Number(raw.PORT), ADMIN_PORT: Number(raw.ADMIN_PORT) }
   }
 
-  let upstreamUrl: URL | undefined
-  if (typeof raw.UPSTREAM_URL === 'string') {
-    try {
-      upstreamUrl = new URL(raw.UPSTREAM_URL)
-      if (upstreamUrl.protocol !== 'http:' && upstreamUrl.protocol !== 'https:') {
-        problems.push(`UPSTREAM_URL: must be an http:// or https:// URL, got ${upstreamUrl.protocol}`)
-      }
-      if (upstreamUrl.search !== '' || upstreamUrl.hash !== '') {
-        problems.push('UPSTREAM_URL: must not carry a query or fragment')
-      }
-      // WHATWG URLs give "http://mcp:3000" the path "/": the MCP endpoint would be
-      // "/" and clients of "/mcp" would be proxied unrecorded. Only an explicit "/" means "/".
-      if (upstreamUrl.pathname === '/' && !/^[a-z][a-z0-9+.-]*:\/\/[^/]*\/$/i.test(raw.UPSTREAM_URL.trim())) {
-        problems.push(`UPSTREAM_URL: has no path; write the MCP endpoint's full URL, such as ${upstreamUrl.origin}/mcp ` +
-          `(or ${upstreamUrl.origin}/ if the server's MCP endpoint really is /)`)
-      }
-    } catch {
-      problems.push('UPSTREAM_URL: must be an absolute URL such as http://mcp:3000/mcp')
-    }
-  }
+  const upstream = typeof raw.UPSTREAM_URL === 'string' ? parseUpstreamUrls(raw.UPSTREAM_URL, problems) : undefined
   if (raw.REDIS_URL !== undefined) {
     const problem = redisUrlProblem(raw.REDIS_URL)
     if (problem !== undefined) problems.push(problem)
@@ -287,13 +276,16 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
   const jwt = jwtOptions(raw, problems)
   const warnings = unknownVariables(env, Object.keys(ConfigSchema.properties))
   const redisUrl = raw.REDIS_URL === undefined || problems.length > 0 ? raw.REDIS_URL : withRedisPassword(raw.REDIS_URL, raw.REDIS_PASSWORD, warnings)
-  if (problems.length > 0 || upstreamUrl === undefined) {
+  if (problems.length > 0 || upstream === undefined) {
     throw new ConfigError(problems.length > 0 ? problems : ['UPSTREAM_URL: is required'])
   }
 
   return Object.freeze({
-    upstreamUrl,
-    mcpPath: upstreamUrl.pathname,
+    upstreamUrl: upstream.first,
+    upstreamTargets: Object.freeze(upstream.targets),
+    upstreamResolveMs: raw.UPSTREAM_RESOLVE_SECONDS * 1000,
+    upstreamSetAsideMs: raw.UPSTREAM_SET_ASIDE_SECONDS * 1000,
+    mcpPath: upstream.path,
     host: raw.HOST,
     port: raw.PORT,
     adminHost: raw.ADMIN_HOST,

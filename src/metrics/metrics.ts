@@ -4,6 +4,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { errors, type GatewayError } from '../errors.js'
 import type { StoreUsage as MemoryStoreUsage } from '../store/contract.js'
 import { traceStoreOperation } from '../tracing/spans.js'
+import { ENDPOINT_STATES } from '../upstream/endpoint-state.js'
 
 // Every label value the code uses, listed once: each series is exported at 0
 // from the start, so a rate() or a ratio over a healthy system is 0, not "No data".
@@ -17,6 +18,12 @@ const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken'] as const
 const UPSTREAM_STREAM_KINDS = ['standalone', 'request'] as const
 const EVICTED = ['stream', 'events', 'session'] as const
+/**
+ * Upstream endpoints with a series of their own; the rest are summed under
+ * endpoint="other". An endpoint's series goes when it leaves the set, so
+ * addresses that come and go (pods rescheduled) do not pile up.
+ */
+export const MAX_ENDPOINT_SERIES = 32
 
 export type StreamKind = typeof STREAM_KINDS[number]
 export type CloseOutcome = typeof CLOSE_OUTCOMES[number]
@@ -169,6 +176,32 @@ export class GatewayMetrics {
       }
     })
     for (const what of EVICTED) evictions.inc({ what }, 0)
+  }
+
+  /** The upstream's endpoints, read at each scrape: how many in each state, and the sessions placed on each. */
+  watchUpstreamEndpoints (snapshot: () => ReadonlyArray<{ readonly endpoint: string, readonly state: string, readonly sessionsPlaced: number }>): void {
+    const p = 'mcpgw_upstream_'
+    this.registry.registerMetric(new Gauge({
+      name: `${p}endpoints`,
+      help: 'Upstream endpoints by state: healthy, set_aside (refused a connection; gets nothing for a while), on_trial (back from set_aside), leaving (no longer in the DNS answer; its sessions go on).',
+      labelNames: ['state'],
+      registers: [],
+      collect () {
+        const views = snapshot()
+        for (const state of ENDPOINT_STATES) this.set({ state }, views.filter(v => v.state === state).length)
+      }
+    }))
+    this.registry.registerMetric(new Counter({
+      name: `${p}endpoint_sessions_placed_total`,
+      help: `Sessions this replica established on each upstream endpoint, for endpoints in the set (at most ${MAX_ENDPOINT_SERIES}; the rest as endpoint="other").`,
+      labelNames: ['endpoint'],
+      registers: [],
+      collect () {
+        // The endpoint set keeps the totals: set them (a counter has no set()), dropping endpoints gone.
+        this.reset()
+        snapshot().forEach((view, n) => this.inc({ endpoint: n < MAX_ENDPOINT_SERIES ? view.endpoint : 'other' }, view.sessionsPlaced))
+      }
+    }))
   }
 
   /** Store operations get spans of their own (tracing on). */

@@ -68,11 +68,13 @@ export function registerAdminRoutes (admin: FastifyInstance, deps: AdminDeps): v
     return { status: 'ready', store: deps.store.kind }
   })
 
+  // The probe goes where a request without a session would; the endpoints are listed with their state.
   admin.get('/upstreamz', async (_request, reply) => {
     const probe = await probeUpstream(deps.upstream, deps.mcpPath, deps.pingTimeoutMs)
-    if (probe.reachable) return { status: 'reachable', statusCode: probe.statusCode }
+    const endpoints = deps.upstream.endpoints.snapshot().map(({ until, ...view }) => ({ ...view, ...(until !== undefined && { until: new Date(until).toISOString() }) }))
+    if (probe.reachable) return { status: 'reachable', statusCode: probe.statusCode, endpoints }
     reply.log.warn({ code: probe.code, statusCode: probe.statusCode }, 'the upstream does not answer')
-    return await reply.code(503).send({ status: 'unreachable', code: probe.code, ...(probe.statusCode !== undefined && { statusCode: probe.statusCode }) })
+    return await reply.code(503).send({ status: 'unreachable', code: probe.code, ...(probe.statusCode !== undefined && { statusCode: probe.statusCode }), endpoints })
   })
 
   admin.get('/metrics', async (_request, reply) => {

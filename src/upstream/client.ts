@@ -1,7 +1,11 @@
-import { Agent, errors as undiciErrors, type Dispatcher } from 'undici'
+import { Agent, Pool, errors as undiciErrors, type Dispatcher } from 'undici'
 import { EventEmitter } from 'node:events'
 import type { Readable } from 'node:stream'
 import { errors, GatewayError } from '../errors.js'
+import { EndpointSet, type EndpointKey, type EndpointRoute } from './endpoint-set.js'
+import { headerValue } from './headers.js'
+import { targetOfUrl } from './upstream-url.js'
+import type { SessionPlacement } from './session-placement.js'
 
 export interface UpstreamRequest {
   readonly method: string
@@ -10,6 +14,17 @@ export interface UpstreamRequest {
   readonly headers: Record<string, string | string[]>
   readonly body?: Buffer | Readable | undefined
   readonly signal?: AbortSignal | UpstreamAbort | undefined
+  /**
+   * The endpoint that holds the request's session (the key kept with the
+   * session): the request goes there, or fails with `upstreamEndpointGone`
+   * when that endpoint left the set, is set aside, or refuses the connection,
+   * for the caller to establish the session elsewhere. Absent: the endpoint
+   * this process placed the session's `Mcp-Session-Id` on, if any; else
+   * balanced (`newSession`: by the placement policy).
+   */
+  readonly endpoint?: EndpointKey | undefined
+  /** An initialize: the endpoint is chosen by the placement policy, not round robin. */
+  readonly newSession?: boolean | undefined
 }
 
 /**
@@ -32,53 +47,118 @@ export interface UpstreamResponse {
   readonly statusCode: number
   readonly headers: Record<string, string | string[] | undefined>
   readonly body: Readable
+  /** The endpoint that answered: the one to keep with a session it issued. */
+  readonly endpoint?: EndpointKey
 }
 
-export interface UpstreamClientOptions {
-  readonly origin: URL
+export type UpstreamClientOptions = {
   readonly headersTimeoutMs: number
   readonly dispatcher?: Dispatcher
-}
+  /** Sessions placed by this process (when the request names no endpoint). */
+  readonly placement?: SessionPlacement
+} & ({
+  /** One endpoint. */
+  readonly origin: URL
+} | {
+  /** The upstream server's endpoints. */
+  readonly endpoints: EndpointSet
+})
 
 /**
  * The HTTP client for the upstream MCP server (undici). SSE answers can stay
  * open for hours, so bodies have no read timeout; only the wait for response
  * headers is bounded.
+ *
+ * The server may have several endpoints (EndpointSet): a request goes to the
+ * endpoint of its session, or is balanced. A connection refused sets that
+ * endpoint aside; a request without a session, whose body can be sent again,
+ * then goes to the next endpoint (nothing reached the first).
  */
 export class UpstreamClient {
-  readonly #origin: string
+  readonly endpoints: EndpointSet
+  readonly #placement: SessionPlacement | undefined
   readonly #dispatcher: Dispatcher
   readonly #ownsDispatcher: boolean
   readonly #headersTimeoutMs: number
+  /** TLS server names of origins connected to by address (a resolved https name). */
+  readonly #servernames = new Map<string, string>()
 
   constructor (options: UpstreamClientOptions) {
-    this.#origin = options.origin.origin
+    this.endpoints = 'endpoints' in options
+      ? options.endpoints
+      : new EndpointSet([{ ...targetOfUrl(options.origin), resolvable: false }], { setAsideMs: 1000 })
+    this.#placement = options.placement
     this.#headersTimeoutMs = options.headersTimeoutMs
     this.#ownsDispatcher = options.dispatcher === undefined
     this.#dispatcher = options.dispatcher ?? new Agent({
       keepAliveTimeout: 30_000,
       // One client stream may hold an upstream connection for its lifetime.
       connections: null,
-      pipelining: 1
+      pipelining: 1,
+      // One pool per origin (undici's default), with the name's TLS server name when connecting by address.
+      factory: (origin, opts) => {
+        const servername = this.#servernames.get(String(origin))
+        return new Pool(origin, servername === undefined ? opts : { ...opts, connect: { servername } })
+      }
     })
   }
 
   async request (req: UpstreamRequest): Promise<UpstreamResponse> {
+    const sessionId = headerValue(req.headers['mcp-session-id'])
+    const pinned = req.endpoint ?? (sessionId === undefined ? undefined : this.#placement?.get(sessionId))
+    if (pinned !== undefined) return await this.#toSessionEndpoint(pinned, req)
+    return await this.#balanced(req, sessionId === undefined)
+  }
+
+  async #toSessionEndpoint (key: EndpointKey, req: UpstreamRequest): Promise<UpstreamResponse> {
+    const route = this.endpoints.resolve(key)
+    if (route === undefined) throw errors.upstreamEndpointGone()
     try {
-      const res = await this.#dispatcher.request({
-        origin: this.#origin,
-        path: req.path,
-        method: req.method as Dispatcher.HttpMethod,
-        headers: req.headers,
-        body: req.body ?? null,
-        signal: req.signal,
-        headersTimeout: this.#headersTimeoutMs,
-        bodyTimeout: 0
-      })
-      return { statusCode: res.statusCode, headers: res.headers, body: res.body }
+      return await this.#send(key, route, req)
     } catch (err) {
+      if (this.endpoints.reportFailure(key, err)) throw errors.upstreamEndpointGone(err)
       throw toGatewayError(err)
     }
+  }
+
+  async #balanced (req: UpstreamRequest, sessionless: boolean): Promise<UpstreamResponse> {
+    const tried = new Set<EndpointKey>()
+    for (;;) {
+      const key = req.newSession === true ? this.endpoints.place() : this.endpoints.pick()
+      const route = this.endpoints.routeOf(key)
+      if (route === undefined) throw errors.upstreamUnavailable()
+      tried.add(key)
+      try {
+        const res = await this.#send(key, route, req)
+        const issued = headerValue(res.headers['mcp-session-id'])
+        if (sessionless && issued !== undefined) {
+          this.endpoints.sessionPlaced(key)
+          this.#placement?.set(issued, key)
+        }
+        return res
+      } catch (err) {
+        // Set aside, it is not picked again while another is in rotation.
+        const setAside = this.endpoints.reportFailure(key, err)
+        const again = setAside && !aborted(req.signal) && (req.body === undefined || Buffer.isBuffer(req.body)) && tried.size < this.endpoints.size
+        if (!again) throw toGatewayError(err)
+      }
+    }
+  }
+
+  async #send (key: EndpointKey, route: EndpointRoute, req: UpstreamRequest): Promise<UpstreamResponse> {
+    if (route.servername !== undefined) this.#servernames.set(route.origin, route.servername)
+    const res = await this.#dispatcher.request({
+      origin: route.origin,
+      path: req.path,
+      method: req.method as Dispatcher.HttpMethod,
+      headers: route.host === undefined ? req.headers : { ...req.headers, host: route.host },
+      body: req.body ?? null,
+      signal: req.signal,
+      headersTimeout: this.#headersTimeoutMs,
+      bodyTimeout: 0
+    })
+    this.endpoints.reportAnswer(key)
+    return { statusCode: res.statusCode, headers: res.headers, body: res.body, endpoint: key }
   }
 
   async close (): Promise<void> {
@@ -103,6 +183,10 @@ export function discardBody (body: Readable): void {
 }
 
 function ignore (): void {}
+
+function aborted (signal: UpstreamRequest['signal']): boolean {
+  return signal?.aborted === true
+}
 
 function toGatewayError (err: unknown): Error {
   if (err instanceof GatewayError) return err

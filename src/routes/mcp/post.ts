@@ -42,7 +42,8 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
       method: 'POST',
       path: request.url,
       headers: recordableHeaders(request),
-      body: request.body as Buffer | undefined
+      body: request.body as Buffer | undefined,
+      newSession: sessionId === undefined
     }))
   } catch (err) {
     await guard.settleRecovery(request, false)
