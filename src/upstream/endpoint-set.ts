@@ -42,7 +42,10 @@ interface Endpoint {
   readonly route: EndpointRoute
   readonly from: string
   state: EndpointState
+  /** Sessions established there by this replica. */
   placed: number
+  /** Added to `placed` when placing: a late joiner starts level with the others. */
+  readonly offset: number
 }
 
 export interface EndpointSetOptions {
@@ -91,7 +94,8 @@ export class EndpointSet {
 
   place (): EndpointKey {
     const now = this.#now()
-    return (betterOfTwo(this.#inRotation(now), this.#random) ?? this.#fallback(now)).key
+    const candidates = this.#inRotation(now).map(e => ({ key: e.key, placed: e.placed + e.offset }))
+    return (betterOfTwo(candidates, this.#random) ?? this.#fallback(now)).key
   }
 
   /** A session was established on `key` (its answer issued a session id): counted for placement. */
@@ -142,9 +146,10 @@ export class EndpointSet {
 
   /**
    * The addresses `target`'s name resolves to now. The endpoints of that
-   * target that are no longer listed start leaving; new ones join with the
-   * fewest sessions placed among the others, so they are not flooded with
-   * every new session until they catch up.
+   * target that are no longer listed start leaving, or go at once if this
+   * replica placed no session there; new ones join level with the endpoint
+   * with the fewest sessions, so they are not sent every new session until
+   * they catch up.
    */
   update (target: UpstreamTarget, addresses: readonly string[]): void {
     if (addresses.length === 0) return
@@ -155,9 +160,10 @@ export class EndpointSet {
     for (const endpoint of this.#endpoints.values()) {
       if (endpoint.from !== target.origin) continue
       if (keys.has(endpoint.key)) endpoint.state = listed(endpoint.state)
+      else if (endpoint.placed === 0) this.#endpoints.delete(endpoint.key)
       else endpoint.state = unlisted(endpoint.state, now)
     }
-    const start = Math.min(...[...this.#endpoints.values()].filter(e => inRotation(stateAt(e.state, now))).map(e => e.placed), Number.MAX_SAFE_INTEGER)
+    const start = Math.min(...[...this.#endpoints.values()].filter(e => inRotation(stateAt(e.state, now))).map(e => e.placed + e.offset), Number.MAX_SAFE_INTEGER)
     for (const address of addresses) {
       const key = addressKey(target, address)
       if (this.#endpoints.has(key)) continue
@@ -184,8 +190,8 @@ export class EndpointSet {
     })
   }
 
-  #add (key: EndpointKey, route: EndpointRoute, from: string, placed: number): void {
-    this.#endpoints.set(key, { key, route, from, state: HEALTHY, placed })
+  #add (key: EndpointKey, route: EndpointRoute, from: string, offset: number): void {
+    this.#endpoints.set(key, { key, route, from, state: HEALTHY, placed: 0, offset })
   }
 
   #inRotation (now: number): Endpoint[] {
