@@ -106,6 +106,12 @@ t.test('a list of three endpoints: sessions spread and kept, requests without a 
   const status = await upstreamz(gw.adminUrl)
   t.match(status.endpoints.find(e => e.endpoint === new URL(stopped.server.url).origin), { state: 'set_aside', until: String }, '/upstreamz: set aside')
   t.equal(status.endpoints.filter(e => e.state === 'healthy').length, 2)
+  const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text()
+  t.match(metrics, /^mcpgw_upstream_endpoints\{state="set_aside"\} 1$/m, 'metrics: one endpoint set aside')
+  t.match(metrics, /^mcpgw_upstream_endpoints\{state="healthy"\} 2$/m)
+  for (const u of upstreams) {
+    t.match(metrics, new RegExp(`^mcpgw_upstream_endpoint_sessions_placed_total\\{endpoint="${new URL(u.server.url).origin}"\\} ${u.sessions.size}$`, 'm'), 'sessions placed, per endpoint')
+  }
 
   const before = others.map(u => u.sessions.size)
   const fresh = await sessions(t, gw.url, 6, 2)
@@ -140,6 +146,7 @@ t.test('one name with three loopback addresses: each address an endpoint, the na
   await new Promise(resolve => setTimeout(resolve, 50))
   const after = (await upstreamz(gw.adminUrl)).endpoints
   t.equal(after.find(e => e.endpoint === `http://127.0.0.3:${port}`)?.state, 'leaving', 'an address the answer no longer lists is leaving')
+  t.match(await (await fetch(`${gw.adminUrl}/metrics`)).text(), /^mcpgw_upstream_endpoints\{state="leaving"\} 1$/m)
   const before = upstreams.map(u => u.sessions.size)
   await sessions(t, gw.url, 4, 1)
   t.equal(upstreams[2]?.sessions.size, before[2], 'no new session on a leaving endpoint')

@@ -91,3 +91,46 @@ t.test('UpstreamAbort ends a request before its answer and a stream in the middl
   t.same(closed.sort(), ['/silent', '/stream'], 'both upstream connections closed')
   t.equal(late.listenerCount('abort'), 0, 'undici let go of the signal')
 })
+
+t.test('several endpoints: a named endpoint or a placed session goes there, or fails with upstreamEndpointGone; a request without a session goes past a refusing endpoint', async t => {
+  const { EndpointSet } = await import('../../src/upstream/endpoint-set.js')
+  const { SessionPlacement } = await import('../../src/upstream/session-placement.js')
+  const { targetOfUrl } = await import('../../src/upstream/upstream-url.js')
+  const { freePort } = await import('../fixtures/net.js')
+  const server = createServer((req, res) => {
+    // An initialize-like answer issues a session id; the host it saw is echoed.
+    res.writeHead(200, { 'content-type': 'text/plain', ...(req.headers['mcp-session-id'] === undefined && { 'mcp-session-id': 'upstream-session-1' }) })
+    res.end(req.headers.host)
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => server.close())
+  const alive = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const dead = `http://127.0.0.1:${await freePort()}`
+  // random 0: the first draw is the refusing endpoint, and wins the tie.
+  const endpoints = new EndpointSet([dead, alive].map(o => targetOfUrl(new URL(`${o}/mcp`))), { setAsideMs: 60_000, random: () => 0 })
+  const placement = new SessionPlacement({ maxSessions: 10, ttlMs: 60_000 })
+  const client = new UpstreamClient({ endpoints, placement, headersTimeoutMs: 2000 })
+  t.teardown(() => client.close())
+
+  const first = await client.request({ method: 'POST', path: '/mcp', headers: {}, body: Buffer.from('{}'), newSession: true })
+  t.equal(first.statusCode, 200, 'a refusing endpoint first: the request went on to the next')
+  t.equal(first.endpoint, alive, 'the answer names its endpoint')
+  discardBody(first.body)
+  t.equal(endpoints.snapshot().find(v => v.endpoint === dead)?.state, 'set_aside')
+  t.equal(placement.get('upstream-session-1'), alive, 'the issued session is placed where it was issued')
+  t.equal(endpoints.snapshot().find(v => v.endpoint === alive)?.sessionsPlaced, 1)
+
+  const again = await client.request({ method: 'GET', path: '/mcp', headers: { 'mcp-session-id': 'upstream-session-1' } })
+  t.equal(again.endpoint, alive, 'a request of the session goes to its endpoint')
+  discardBody(again.body)
+  await t.rejects(client.request({ method: 'GET', path: '/mcp', headers: {}, endpoint: dead }), { code: 'MCPGW_UPSTREAM_ENDPOINT_GONE', statusCode: 404 }, 'named, set aside: gone')
+  await t.rejects(client.request({ method: 'GET', path: '/mcp', headers: {}, endpoint: 'http://10.9.9.9:1' }), { code: 'MCPGW_UPSTREAM_ENDPOINT_GONE' }, 'named, not in the set: gone')
+
+  // A refusal on the session's own endpoint: gone as well, for the caller to establish the session elsewhere.
+  const pinnedSet = new EndpointSet([alive, dead].map(o => targetOfUrl(new URL(`${o}/mcp`))), { setAsideMs: 60_000 })
+  const pinned = new UpstreamClient({ endpoints: pinnedSet, headersTimeoutMs: 2000 })
+  t.teardown(() => pinned.close())
+  await t.rejects(pinned.request({ method: 'GET', path: '/mcp', headers: {}, endpoint: dead }), { code: 'MCPGW_UPSTREAM_ENDPOINT_GONE' })
+  t.equal(pinnedSet.snapshot().find(v => v.endpoint === dead)?.state, 'set_aside', 'and set aside')
+})
