@@ -31,6 +31,7 @@ import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-op
 import { HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1'
 import ts from 'typescript'
 import { ConfigSchema } from '../../src/config/schema.js'
+import { loadConfig } from '../../src/config/load.js'
 
 const run = promisify(execFile)
 const ROOT = join(import.meta.dirname, '..', '..')
@@ -168,6 +169,31 @@ const COMBINATIONS: Array<{ name: string, values: Values, check: (t: Test, objec
       t.same(objects.map(o => o.kind).sort(), ['ConfigMap', 'Deployment', 'Service', 'Service', 'ServiceAccount'])
       t.same(envOf(objects), [], 'no Redis: no credentials')
       t.equal(find(objects, 'Deployment')?.spec?.replicas, 1)
+    }
+  },
+  {
+    name: 'upstream headless Service',
+    values: { upstream: { headlessService: { name: 'mcp-server', port: 3001 } } },
+    check: (t, objects) => {
+      const config = find(objects, 'ConfigMap')?.data ?? {}
+      t.equal(config.UPSTREAM_URL, 'http://mcp-server.mcp.svc.cluster.local:3001/mcp', 'the Service\'s full name, resolved by the gateway into one endpoint per pod')
+      const loaded = loadConfig({ UPSTREAM_URL: config.UPSTREAM_URL })
+      t.same(loaded.upstreamTargets.map(u => [u.hostname, u.resolvable]), [['mcp-server.mcp.svc.cluster.local', true]], 'a name the gateway resolves')
+      t.equal(loaded.mcpPath, '/mcp')
+    }
+  },
+  {
+    name: 'upstream headless Service in another namespace, https',
+    values: { upstream: { headlessService: { name: 'tools', namespace: 'mcp-servers', scheme: 'https', port: 8443, path: '/api/mcp', clusterDomain: 'corp.local' } } },
+    check: (t, objects) => {
+      t.equal(find(objects, 'ConfigMap')?.data?.UPSTREAM_URL, 'https://tools.mcp-servers.svc.corp.local:8443/api/mcp')
+    }
+  },
+  {
+    name: 'a list of upstream endpoints',
+    values: { config: { UPSTREAM_URL: 'http://mcp-0.mcp:3000/mcp,http://mcp-1.mcp:3000/mcp' } },
+    check: (t, objects) => {
+      t.equal(find(objects, 'ConfigMap')?.data?.UPSTREAM_URL, 'http://mcp-0.mcp:3000/mcp,http://mcp-1.mcp:3000/mcp', 'passed as written')
     }
   },
   {
@@ -513,6 +539,12 @@ t.test('values.schema.json rejects mistakes', async t => {
   t.notOk(validate(withConfig({ REDIS_TLS: 'yes' })), 'a non-boolean REDIS_TLS')
   t.notOk(validate(withConfig({ LOG_LEVEL: 'verbose' })), 'an unknown log level')
   t.notOk(validate(withConfig({ UPSTREAM_URL: undefined })), 'no upstream')
+  const withUpstream = (patch: Values): Values => ({ ...values, upstream: { headlessService: { ...((values.upstream as Values).headlessService as Values), ...patch } } })
+  t.ok(validate(withUpstream({ name: 'mcp-server' })), 'a headless Service')
+  t.notOk(validate(withUpstream({ name: 'mcp-server.mcp.svc' })), 'a headless Service given as a full name (the namespace goes in namespace)')
+  t.notOk(validate(withUpstream({ port: '3000' })), 'a string port')
+  t.notOk(validate(withUpstream({ path: 'mcp' })), 'a path without its slash')
+  t.notOk(validate(withUpstream({ scheme: 'ftp' })), 'another scheme')
   t.notOk(validate({ ...values, redis: { ...(values.redis as Values), url: 'http://redis:6379' } }), 'a non-redis URL')
   t.notOk(validate({ ...values, topologySpread: { ...(values.topologySpread as Values), whenUnsatisfiable: 'Sometimes' } }), 'an unknown whenUnsatisfiable')
   t.notOk(validate({ ...values, ingress: { ...(values.ingress as Values), hosts: [{ host: 'x', paths: [{ path: 'mcp', pathType: 'Prefix' }] }] } }), 'an ingress path without its slash')

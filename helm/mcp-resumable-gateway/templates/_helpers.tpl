@@ -86,6 +86,16 @@ which print as 1.6777216e+07: integers are converted before quoting.
 {{- end }}
 {{- end }}
 
+{{/* UPSTREAM_URL: the upstream headless Service's name when given (each ready pod an endpoint), else config.UPSTREAM_URL. */}}
+{{- define "mcpgw.upstreamUrl" -}}
+{{- $svc := .Values.upstream.headlessService }}
+{{- if $svc.name }}
+{{- printf "%s://%s.%s.svc.%s:%d%s" $svc.scheme $svc.name (default .Release.Namespace $svc.namespace) $svc.clusterDomain (int $svc.port) $svc.path }}
+{{- else }}
+{{- .Values.config.UPSTREAM_URL }}
+{{- end }}
+{{- end }}
+
 {{/* Seconds the gateway may take after SHUTDOWN_GRACE_SECONDS before its hard stop (closeWithGrace delay in src/main.ts). */}}
 {{- define "mcpgw.stopMarginSeconds" -}}
 2
