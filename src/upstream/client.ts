@@ -123,10 +123,12 @@ export class UpstreamClient {
 
   async #balanced (req: UpstreamRequest, sessionless: boolean): Promise<UpstreamResponse> {
     const tried = new Set<EndpointKey>()
+    let refusal: unknown
     for (;;) {
       const key = req.newSession === true ? this.endpoints.place() : this.endpoints.pick()
       const route = this.endpoints.routeOf(key)
-      if (route === undefined) throw errors.upstreamUnavailable()
+      // Every endpoint in rotation refused: the last refusal is the answer.
+      if (route === undefined || tried.has(key)) throw toGatewayError(refusal ?? errors.upstreamUnavailable())
       tried.add(key)
       try {
         const res = await this.#send(key, route, req)
@@ -139,8 +141,8 @@ export class UpstreamClient {
       } catch (err) {
         // Set aside, it is not picked again while another is in rotation.
         const setAside = this.endpoints.reportFailure(key, err)
-        const again = setAside && !aborted(req.signal) && (req.body === undefined || Buffer.isBuffer(req.body)) && tried.size < this.endpoints.size
-        if (!again) throw toGatewayError(err)
+        if (!setAside || aborted(req.signal) || !(req.body === undefined || Buffer.isBuffer(req.body))) throw toGatewayError(err)
+        refusal = err
       }
     }
   }

@@ -8,6 +8,8 @@ export interface ResolvedAddress {
   readonly ttl?: number
 }
 
+const RESOLVE_TIMEOUT_MS = 2000
+
 /** Resolves a host name into its addresses; throws when it cannot. */
 export type HostResolver = (hostname: string) => Promise<readonly ResolvedAddress[]>
 
@@ -18,7 +20,9 @@ export type HostResolver = (hostname: string) => Promise<readonly ResolvedAddres
  * fall back to getaddrinfo, without a TTL.
  */
 export const systemResolver: HostResolver = async hostname => {
-  const answers = await Promise.allSettled([dns.resolve4(hostname, { ttl: true }), dns.resolve6(hostname, { ttl: true })])
+  // Bounded: the first resolution delays the gateway's start (c-ares' default is 5 s, four tries).
+  const resolver = new dns.Resolver({ timeout: RESOLVE_TIMEOUT_MS, tries: 2 })
+  const answers = await Promise.allSettled([resolver.resolve4(hostname, { ttl: true }), resolver.resolve6(hostname, { ttl: true })])
   const found = answers.flatMap(a => a.status === 'fulfilled' ? a.value : [])
   if (found.length > 0) return found
   const looked = await dns.lookup(hostname, { all: true })

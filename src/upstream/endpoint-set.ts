@@ -93,6 +93,7 @@ export class EndpointSet {
   get size (): number { return this.#endpoints.size }
 
   place (): EndpointKey {
+    if (this.#endpoints.size === 1) return this.#endpoints.keys().next().value as EndpointKey
     const now = this.#now()
     const candidates = this.#inRotation(now).map(e => ({ key: e.key, placed: e.placed + e.offset }))
     return (betterOfTwo(candidates, this.#random) ?? this.#fallback(now)).key
@@ -105,6 +106,8 @@ export class EndpointSet {
   }
 
   pick (): EndpointKey {
+    // The common case, on every request: no list to build.
+    if (this.#endpoints.size === 1) return this.#endpoints.keys().next().value as EndpointKey
     const now = this.#now()
     return (this.#roundRobin.pick(this.#inRotation(now)) ?? this.#fallback(now)).key
   }

@@ -134,3 +134,24 @@ t.test('several endpoints: a named endpoint or a placed session goes there, or f
   await t.rejects(pinned.request({ method: 'GET', path: '/mcp', headers: {}, endpoint: dead }), { code: 'MCPGW_UPSTREAM_ENDPOINT_GONE' })
   t.equal(pinnedSet.snapshot().find(v => v.endpoint === dead)?.state, 'set_aside', 'and set aside')
 })
+
+t.test('every endpoint refusing: a request without a session tries each once, then fails with 502', { timeout: 10_000 }, async t => {
+  const { EndpointSet } = await import('../../src/upstream/endpoint-set.js')
+  const { targetOfUrl } = await import('../../src/upstream/upstream-url.js')
+  const { freePort } = await import('../fixtures/net.js')
+  const [a, b, c] = [await freePort(), await freePort(), await freePort()]
+  const name = targetOfUrl(new URL(`http://upstream.test:${c}/mcp`))
+  const endpoints = new EndpointSet([`http://127.0.0.1:${a}/mcp`, `http://127.0.0.1:${b}/mcp`].map(u => targetOfUrl(new URL(u))).concat(name), { setAsideMs: 60_000 })
+  // A leaving endpoint: counted in the set, never picked.
+  endpoints.update(name, ['127.0.0.1'])
+  endpoints.sessionPlaced(`http://127.0.0.1:${c}`)
+  endpoints.update(name, ['127.0.0.2'])
+  t.same(endpoints.snapshot().map(v => v.state), ['healthy', 'healthy', 'leaving', 'healthy'])
+  const client = new UpstreamClient({ endpoints, headersTimeoutMs: 2000 })
+  t.teardown(() => client.close())
+  const tried: string[] = []
+  const report = endpoints.reportFailure.bind(endpoints)
+  endpoints.reportFailure = (key, err) => { tried.push(key); return report(key, err) }
+  await t.rejects(client.request({ method: 'GET', path: '/mcp', headers: {} }), { code: 'MCPGW_UPSTREAM_UNAVAILABLE', statusCode: 502 })
+  t.same(tried.sort(), [`http://127.0.0.1:${a}`, `http://127.0.0.1:${b}`, `http://127.0.0.2:${c}`].sort(), 'each endpoint in rotation once')
+})
