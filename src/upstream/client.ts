@@ -97,7 +97,7 @@ export class UpstreamClient {
       pipelining: 1,
       // One pool per origin (undici's default), with the name's TLS server name when connecting by address.
       factory: (origin, opts) => {
-        const servername = this.#servernames.get(String(origin))
+        const servername = this.#servernames.get(new URL(String(origin)).origin)
         return new Pool(origin, servername === undefined ? opts : { ...opts, connect: { servername } })
       }
     })
