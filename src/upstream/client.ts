@@ -122,14 +122,14 @@ export class UpstreamClient {
   }
 
   async #balanced (req: UpstreamRequest, sessionless: boolean): Promise<UpstreamResponse> {
-    const tried = new Set<EndpointKey>()
+    // Endpoints that refused this request; made only once one has (not on every request).
+    let refused: Set<EndpointKey> | undefined
     let refusal: unknown
     for (;;) {
       const key = req.newSession === true ? this.endpoints.place() : this.endpoints.pick()
       const route = this.endpoints.routeOf(key)
       // Every endpoint in rotation refused: the last refusal is the answer.
-      if (route === undefined || tried.has(key)) throw toGatewayError(refusal ?? errors.upstreamUnavailable())
-      tried.add(key)
+      if (route === undefined || refused?.has(key) === true) throw toGatewayError(refusal ?? errors.upstreamUnavailable())
       try {
         const res = await this.#send(key, route, req)
         const issued = headerValue(res.headers['mcp-session-id'])
@@ -142,6 +142,8 @@ export class UpstreamClient {
         // Set aside, it is not picked again while another is in rotation.
         const setAside = this.endpoints.reportFailure(key, err)
         if (!setAside || aborted(req.signal) || !(req.body === undefined || Buffer.isBuffer(req.body))) throw toGatewayError(err)
+        refused ??= new Set()
+        refused.add(key)
         refusal = err
       }
     }
