@@ -84,6 +84,13 @@ export interface EventStore {
   /** Drop every record of the session. Resolves only once they are gone. */
   deleteSession (sessionId: string): Promise<void>
   /**
+   * Whether deleteSession dropped the session within the retention TTL (and
+   * it was not created again since): a session whose records are found gone
+   * was deleted, not lost by the store, and must not be recorded again.
+   * Written with the deletion itself, so every replica sees it.
+   */
+  sessionDeleted (sessionId: string): Promise<boolean>
+  /**
    * Record the session unless the store has it already: returns the record it
    * has (whatever its principal), or a new one bound to `principal` with a
    * fresh epoch. For sessions the store lost (see intactSince).

@@ -22,7 +22,8 @@ storeContract(t, 'redis', async (t, retention) => {
   return {
     store: await open(),
     replica: open,
-    sessionKeys: (sessionId) => scanKeys(redis, prefixPattern(`${prefix}{${sessionId}}`))
+    // The deletion mark is what a deletion leaves on purpose (sessionDeleted).
+    sessionKeys: async (sessionId) => (await scanKeys(redis, prefixPattern(`${prefix}{${sessionId}}`))).filter(key => !key.endsWith('}:del'))
   }
 })
 

@@ -12,6 +12,7 @@ import { ByteCap, type RecordWeights } from './byte-cap.js'
 import { MemoryStream } from './memory-stream.js'
 import { NoticeListeners } from './notice-listeners.js'
 import { type MemorySession, SessionTable } from './session-table.js'
+import { Tombstones } from './tombstones.js'
 
 /**
  * What a record weighs against the cap besides event data: about what a
@@ -52,12 +53,14 @@ export class MemoryEventStore implements EventStore {
   readonly #cap: ByteCap
   readonly #sessions: SessionTable
   readonly #listeners = new NoticeListeners()
+  readonly #deleted: Tombstones
 
   constructor (options: MemoryStoreOptions) {
     this.#retention = options.retention
     this.#now = options.now ?? Date.now
     this.#random = options.random ?? randomBytes
     this.#startedAt = this.#now()
+    this.#deleted = new Tombstones(options.retention.ttlMs, this.#now)
     const cap = this.#cap = new ByteCap(options.maxBytes, options.recordBytes ?? RECORD_BYTES)
     this.#sessions = new SessionTable({
       retention: options.retention,
@@ -83,6 +86,7 @@ export class MemoryEventStore implements EventStore {
 
   async createSession (sessionId: string, principal: string): Promise<SessionRecord> {
     this.#sessions.drop(sessionId)
+    this.#deleted.clear(sessionId)
     const record = { epoch: randomToken(8, this.#random), principal }
     const session = this.#sessions.add(sessionId, record)
     this.#cap.sessionAdded()
@@ -118,6 +122,11 @@ export class MemoryEventStore implements EventStore {
 
   async deleteSession (sessionId: string): Promise<void> {
     this.#sessions.drop(sessionId)
+    this.#deleted.note(sessionId)
+  }
+
+  async sessionDeleted (sessionId: string): Promise<boolean> {
+    return this.#deleted.has(sessionId)
   }
 
   async openStream (sessionId: string, streamId: string): Promise<StreamState> {

@@ -13,6 +13,7 @@
  *   <tag>:n              the session's notice channel (PUBLISH)
  *   <tag>:lease          the token of the replica holding the upstream GET
  *   <tag>:att            a client is attached on a replica without the lease
+ *   <tag>:del            the session was deleted (for RETENTION_TTL after)
  *   <tag>:aud            the replicas subscribed to the channel
  *   <tag>:aside          a stream put aside within one append transaction
  *   <prefix>intact       when the store was first found without this key
@@ -58,6 +59,7 @@ export class SessionKeys {
   get channel (): string { return `${this.#tag}:n` }
   get lease (): string { return `${this.#tag}:lease` }
   get attached (): string { return `${this.#tag}:att` }
+  get deleted (): string { return `${this.#tag}:del` }
   get audience (): string { return `${this.#tag}:aud` }
   stream (streamId: string): string { return `${this.#tag}:b:${streamId}` }
   ledger (streamId: string): string { return `${this.#tag}:z:${streamId}` }

@@ -147,6 +147,11 @@ export class RedisEventStore implements EventStore {
     await this.#reset(sessionId, undefined, { listStreams: true })
   }
 
+  /** The deletion mark reset.lua leaves for RETENTION_TTL. */
+  async sessionDeleted (sessionId: string): Promise<boolean> {
+    return await this.#redis.exists(this.#keys.session(sessionId).deleted) === 1
+  }
+
   async adoptSession (sessionId: string, principal: string): Promise<SessionRecord> {
     const keys = this.#keys.session(sessionId)
     const epoch = randomToken(8, this.#random)
@@ -279,8 +284,8 @@ export class RedisEventStore implements EventStore {
       const streamIds = attempt === 0 && !listStreams
         ? []
         : (await this.#redis.hkeys(keys.meta)).filter((field) => field.startsWith('q:')).map((field) => field.slice(2))
-      const done = await this.#redis.mcpgwReset(3 + 2 * streamIds.length,
-        keys.meta, keys.lease, keys.attached, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
+      const done = await this.#redis.mcpgwReset(4 + 2 * streamIds.length,
+        keys.meta, keys.lease, keys.attached, keys.deleted, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
         record?.epoch ?? '', record?.principal ?? '', this.#retention.ttlMs, ...streamIds)
       if (done === 1) return
     }

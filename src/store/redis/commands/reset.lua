@@ -1,8 +1,11 @@
--- KEYS: session hash, lease, attached marker, then the key of every stream
--- the caller found in the hash, then their ledgers.
+-- KEYS: session hash, lease, attached marker, deletion mark, then the key of
+-- every stream the caller found in the hash, then their ledgers.
 -- ARGV: new epoch ('' to only delete), principal, ttlMs, then the ids of
 -- those streams.
--- Deletes the session and, given an epoch, writes a fresh record. Returns 0
+-- Deletes the session and, given an epoch, writes a fresh record; without one
+-- (a deletion) leaves the deletion mark for ttlMs, so a replica still reading
+-- one of the session's answers tells a deletion from a store that lost the
+-- session (and does not record it again). Returns 0
 -- without touching anything when the hash lists other streams than the caller
 -- passed (a stream was opened meanwhile): the caller reads them again and
 -- retries, so every key stays declared in KEYS.
@@ -13,7 +16,7 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     count = count + 1
   end
 end
-if count ~= #ARGV - 3 or #KEYS ~= 3 + 2 * count then return 0 end
+if count ~= #ARGV - 3 or #KEYS ~= 4 + 2 * count then return 0 end
 for i = 4, #ARGV do
   if not known[ARGV[i]] then return 0 end
 end
@@ -23,5 +26,7 @@ end
 if ARGV[1] ~= '' then
   redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'principal', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
+else
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
 end
 return 1
