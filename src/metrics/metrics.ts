@@ -1,7 +1,7 @@
 import type { Tracer } from '@opentelemetry/api'
 import type { FastifyBaseLogger } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { errors, type GatewayError } from '../errors.js'
+import { errors, SessionGoneError, type GatewayError } from '../errors.js'
 import type { StoreUsage as MemoryStoreUsage } from '../store/contract.js'
 import { traceStoreOperation } from '../tracing/spans.js'
 import { ENDPOINT_STATES } from '../upstream/endpoint-state.js'
@@ -13,7 +13,7 @@ const CLOSE_OUTCOMES = ['completed', 'client_gone', 'slow_client', 'superseded',
 const RESUME_OUTCOMES = ['replayed', 'gap', 'unknown', 'refused'] as const
 const GAP_REASONS = ['trimmed', 'epoch', 'unknown_stream', 'future_id', 'recorder_lost', 'event_too_large', 'store_unavailable', 'upstream_handover'] as const
 const UNRECORDED_REASONS = ['too_large', 'store_error'] as const
-const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', 'adopt_session', 'delete_session', 'intact_since', 'open_stream', 'load_cursor', 'lease_acquire'] as const
+const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', 'adopt_session', 'delete_session', 'session_deleted', 'intact_since', 'open_stream', 'load_cursor', 'lease_acquire'] as const
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken'] as const
 const UPSTREAM_STREAM_KINDS = ['standalone', 'request'] as const
@@ -222,6 +222,8 @@ export class GatewayMetrics {
       if (this.#storeDownSince !== undefined) this.#storeBack()
       return result
     } catch (err) {
+      // The store answered: no such session (deleted, expired, lost). Not an outage.
+      if (err instanceof SessionGoneError) throw err
       this.storeErrors.inc({ op })
       this.#storeFailed(op, err)
       throw err

@@ -41,8 +41,9 @@ export interface AppenderOptions {
    * Request streams: the store lost the session (Redis restarted empty) while
    * the upstream is still answering. Records the session again under a new
    * epoch and opens this stream in it; resolves with the stream's new state,
-   * or undefined when the session is not to be recorded again (deleted,
-   * expired, RECOVER_LOST_SESSIONS off).
+   * or undefined when the session is not to be recorded again (expired,
+   * RECOVER_LOST_SESSIONS off). Never called for a session the store says
+   * was deleted (sessionDeleted): that one stays deleted.
    */
   readonly recoverSession?: () => Promise<StreamState | undefined>
 }
@@ -196,6 +197,11 @@ export class StreamAppender {
     if (o.recoverSession === undefined) return false
     let state: StreamState | undefined
     try {
+      // Deleted (DELETE, upstream 404) while its answer is read: the session stays deleted.
+      if (await o.metrics.timeStore('session_deleted', () => o.store.sessionDeleted(o.sessionId))) {
+        o.log.info({ streamId: o.streamId }, 'session deleted during its answer: stopped recording it')
+        return false
+      }
       state = await o.recoverSession()
     } catch (err) {
       o.log.warn({ err, streamId: o.streamId }, 'could not record the lost session again')
