@@ -191,6 +191,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     holdMs: config.standaloneHoldMs,
     maxEventBytes: config.maxEventBytes,
     maxSessions: config.maxSessions,
+    upstreamResumes: config.upstreamResumes,
     leases,
     admission: new PrincipalQuota({
       maxPerPrincipal: config.maxSessionsPerPrincipal,

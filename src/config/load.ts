@@ -43,6 +43,8 @@ export interface GatewayConfig {
   readonly keepAliveMs: number
   readonly retryMs: number
   readonly upstreamHeadersTimeoutMs: number
+  /** How far an upstream stream that ended early is resumed (see ResumeBounds). */
+  readonly upstreamResumes: { readonly withoutProgress: number, readonly maxMs: number }
   readonly principalHeader: string
   /** Bearer JWT verification; undefined: sessions are bound to the hash of principalHeader. */
   readonly jwt: JwtOptions | undefined
@@ -312,6 +314,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     keepAliveMs: raw.KEEPALIVE_INTERVAL_SECONDS * 1000,
     retryMs: raw.SSE_RETRY_MS,
     upstreamHeadersTimeoutMs: raw.UPSTREAM_HEADERS_TIMEOUT_SECONDS * 1000,
+    upstreamResumes: Object.freeze({ withoutProgress: raw.UPSTREAM_RESUMES_WITHOUT_PROGRESS, maxMs: raw.UPSTREAM_RESUME_MAX_SECONDS * 1000 }),
     principalHeader: raw.PRINCIPAL_HEADER.toLowerCase(),
     jwt,
     recoverLostSessions: raw.RECOVER_LOST_SESSIONS,

@@ -15,7 +15,7 @@ const GAP_REASONS = ['trimmed', 'epoch', 'unknown_stream', 'future_id', 'recorde
 const UNRECORDED_REASONS = ['too_large', 'store_error'] as const
 const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', 'adopt_session', 'delete_session', 'session_deleted', 'intact_since', 'open_stream', 'load_cursor', 'lease_acquire'] as const
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
-const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken'] as const
+const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const
 const UPSTREAM_STREAM_KINDS = ['standalone', 'request'] as const
 const EVICTED = ['stream', 'events', 'session'] as const
 /**

@@ -4,12 +4,13 @@ import type { EventTooLargeError } from '../sse/event-too-large.js'
 import type { EventInput } from '../store/contract.js'
 import type { EventBatch } from '../store/batch/event-batch.js'
 import { SseDecoder } from '../sse/decoder.js'
+import { SessionGoneError } from '../errors.js'
 import { discardBody } from '../upstream/client.js'
 import { eventTooLargeGap } from './gap-markers.js'
 import { readAhead, type ReadAheadBudget, type ReadAheadSink } from './read-ahead.js'
 import { failureOutcome, type RecordOutcome } from './record-outcome.js'
 import { StreamAppender, type AppenderOptions } from './stream-appender.js'
-import { UpstreamResumes } from './upstream-resume.js'
+import { UpstreamResumes, type ResumeBounds } from './upstream-resume.js'
 
 // The route retries opening a request stream through the same window as a failed append.
 export { confirmWindow } from './confirm-window.js'
@@ -27,6 +28,8 @@ export interface RecordOptions extends AppenderOptions {
    * Resolves with the new SSE body, or undefined when the upstream refuses.
    */
   readonly resumeUpstream?: (lastEventId: string | undefined) => Promise<Readable | undefined>
+  /** How far resumeUpstream is used: answers without events in a row, and (request streams) for how long. */
+  readonly resumeBounds: ResumeBounds
 }
 
 /**
@@ -53,18 +56,21 @@ function ignore (): void {}
 class Recording implements ReadAheadSink {
   readonly #o: RecordOptions
   readonly #appender: StreamAppender
-  readonly #resumes = new UpstreamResumes()
+  readonly #resumes: UpstreamResumes
   #decoder: SseDecoder
   /** The upstream answer being read: the first, or the latest resume of it. */
   #body: Readable
-  /** The appender's count of stored appends when the upstream answer was last (re)opened. */
-  #storedAppendsAtOpen = 0
+  /** When the upstream answer being read was opened (performance.now()). */
+  #openedAt = performance.now()
+  /** The upstream answer being read brought events (priming events are none). */
+  #eventsSinceOpen = false
   #settle: (outcome: RecordOutcome) => void = ignore
   #abandon: (err: unknown) => void = ignore
 
   constructor (o: RecordOptions) {
     this.#o = o
     this.#appender = new StreamAppender(o)
+    this.#resumes = new UpstreamResumes(o.resumeBounds, o.requestId !== undefined)
     this.#decoder = new SseDecoder(o.maxEventBytes)
     this.#body = o.body
   }
@@ -88,6 +94,7 @@ class Recording implements ReadAheadSink {
 
   /** ReadAheadSink: one append per batch, the reads that arrived while the previous append was at the store. */
   batch (events: EventBatch): Promise<boolean> {
+    if (events.length > 0) this.#eventsSinceOpen = true
     return this.#appender.append(events)
   }
 
@@ -104,33 +111,41 @@ class Recording implements ReadAheadSink {
   /**
    * The upstream ended its answer. A request stream without its response yet,
    * or the standalone stream, whose upstream gave event ids, is resumed
-   * upstream (after the upstream's retry hint) until the response comes or
-   * the upstream refuses; only then is the answer concluded (gap repair).
+   * upstream (after the upstream's retry hint, backing off while answers
+   * bring nothing) until the response comes, the upstream refuses, the
+   * resumes' bounds are reached or the session is deleted; only then is the
+   * answer concluded (gap repair: an error response in place of a lost one).
    */
   async #resumeOrConclude (): Promise<RecordOutcome> {
     const o = this.#o
     const resumes = this.#resumes
-    const storedAppends = this.#appender.storedAppends
-    resumes.answerEnded(this.#decoder.lastId, this.#decoder.retry, storedAppends !== this.#storedAppendsAtOpen)
-    this.#storedAppendsAtOpen = storedAppends
+    const before = resumes.lastId
+    resumes.answerEnded(this.#decoder.lastId, this.#decoder.retry, this.#eventsSinceOpen, performance.now() - this.#openedAt)
     const lastId = resumes.lastId
     // The standalone stream is held for as long as the session lives: reopened even
     // without ids (the upstream drops what it sends while no GET is open).
     const wanted = o.resumeUpstream !== undefined && (o.requestId === undefined || (!this.#appender.answered && lastId !== undefined))
     if (!wanted) return await this.#concludeEnded()
-    switch (resumes.verdict()) {
+    const verdict = resumes.verdict()
+    switch (verdict) {
       case 'unresumable_id':
         o.metrics.upstreamErrors.inc({ kind: 'unresumable_id' })
         o.log.warn({ streamId: o.streamId }, 'upstream event id cannot go back in a Last-Event-ID header (control or non-ASCII characters): its stream is not resumable upstream')
         return await this.#concludeEnded()
       case 'stalled':
-        o.log.warn({ streamId: o.streamId, resumes: resumes.withoutProgress }, 'upstream resumed its stream without anything new, again: stopped resuming it')
+      case 'expired':
+        o.metrics.upstreamErrors.inc({ kind: `resume_${verdict}` })
+        o.log.warn({ streamId: o.streamId, answersWithoutEvents: resumes.withoutProgress }, verdict === 'stalled'
+          ? 'upstream ended its stream again and again without an event: stopped resuming it (UPSTREAM_RESUMES_WITHOUT_PROGRESS)'
+          : 'upstream stream resumed for UPSTREAM_RESUME_MAX_SECONDS already: stopped resuming it')
         return await this.#concludeEnded()
       case 'resume':
         break
     }
-    if (resumes.progressed && lastId !== undefined) o.upstreamIds?.noteUpstreamId(lastId)
+    if (lastId !== undefined && lastId !== before) o.upstreamIds?.noteUpstreamId(lastId)
     await sleep(resumes.delayMs)
+    // A deleted session stays deleted: nothing more is asked of the upstream for it.
+    if (await this.#sessionDeleted()) return await this.#concludeBroken(new SessionGoneError(o.sessionId))
     let body: Readable | undefined
     try {
       body = await (o.resumeUpstream as (id: string | undefined) => Promise<Readable | undefined>)(lastId)
@@ -144,7 +159,20 @@ class Recording implements ReadAheadSink {
     o.log.debug({ streamId: o.streamId }, 'upstream ended its stream early: resumed it with its Last-Event-ID')
     this.#body = body
     this.#decoder = new SseDecoder(o.maxEventBytes)
+    this.#openedAt = performance.now()
+    this.#eventsSinceOpen = false
     return await this.run()
+  }
+
+  /** Was the session deleted (DELETE, upstream 404) meanwhile? When the store cannot tell, the upstream decides. */
+  async #sessionDeleted (): Promise<boolean> {
+    const o = this.#o
+    try {
+      return await o.metrics.timeStore('session_deleted', () => o.store.sessionDeleted(o.sessionId))
+    } catch (err) {
+      o.log.debug({ err, streamId: o.streamId }, 'could not ask the event store whether the session was deleted: resuming its stream upstream')
+      return false
+    }
   }
 
   /** The upstream answer is over: record what the decoder still held, and the stream's end (request streams). */

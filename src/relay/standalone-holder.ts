@@ -8,6 +8,7 @@ import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upst
 import type { LocalSession, LocalSessions } from './local-session.js'
 import type { PumpAdmission } from './principal-quota.js'
 import type { ReadAheadBudget } from './read-ahead.js'
+import type { ResumeBounds } from './upstream-resume.js'
 import { StandalonePump, type PumpOutcome } from './standalone-pump.js'
 
 export interface StandaloneHolderOptions {
@@ -19,6 +20,8 @@ export interface StandaloneHolderOptions {
   readonly holdMs: number
   readonly maxEventBytes: number
   readonly maxSessions: number
+  /** How far a standalone stream the upstream ends is reopened. */
+  readonly upstreamResumes: ResumeBounds
   /** Which replica holds each session's upstream GET. */
   readonly leases: LeaseCoordinator
   /** Per-principal places for upstream GETs (MAX_SESSIONS_PER_PRINCIPAL), if any. */
@@ -119,6 +122,7 @@ export class StandaloneHolder {
       holdMs: this.#o.holdMs,
       maxEventBytes: this.#o.maxEventBytes,
       readAhead: this.#readAhead,
+      resumeBounds: this.#o.upstreamResumes,
       lease,
       clients: s,
       onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome)

@@ -13,6 +13,7 @@ import { recordUpstreamStream } from './recorder.js'
 import type { LiveClients } from './live-clients.js'
 import type { RecordOutcome } from './record-outcome.js'
 import { upstreamHandoverGap } from './gap-markers.js'
+import type { ResumeBounds } from './upstream-resume.js'
 
 /**
  * Why a pump stopped. `refused`: the upstream GET never opened (the caller
@@ -31,6 +32,8 @@ export interface PumpOptions {
   readonly holdMs: number
   readonly maxEventBytes: number
   readonly readAhead: ReadAheadBudget
+  /** How far the upstream GET is reopened when the upstream ends it. */
+  readonly resumeBounds: ResumeBounds
   /** The session's lease, held by this replica: appends are fenced with its token. */
   readonly lease: Lease
   /** The client connections attached to the standalone stream in this process. */
@@ -144,6 +147,7 @@ export class StandalonePump {
       body: res.body,
       maxEventBytes: this.#o.maxEventBytes,
       readAhead: this.#o.readAhead,
+      resumeBounds: this.#o.resumeBounds,
       endStreamOnFinish: false,
       fence: lease.token,
       upstreamIds: lease,

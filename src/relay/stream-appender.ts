@@ -71,8 +71,6 @@ export class StreamAppender {
   #endPending = false
   /** The session was recorded again under a new epoch: a gap marker goes first in it. */
   #epochGapPending = false
-  /** Appends the store took with events in them. */
-  #storedAppends = 0
 
   constructor (o: AppenderOptions) {
     this.#o = o
@@ -82,8 +80,6 @@ export class StreamAppender {
 
   /** The request's response (or the gateway's error answer) is in the store; always true for the standalone stream. */
   get answered (): boolean { return this.#answered }
-  /** Appends the store took with events in them, so far: the recorder tells progress by it. */
-  get storedAppends (): number { return this.#storedAppends }
 
   /** Append what the upstream sent (one or more reads); false when the store refused it (degraded mode). */
   append (events: EventBatch | readonly EventInput[]): Promise<boolean> {
@@ -155,10 +151,7 @@ export class StreamAppender {
   /** Book-keeping once the store took an append: the upstream's events, and an error answer of the gateway's. */
   #recorded (stored: NumberedBatch, read: EventBatch, answer: EventInput | undefined, answers: boolean, end: boolean): true {
     const o = this.#o
-    if (stored.length > 0) {
-      this.#storedThrough = stored.lastSeq
-      this.#storedAppends++
-    }
+    if (stored.length > 0) this.#storedThrough = stored.lastSeq
     if (answers) this.#answered = true
     if (end) this.#endPending = false
     this.#epochGapPending = false

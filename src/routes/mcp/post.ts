@@ -138,6 +138,7 @@ async function serveRequestStream (ctx: McpContext, request: FastifyRequest, rep
     storedThrough: state.lastSeq,
     requestId,
     ...(requestId !== undefined && !hub.upstreamGetRefused(sessionId) && { resumeUpstream: resumeRequestUpstream(ctx, request, sessionId) }),
+    resumeBounds: config.upstreamResumes,
     failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off'),
     // The store lost the session mid-answer (Redis restarted empty): rather than drop the
     // rest of the answer, the result included, the session is recorded again for the
