@@ -66,6 +66,8 @@ export const errors = {
     'Service Unavailable: this gateway holds MAX_SESSIONS standalone streams. Retry shortly.', -32000, { 'retry-after': '5' }),
   rateLimited: (retryAfterSeconds: number) => new GatewayError('MCPGW_RATE_LIMITED', 429,
     'Too Many Requests: this session exceeds SESSION_REQUESTS_PER_SECOND. Retry after the Retry-After delay.', -32000, { 'retry-after': String(retryAfterSeconds) }),
+  tooManyReplays: () => new GatewayError('MCPGW_TOO_MANY_REPLAYS', 429,
+    'Too Many Requests: MAX_REPLAYS_PER_STREAM resumes of this stream are replaying on this gateway already. Keep one connection per stream; retry after the Retry-After delay.', -32000, { 'retry-after': '1' }),
   draining: () => new GatewayError('MCPGW_DRAINING', 503,
     'Service Unavailable: this gateway is shutting down. Retry; another replica will answer.', -32000, { 'retry-after': '1' })
 }

@@ -37,6 +37,9 @@ export interface GatewayConfig {
   readonly maxEventBytes: number
   readonly maxBodyBytes: number
   readonly clientBufferMaxBytes: number
+  readonly clientBuffersMaxBytes: number
+  readonly clientWriteTimeoutMs: number
+  readonly maxReplaysPerStream: number
   readonly maxSessions: number
   readonly maxSessionsPerPrincipal: number
   readonly standaloneHoldMs: number
@@ -308,6 +311,9 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     maxEventBytes: raw.MAX_EVENT_BYTES,
     maxBodyBytes: raw.MAX_BODY_BYTES,
     clientBufferMaxBytes: raw.CLIENT_BUFFER_MAX_BYTES,
+    clientBuffersMaxBytes: raw.CLIENT_BUFFERS_MAX_BYTES,
+    clientWriteTimeoutMs: raw.CLIENT_WRITE_TIMEOUT_SECONDS * 1000,
+    maxReplaysPerStream: raw.MAX_REPLAYS_PER_STREAM,
     maxSessions: raw.MAX_SESSIONS,
     maxSessionsPerPrincipal: raw.MAX_SESSIONS_PER_PRINCIPAL ?? Math.ceil(raw.MAX_SESSIONS / 10),
     standaloneHoldMs: raw.STANDALONE_HOLD_SECONDS * 1000,

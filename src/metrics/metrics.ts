@@ -9,7 +9,7 @@ import { ENDPOINT_STATES } from '../upstream/endpoint-state.js'
 // Every label value the code uses, listed once: each series is exported at 0
 // from the start, so a rate() or a ratio over a healthy system is 0, not "No data".
 const STREAM_KINDS = ['standalone', 'request', 'resume'] as const
-const CLOSE_OUTCOMES = ['completed', 'client_gone', 'slow_client', 'superseded', 'upstream_error', 'draining', 'session_deleted'] as const
+const CLOSE_OUTCOMES = ['completed', 'client_gone', 'slow_client', 'superseded', 'upstream_error', 'draining', 'session_deleted', 'write_timeout', 'buffers_full'] as const
 const RESUME_OUTCOMES = ['replayed', 'gap', 'unknown', 'refused'] as const
 const GAP_REASONS = ['trimmed', 'epoch', 'unknown_stream', 'future_id', 'recorder_lost', 'event_too_large', 'store_unavailable', 'upstream_handover'] as const
 const UNRECORDED_REASONS = ['too_large', 'store_error'] as const
@@ -69,6 +69,8 @@ export class GatewayMetrics {
   readonly upstreamErrors: Counter<'kind'>
   readonly upstreamStreamsOpen: Gauge<'kind'>
   readonly slowClientDisconnects: Counter
+  readonly clientWriteTimeouts: Counter
+  readonly clientBufferedBytes: Gauge
   readonly sessionsRecovered: Counter
   readonly leaseTakeovers: Counter
   readonly buildInfo: Gauge<'version' | 'node_version' | 'store'>
@@ -80,6 +82,7 @@ export class GatewayMetrics {
   #storeDownSince: number | undefined
   #storeFailures = 0
   #tracer: Tracer | undefined
+  #clientBuffers: { readonly waitingBytes: number } | undefined
 
   constructor (options: { version: string, store: string, defaultMetrics?: boolean }) {
     const registers = [this.registry]
@@ -112,6 +115,14 @@ export class GatewayMetrics {
     this.upstreamErrors = new Counter({ name: `${p}upstream_errors_total`, help: 'Upstream requests or streams that failed, by kind.', labelNames: ['kind'], registers })
     this.upstreamStreamsOpen = new Gauge({ name: `${p}upstream_streams_open`, help: 'Upstream SSE answers being read, by kind.', labelNames: ['kind'], registers })
     this.slowClientDisconnects = new Counter({ name: `${p}slow_client_disconnects_total`, help: 'Client streams closed because their send buffer exceeded CLIENT_BUFFER_MAX_BYTES.', registers })
+    this.clientWriteTimeouts = new Counter({ name: `${p}client_write_timeouts_total`, help: 'Client connections destroyed because their client accepted no byte of what waited for CLIENT_WRITE_TIMEOUT_SECONDS (open streams, and streams already ended whose last bytes were not read).', registers })
+    const metrics = this
+    this.clientBufferedBytes = new Gauge({
+      name: `${p}client_buffered_bytes`,
+      help: 'Bytes waiting in client connections\' send buffers, process-wide (bounded by CLIENT_BUFFERS_MAX_BYTES plus one write).',
+      registers,
+      collect () { this.set(metrics.#clientBuffers?.waitingBytes ?? 0) }
+    })
     this.sessionsRecovered = new Counter({ name: `${p}sessions_recovered_total`, help: 'Sessions the event store had lost (restarted empty), recorded again under a new epoch when a client came back with them (RECOVER_LOST_SESSIONS).', registers })
     this.leaseTakeovers = new Counter({ name: `${p}lease_takeovers_total`, help: 'Upstream GET streams taken over from another replica.', registers })
     this.buildInfo = new Gauge({ name: `${p}build_info`, help: 'Gateway build information (always 1).', labelNames: ['version', 'node_version', 'store'], registers })
@@ -149,6 +160,11 @@ export class GatewayMetrics {
   /** Count an error answer of the gateway's own; codes outside the known set count as "other". */
   countRefusal (statusCode: number, code: string): void {
     this.requestsRefused.inc({ status: String(statusCode), reason: REFUSAL_REASONS.get(code) ?? 'other' })
+  }
+
+  /** Where mcpgw_client_buffered_bytes is read at each scrape. */
+  watchClientBuffers (buffers: { readonly waitingBytes: number }): void {
+    this.#clientBuffers = buffers
   }
 
   /** The embedded store's room and evictions, read at each scrape. */

@@ -162,8 +162,10 @@ export class StreamFollower {
         }
         client.writeEvents(events, reading === 'replay')
         if (client.closed) return
+        // Nothing of the page is used past the wait (see writeFirstPage).
+        const more = events.length > 0 && client.lastSeq < state.lastSeq
         await client.drained()
-        if (events.length > 0 && client.lastSeq < state.lastSeq) {
+        if (more) {
           // A page that did not reach the end: the next is larger.
           pageBytes = nextPageBytes(pageBytes, this.#o.pageMaxBytes)
           continue

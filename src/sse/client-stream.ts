@@ -9,6 +9,7 @@ import { FLAG_FRAME } from '../store/batch/layout-flags.js'
 import { NumberedBatch } from '../store/batch/numbered-batch.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
 import { formatComment, formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId } from './frame.js'
+import type { ClientBuffer, ClientBuffers } from './client-buffers.js'
 import { TICKS_PER_INTERVAL, type KeepAliveTarget, type KeepAliveTicker } from './keep-alive.js'
 
 /**
@@ -27,6 +28,8 @@ export interface ClientStreamOptions {
   readonly priming: boolean
   readonly retryMs: number
   readonly maxBufferBytes: number
+  /** The process's client buffers: their budget, and the write timeout. */
+  readonly buffers: ClientBuffers
   readonly metrics: GatewayMetrics
   readonly log: Logger
   /** Keeps the stream alive once its head is sent (none: no keep-alive comments). */
@@ -39,7 +42,9 @@ export interface ClientStreamOptions {
  * per batch (the plugin writes one per message), and keep-alive comments when
  * the ticker finds the stream silent.
  * Writes never wait for the client: the store holds everything, so a client
- * whose buffer passes the bound is closed with a retry hint and resumes.
+ * whose buffer passes the bound, or whose write would pass the process's
+ * budget, is closed with a retry hint and resumes. One that accepts nothing
+ * for the write timeout is cut (client-buffers.ts), open or already ended.
  */
 export class ClientStream implements KeepAliveTarget {
   readonly kind: StreamKind
@@ -53,6 +58,8 @@ export class ClientStream implements KeepAliveTarget {
   readonly #metrics: GatewayMetrics
   readonly #log: Logger
   readonly #keepAlive: KeepAliveTicker | undefined
+  readonly #buffer: ClientBuffer
+  readonly #writeTimeoutMs: number
   /** The keep-alive ticker's tick at the last write. */
   #wroteAt = 0
   /**
@@ -82,6 +89,8 @@ export class ClientStream implements KeepAliveTarget {
     this.#metrics = options.metrics
     this.#log = options.log
     this.#keepAlive = options.keepAlive
+    this.#writeTimeoutMs = options.buffers.writeTimeoutMs
+    this.#buffer = options.buffers.connection(this.#raw, waiting => this.#stalled(waiting))
     options.metrics.streamsOpened.inc({ kind: this.kind })
     options.metrics.clientStreamsOpen.inc({ kind: this.kind })
     const sse = options.reply.sse
@@ -118,7 +127,7 @@ export class ClientStream implements KeepAliveTarget {
     // (A finished stream has left the ticker; one whose socket is gone has not yet heard.)
     if (now - this.#wroteAt < TICKS_PER_INTERVAL || this.#raw.destroyed) return
     // Bytes still waiting for the client: the connection is not idle, and they come first.
-    if (this.#raw.writableLength === 0) this.#write(KEEP_ALIVE)
+    if (this.#raw.writableLength === 0) this.#write(KEEP_ALIVE, false)
   }
 
   /** Write events (contiguous, in order); those at or before lastSeq are skipped. Returns false once closed. */
@@ -288,16 +297,18 @@ export class ClientStream implements KeepAliveTarget {
 
   #close (outcome: CloseOutcome, retryMs: number | undefined): void {
     if (this.#closed) return
-    if (retryMs !== undefined && !this.#raw.destroyed) this.#raw.write(formatRetry(retryMs))
+    if (retryMs !== undefined && !this.#raw.destroyed) this.#raw.write(formatRetry(retryMs), this.#buffer.afterWrite)
     this.#finish(outcome)
     this.#reply.sse.close()
+    // What still waits is watched until it is read or cut.
+    this.#buffer.wrote()
   }
 
   /**
    * The bound applies to what earlier writes left unsent: one large write (a
    * replay page, a big event) to a client that reads promptly is fine.
    */
-  #write (text: string | Buffer): boolean {
+  #write (text: string | Buffer, budgeted = true): boolean {
     if (this.#raw.writableLength > this.#maxBufferBytes) {
       this.#metrics.slowClientDisconnects.inc()
       this.#log.warn({ streamId: this.streamId, buffered: this.#raw.writableLength }, 'client too slow: ending its stream after what it was sent, with a retry hint; it resumes from the store')
@@ -310,9 +321,23 @@ export class ClientStream implements KeepAliveTarget {
       this.close('slow_client')
       return false
     }
-    this.#raw.write(text)
+    // (A keep-alive comment is written only when nothing waits: not budgeted.)
+    if (budgeted && !this.#buffer.room(text.length)) {
+      this.#log.warn({ streamId: this.streamId, bytes: text.length, waitingBytes: this.#buffer.waitingBytes, maxBytes: this.#buffer.maxBytes }, 'client buffers full (CLIENT_BUFFERS_MAX_BYTES): closing this stream with a retry hint; it resumes from the store')
+      this.close('buffers_full')
+      return false
+    }
+    this.#raw.write(text, this.#buffer.afterWrite)
+    this.#buffer.wrote()
     if (this.#keepAlive !== undefined) this.#wroteAt = this.#keepAlive.now
     return true
+  }
+
+  /** Cut by the write timeout (the socket is destroyed already): counted, logged once. */
+  #stalled (waitingBytes: number): void {
+    this.#metrics.clientWriteTimeouts.inc()
+    this.#log.warn({ streamId: this.streamId, kind: this.kind, waitingBytes, ended: this.#closed, timeoutSeconds: this.#writeTimeoutMs / 1000 }, 'client accepted no bytes within CLIENT_WRITE_TIMEOUT_SECONDS: connection destroyed, what waited for it dropped; it resumes from the store')
+    this.#finish('write_timeout')
   }
 
   #finish (outcome: CloseOutcome): void {

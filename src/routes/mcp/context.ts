@@ -7,10 +7,12 @@ import { statusClass } from '../../metrics/metrics.js'
 import type { ProtocolInfo } from '../../protocol/era.js'
 import type { InFlight } from '../../relay/inflight.js'
 import type { SessionHub } from '../../relay/session-hub.js'
+import type { ClientBuffers } from '../../sse/client-buffers.js'
 import { ClientStream } from '../../sse/client-stream.js'
 import type { KeepAliveTicker } from '../../sse/keep-alive.js'
 import type { EventStore } from '../../store/contract.js'
 import type { UpstreamClient, UpstreamResponse } from '../../upstream/client.js'
+import type { ReplayLimiter } from './replay-limit.js'
 import type { SessionCache } from './session-cache.js'
 import type { SessionGuard } from './session-guard.js'
 
@@ -55,14 +57,18 @@ export class McpContext {
   readonly sessions: SessionCache
   readonly guard: SessionGuard
   readonly replayPages: ReplayPages
+  readonly replays: ReplayLimiter
   readonly #keepAlive: KeepAliveTicker
+  readonly #buffers: ClientBuffers
 
-  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker }) {
+  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, buffers: ClientBuffers, replays: ReplayLimiter }) {
     this.deps = deps
     this.random = deps.random ?? randomBytes
     this.sessions = parts.sessions
     this.guard = parts.guard
     this.#keepAlive = parts.keepAlive
+    this.#buffers = parts.buffers
+    this.replays = parts.replays
     this.replayPages = replayPagesFor(deps.config.clientBufferMaxBytes)
   }
 
@@ -76,6 +82,7 @@ export class McpContext {
       priming: proto.priming,
       retryMs: this.deps.config.retryMs,
       maxBufferBytes: this.deps.config.clientBufferMaxBytes,
+      buffers: this.#buffers,
       metrics: this.deps.metrics,
       log,
       keepAlive: this.#keepAlive

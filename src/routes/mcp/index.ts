@@ -8,6 +8,7 @@
 import type { FastifyInstance } from 'fastify'
 import { errors } from '../../errors.js'
 import { protocolInfo } from '../../protocol/era.js'
+import { ClientBuffers } from '../../sse/client-buffers.js'
 import { KeepAliveTicker } from '../../sse/keep-alive.js'
 import { forwardTransparently } from '../forward.js'
 import { McpContext, type McpRouteDeps } from './context.js'
@@ -15,6 +16,7 @@ import { handleDelete } from './delete.js'
 import { handleGet } from './get.js'
 import { handlePost } from './post.js'
 import { SessionRateLimiter } from './rate-limit.js'
+import { ReplayLimiter } from './replay-limit.js'
 import { sessionIdOf } from './request-headers.js'
 import { SessionCache } from './session-cache.js'
 import { SessionGuard } from './session-guard.js'
@@ -30,8 +32,13 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   guard.register(app)
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
   const keepAlive = new KeepAliveTicker(config.keepAliveMs)
-  app.addHook('onClose', async () => { keepAlive.stop() })
-  const ctx = new McpContext(deps, { sessions, guard, keepAlive })
+  const buffers = new ClientBuffers({ maxBytes: config.clientBuffersMaxBytes, writeTimeoutMs: config.clientWriteTimeoutMs })
+  deps.metrics.watchClientBuffers(buffers)
+  app.addHook('onClose', async () => {
+    keepAlive.stop()
+    buffers.stop()
+  })
+  const ctx = new McpContext(deps, { sessions, guard, keepAlive, buffers, replays: new ReplayLimiter(config.maxReplaysPerStream) })
 
   app.route({
     method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH', 'OPTIONS', 'HEAD'],

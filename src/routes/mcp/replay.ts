@@ -3,6 +3,7 @@
  * of history read ahead of the follower, and the replay's metrics.
  */
 import type { FastifyBaseLogger as Logger } from 'fastify'
+import { errors } from '../../errors.js'
 import type { EventPosition } from '../../protocol/event-id.js'
 import { nextPageBytes } from '../../relay/follower.js'
 import type { ClientStream } from '../../sse/client-stream.js'
@@ -12,6 +13,17 @@ import type { StartPoint } from './resume-point.js'
 
 /** Header carrying the gap reason when a resume cannot be served in full. */
 export const GAP_HEADER = 'x-mcp-gateway-gap'
+
+/**
+ * A resume of (session, stream) begins replaying: its release (call it once
+ * caught up, or gone), or 429 when MAX_REPLAYS_PER_STREAM run already.
+ */
+export function enterReplay (ctx: McpContext, sessionId: string, streamId: string): () => void {
+  const release = ctx.replays.enter(sessionId, streamId)
+  if (release !== undefined) return release
+  ctx.deps.metrics.resumes.inc({ outcome: 'refused' })
+  throw errors.tooManyReplays()
+}
 
 /** Open the client's stream at `start`, with the gap header and notice when history cannot fill it. */
 export function openWithGap (ctx: McpContext, client: ClientStream, log: Logger, position: EventPosition | null, start: StartPoint): void {
@@ -51,8 +63,12 @@ export async function readFirstPage (ctx: McpContext, sessionId: string, streamI
 export async function writeFirstPage (pages: ReplayPages, client: ClientStream, page: ReadResult | null): Promise<ReplayPages> {
   if (page === null || page.state.epoch !== client.epoch || page.events[0]?.seq !== client.lastSeq + 1) return pages
   client.writeEvents(page.events, true)
+  // Nothing of the page is used past the wait: a client that never reads holds
+  // what waits in its connection, not the page as well.
+  const lastSeq = page.state.lastSeq
+  page = null
   await client.drained()
-  if (client.lastSeq >= page.state.lastSeq) return pages
+  if (client.lastSeq >= lastSeq) return pages
   return { ...pages, pageBytes: nextPageBytes(pages.pageBytes, pages.pageMaxBytes) }
 }
 

@@ -4,7 +4,7 @@
  * Never reaches the upstream. When the history is gone, the request is
  * answered with a JSON-RPC error so the call fails fast instead of hanging.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyBaseLogger as Logger, FastifyReply, FastifyRequest } from 'fastify'
 import type { OrphanAnswer } from '../../cluster/lease.js'
 import { errors } from '../../errors.js'
 import type { ProtocolInfo } from '../../protocol/era.js'
@@ -14,7 +14,7 @@ import { StreamFollower } from '../../relay/follower.js'
 import { GAP_EVENT } from '../../sse/frame.js'
 import type { SessionRecord, StreamState } from '../../store/contract.js'
 import type { McpContext } from './context.js'
-import { GAP_HEADER, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
+import { enterReplay, GAP_HEADER, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
 import { LOST_PHRASES, requestResumePosition, resumePoint, type GapReason } from './resume-point.js'
 import { sessionHash } from './session-guard.js'
 
@@ -22,7 +22,6 @@ import { sessionHash } from './session-guard.js'
 const RECORDER_LOST = 'recorder_lost'
 
 export async function resumeRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, resumeFrom: EventPosition): Promise<unknown> {
-  const { store, metrics } = ctx.deps
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: resumeFrom.streamId })
   // The client already got the gateway's answer for a lost response: it gets it again
   // (a GET is answered with an SSE stream or 405, and an SDK client resuming a request
@@ -35,6 +34,17 @@ export async function resumeRequestStream (ctx: McpContext, request: FastifyRequ
     client.end('completed')
     return
   }
+  const release = enterReplay(ctx, sessionId, resumeFrom.streamId)
+  try {
+    return await replayRequestStream(ctx, request, reply, proto, sessionId, record, resumeFrom, log)
+  } finally {
+    release()
+  }
+}
+
+/** The replay itself: history from the store, then live until the response (or the client leaves). */
+async function replayRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, resumeFrom: EventPosition, log: Logger): Promise<unknown> {
+  const { store, metrics } = ctx.deps
   const startedAt = performance.now()
   const asked = metrics.timeStore('state', () => store.state(sessionId, resumeFrom.streamId))
   // The first page right behind the state, not after its answer: on Redis, one

@@ -3,7 +3,7 @@
  * (here, or on the replica that holds it) and is recorded; each client GET
  * follows the store from where it stands.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyBaseLogger as Logger, FastifyReply, FastifyRequest } from 'fastify'
 import { errors } from '../../errors.js'
 import type { ProtocolInfo } from '../../protocol/era.js'
 import type { EventPosition } from '../../protocol/event-id.js'
@@ -12,14 +12,14 @@ import { STANDALONE_STREAM, type SessionRecord, type StreamState } from '../../s
 import type { UpstreamResponse } from '../../upstream/client.js'
 import { sendUpstreamResponse } from '../forward.js'
 import type { McpContext } from './context.js'
-import { observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
+import { enterReplay, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
 import { recordableHeaders } from './request-headers.js'
 import { resumePoint } from './resume-point.js'
 import { sessionHash } from './session-guard.js'
 
 export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
   const { guard } = ctx
-  const { store, metrics, hub } = ctx.deps
+  const { hub } = ctx.deps
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: STANDALONE_STREAM })
   const headers = recordableHeaders(request)
   // The gateway's ids mean nothing upstream; the upstream GET starts fresh.
@@ -38,6 +38,18 @@ export async function attachStandalone (ctx: McpContext, request: FastifyRequest
     if (refusal.statusCode === 404) await ctx.forgetSession(sessionId, log)
     return sendUpstreamResponse(reply, refusal)
   }
+  if (position === null) return await follow(ctx, reply, proto, sessionId, record, null, log)
+  const release = enterReplay(ctx, sessionId, STANDALONE_STREAM)
+  try {
+    return await follow(ctx, reply, proto, sessionId, record, position, log)
+  } finally {
+    release()
+  }
+}
+
+/** The client attached from its position (a resume) or the session's cursor, then followed live. */
+async function follow (ctx: McpContext, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null, log: Logger): Promise<void> {
+  const { store, metrics, hub } = ctx.deps
   const startedAt = performance.now()
   // Both asked at once (one round trip on Redis, in this order on its connection).
   // A client without a position gets what was recorded since the last connection

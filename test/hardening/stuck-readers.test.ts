@@ -1,0 +1,176 @@
+// Clients that stop reading: one session records a large answer, many
+// connections resume it from its start and never read. Each is cut within
+// CLIENT_WRITE_TIMEOUT_SECONDS (whether the gateway still writes to it or
+// not), the bytes waiting for clients stay within CLIENT_BUFFERS_MAX_BYTES and
+// go back to 0, and concurrent replays of the stream are bounded by
+// MAX_REPLAYS_PER_STREAM. Node cannot shrink a socket's receive buffer, so a
+// client that never reads is a paused socket: the kernel then takes a few MiB
+// per connection on loopback, and the answer is larger than that.
+import t from 'tap'
+import type { Test } from 'tap'
+import { createServer, type ServerResponse } from 'node:http'
+import { connect, type AddressInfo, type Socket } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { startGatewayWithLog, type LoggingGateway } from '../fixtures/gateway.js'
+import { metricSum, metrics, rawInitialize, rawRequest, RawSse, until, type RawSession } from '../fixtures/hardening.js'
+
+t.setTimeout(120_000)
+
+const EVENTS = 2000
+const EVENT_PAD = 4096
+/** About 8 MiB recorded: more than the kernel takes for a paused connection. */
+const ANSWER_BYTES = EVENTS * EVENT_PAD
+const CONNECTIONS = 40
+const WRITE_TIMEOUT_SECONDS = 2
+const BUDGET = 16 * 1024 * 1024
+
+/** An upstream whose tools/call answers with EVENTS notifications of EVENT_PAD bytes, then the result. */
+async function startLargeAnswerUpstream (t: Test): Promise<string> {
+  const upstream = createServer((req, res: ServerResponse) => {
+    let body = ''
+    req.on('data', (chunk: Buffer) => { body += chunk.toString() })
+    req.on('end', () => {
+      if (req.method !== 'POST') { res.writeHead(405).end(); return }
+      const message = JSON.parse(body) as { id?: number, method?: string }
+      if (message.method === 'initialize') {
+        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'large-1' })
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: '2025-06-18', capabilities: {}, serverInfo: { name: 'large', version: '0' } } }))
+        return
+      }
+      if (message.method !== 'tools/call') { res.writeHead(202).end(); return }
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      const pad = 'p'.repeat(EVENT_PAD)
+      for (let i = 0; i < EVENTS; i++) res.write(`data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":{"seq":${i},"pad":"${pad}"}}}\n\n`)
+      res.end(`data: {"jsonrpc":"2.0","id":${String(message.id)},"result":{"content":[]}}\n\n`)
+    })
+  })
+  await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
+  t.teardown(async () => {
+    upstream.closeAllConnections()
+    await new Promise(resolve => upstream.close(resolve))
+  })
+  return `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`
+}
+
+/** A gateway with the answer recorded; the id of its first event (a resume from there replays the rest). */
+async function recordedAnswer (t: Test, env: Record<string, string>): Promise<{ gw: LoggingGateway, session: RawSession, firstId: string }> {
+  const gw = await startGatewayWithLog(t, await startLargeAnswerUpstream(t), { DRAIN_SPREAD_SECONDS: '0', SHUTDOWN_GRACE_SECONDS: '3', ...env })
+  const session = await rawInitialize(`${gw.url}/mcp`)
+  const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"large","arguments":{}}}'))
+  t.teardown(() => call.close())
+  t.ok(await call.waitFor(s => s.ended, 30_000), 'the large answer is read in full through the gateway')
+  t.equal(call.events.length, EVENTS + 1, `${EVENTS} notifications and the result, about ${ANSWER_BYTES >> 20} MiB`)
+  return { gw, session, firstId: call.events[0]?.id as string }
+}
+
+/**
+ * A client that sends its request and never reads (a paused socket). It
+ * keeps nothing of what it reads later: this process's memory is the gateway's.
+ */
+class StuckReader {
+  readonly socket: Socket
+  closed = false
+  /** The last bytes read: whether the stream ended (chunked body's last chunk) and how. */
+  tail = ''
+  constructor (port: number, request: Buffer) {
+    this.socket = connect(port, '127.0.0.1')
+    this.socket.pause()
+    this.socket.on('error', () => {})
+    this.socket.on('close', () => { this.closed = true })
+    this.socket.write(request)
+  }
+
+  /** The stream ended cleanly, with a retry hint. */
+  get endedWithRetry (): boolean { return this.tail.endsWith('\r\n0\r\n\r\n') && this.tail.includes('retry: ') }
+
+  /** Read (and drop) what waits, until the gateway's end of the connection. */
+  readAgain (): void {
+    this.socket.on('data', (chunk: Buffer) => { this.tail = (this.tail + chunk.toString('latin1')).slice(-256) })
+    this.socket.resume()
+  }
+}
+
+/** Process memory (this process holds the gateway), in MiB, after a collection when exposed. */
+function memory (): { rss: number, external: number } {
+  globalThis.gc?.()
+  const usage = process.memoryUsage()
+  return { rss: usage.rss / 2 ** 20, external: usage.external / 2 ** 20 }
+}
+
+t.test('connections that resume a large answer and never read: cut within the write timeout, within the budget, memory handed back', async t => {
+  const { gw, session, firstId } = await recordedAnswer(t, {
+    CLIENT_WRITE_TIMEOUT_SECONDS: String(WRITE_TIMEOUT_SECONDS),
+    CLIENT_BUFFERS_MAX_BYTES: String(BUDGET),
+    // Every resume replays, to see the timeout and the budget (the bound has its own test).
+    MAX_REPLAYS_PER_STREAM: String(CONNECTIONS)
+  })
+  const before = memory()
+  const stuck: StuckReader[] = []
+  for (let i = 0; i < CONNECTIONS; i++) stuck.push(new StuckReader(gw.port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders(firstId)))))
+  t.teardown(() => { for (const client of stuck) client.socket.destroy() })
+  const opened = Date.now()
+  const buffered = async (): Promise<number> => metricSum(await metrics(gw.adminUrl), 'mcpgw_client_buffered_bytes')
+  let peak = before
+  let peakBuffered = 0
+  const sample = async (): Promise<void> => {
+    const now = memory()
+    if (now.external > peak.external) peak = { ...peak, external: now.external }
+    if (now.rss > peak.rss) peak = { ...peak, rss: now.rss }
+    peakBuffered = Math.max(peakBuffered, await buffered())
+  }
+  // Every stream leaves the gateway: cut for want of progress, or closed for the budget.
+  const allGone = await until(async () => {
+    await sample()
+    return gw.gateway.hub.clientCount === 0 && await buffered() === 0
+  }, (WRITE_TIMEOUT_SECONDS + 6) * 1000)
+  const gone = Date.now() - opened
+  t.ok(allGone, `every stream closed and nothing waits for a client, ${gone} ms after the ${CONNECTIONS} resumes began`)
+  t.ok(gone < (WRITE_TIMEOUT_SECONDS + 3) * 1000, `within the write timeout (${WRITE_TIMEOUT_SECONDS} s) and a tick or two, with the answer still being written to no one`)
+  const text = await metrics(gw.adminUrl)
+  const timeouts = metricSum(text, 'mcpgw_client_write_timeouts_total')
+  const full = metricSum(text, 'mcpgw_streams_closed_total', { outcome: 'buffers_full' })
+  t.ok(timeouts >= 1, `cut by the write timeout: ${timeouts}`)
+  t.equal(metricSum(text, 'mcpgw_streams_closed_total', { outcome: 'write_timeout' }) + full + metricSum(text, 'mcpgw_streams_closed_total', { outcome: 'superseded' }), CONNECTIONS,
+    `each stream closed as write_timeout, buffers_full (${full}) or superseded by the next resume`)
+  t.ok(peakBuffered <= BUDGET + 4 * 2 ** 20, `bytes waiting for clients peaked at ${(peakBuffered / 2 ** 20).toFixed(1)} MiB, within CLIENT_BUFFERS_MAX_BYTES (${BUDGET >> 20} MiB) and one write`)
+  const stalledLogs = gw.lines.filter(l => typeof l.msg === 'string' && l.msg.startsWith('client accepted no bytes'))
+  t.ok(stalledLogs.length >= 1 && stalledLogs.length <= timeouts, `logged with its context (${stalledLogs.length} line(s): the logger writes a repeated warning once per window)`)
+  t.match(stalledLogs[0], { level: 'warn', streamId: String, waitingBytes: Number, timeoutSeconds: WRITE_TIMEOUT_SECONDS })
+  await sleep(500)
+  const after = memory()
+
+  // The clients look again: each stream was cut (the connection closed), or
+  // ended cleanly with its retry hint (the connection kept alive, idle).
+  for (const client of stuck) client.readAgain()
+  t.ok(await until(() => stuck.every(c => c.closed || c.endedWithRetry), 10_000), 'each stream is cut or ended with a retry hint when its client reads again')
+  t.equal(stuck.filter(c => c.closed).length, timeouts, 'the cut ones are the connections closed')
+  t.comment(`${CONNECTIONS} stuck resumes of a ${(ANSWER_BYTES / 2 ** 20).toFixed(1)} MiB answer: RSS ${before.rss.toFixed(0)} -> peak ${peak.rss.toFixed(0)} -> after ${after.rss.toFixed(0)} MiB; external ${before.external.toFixed(0)} -> peak ${peak.external.toFixed(0)} -> after ${after.external.toFixed(0)} MiB; cut ${timeouts}, closed for the budget ${full}`)
+  // Loose: the budget, a replay page per resume being read (4 MiB at most, a few at once), slack for a shared CI machine.
+  t.ok(peak.external - before.external < (BUDGET >> 20) + 48, `external memory grew ${(peak.external - before.external).toFixed(0)} MiB at peak, bounded by the budget (${BUDGET >> 20} MiB) plus pages in flight`)
+  t.ok(after.external - before.external < 24, `and ${(after.external - before.external).toFixed(0)} MiB after the clients are gone`)
+})
+
+t.test('concurrent resumes of one stream: at most MAX_REPLAYS_PER_STREAM replay, the rest get 429 with Retry-After', async t => {
+  const { gw, session, firstId } = await recordedAnswer(t, { CLIENT_WRITE_TIMEOUT_SECONDS: String(WRITE_TIMEOUT_SECONDS), MAX_REPLAYS_PER_STREAM: '3' })
+  const clients: RawSse[] = []
+  for (let i = 0; i < 12; i++) {
+    const client = new RawSse(gw.port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders(firstId))))
+    // The first piece read (the head, and for a replay the start of the history), then no more.
+    client.socket.once('data', () => client.pause())
+    clients.push(client)
+  }
+  t.teardown(() => { for (const client of clients) client.close() })
+  t.ok(await until(() => clients.every(c => c.status !== undefined), 5000), 'every request is answered')
+  const refused = clients.filter(c => c.status === 429)
+  t.equal(clients.filter(c => c.status === 200).length, 3, 'three replay (the bound), superseding each other')
+  t.equal(refused.length, 9, 'the others are refused before anything is read')
+  t.equal(refused[0]?.headers['retry-after'], '1', 'with Retry-After')
+  t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_requests_refused_total', { reason: 'too_many_replays' }), 9, 'counted as refusals')
+  // Once those replays are gone (cut, as they never read), the stream can be resumed again.
+  t.ok(await until(() => gw.gateway.hub.clientCount === 0, (WRITE_TIMEOUT_SECONDS + 4) * 1000), 'the stuck replays are cut')
+  const again = new RawSse(gw.port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders(firstId))))
+  t.teardown(() => again.close())
+  t.ok(await again.waitFor(s => s.ended, 20_000), 'a resume that reads gets the whole answer')
+  t.equal(again.status, 200)
+  t.equal(again.events.length, EVENTS, 'everything after the first event, the result included')
+})
