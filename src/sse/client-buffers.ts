@@ -11,11 +11,13 @@
  * new). Destroying it drops what waited: the socket's queue goes, and with it
  * the last reference to the replay page it held.
  *
- * Progress is seen two ways: a write the socket finished (its callback), or
- * libuv's queue of the write in flight getting shorter (a large write that
- * the kernel takes a piece at a time). The second reads the socket handle's
- * `writeQueueSize`, which Node keeps on every stream handle (TCP, pipe, TLS)
- * but does not document; without it, progress is seen per write finished.
+ * Progress is seen two ways, with nothing added to each write (no callback):
+ * a write the socket finished (writableLength below what was last seen plus
+ * what was written since), or libuv's queue of the write in flight getting
+ * shorter (a large write that the kernel takes a piece at a time). The second
+ * reads the socket handle's `writeQueueSize`, which Node keeps on every
+ * stream handle (TCP, pipe, TLS) but does not document; without it, progress
+ * is seen per write finished.
  */
 
 /** The parts of a client connection (an http ServerResponse) this reads. */
@@ -69,9 +71,19 @@ export class ClientBuffers {
   /** Connections with bytes waiting. */
   get watched (): number { return this.#watched.size }
 
-  /** The account of one client connection. `onStalled` runs when it is cut for want of progress. */
-  connection (raw: WaitingConnection, onStalled: (waitingBytes: number) => void): ClientBuffer {
-    return new ClientBuffer(this, raw, onStalled)
+  /** The account of one client connection; `listener` hears when it is cut for want of progress. */
+  connection (raw: WaitingConnection, listener: StalledListener): ClientBuffer {
+    return new ClientBuffer(this, raw, listener)
+  }
+
+  /**
+   * May `bytes` more be written to the connection of `account`? Not when the
+   * process's bytes waiting would pass the budget (unless nothing waits
+   * anywhere: one write larger than the whole budget still goes, alone).
+   */
+  room (bytes: number, account: ClientBuffer | undefined): boolean {
+    account?.settle()
+    return this.#waiting === 0 || this.#waiting + bytes <= this.maxBytes
   }
 
   /** Look at every connection with bytes waiting: drained ones leave, stalled ones are cut. */
@@ -94,69 +106,71 @@ export class ClientBuffers {
   now (): number { return this.#now() }
 }
 
+/** Told when its connection was cut for want of progress (the socket is destroyed already). */
+export interface StalledListener {
+  writeTimedOut: (waitingBytes: number) => void
+}
+
 /**
- * One connection's account: what it has waiting (charged to the budget) and,
- * while that is not nothing, when its client last accepted bytes.
+ * One connection's account, made at its first write that left bytes waiting
+ * (an idle stream whose writes all went straight to the kernel has none):
+ * what it has waiting (charged to the budget) and, while that is not
+ * nothing, when its client last accepted bytes.
  */
 export class ClientBuffer {
   readonly #buffers: ClientBuffers
   readonly #raw: WaitingConnection
-  readonly #onStalled: (waitingBytes: number) => void
+  readonly #listener: StalledListener
   /** Bytes charged to the budget: writableLength when last seen. */
   #charged = 0
   #watched = false
   #closeHeard = false
-  /** Writes finished so far, and when last looked at. */
-  #finished = 0
-  #finishedSeen = 0
-  /** libuv's queue when last looked at. */
+  /** writableLength at the last look, and what writes added since (measured around each write). */
+  #seenLength = 0
+  #added = 0
+  /** libuv's queue at the last look. */
   #queuedSeen = 0
   #progressAt = 0
-  /** Passed as every write's callback: one function per connection, not one per write. */
-  readonly afterWrite = (): void => {
-    this.#finished++
-    this.#settle()
-  }
 
-  constructor (buffers: ClientBuffers, raw: WaitingConnection, onStalled: (waitingBytes: number) => void) {
+  constructor (buffers: ClientBuffers, raw: WaitingConnection, listener: StalledListener) {
     this.#buffers = buffers
     this.#raw = raw
-    this.#onStalled = onStalled
+    this.#listener = listener
   }
-
-  /** The process's bytes waiting, and its budget (for a log line). */
-  get waitingBytes (): number { return this.#buffers.waitingBytes }
-  get maxBytes (): number { return this.#buffers.maxBytes }
 
   /**
-   * May `bytes` more be written? Not when the process's bytes waiting would
-   * pass the budget (unless nothing waits anywhere: one write larger than the
-   * whole budget still goes, alone).
+   * After a write that changed writableLength by `added` (its bytes, less
+   * what the kernel took at once): charge what now waits, and watch the
+   * connection if anything does.
    */
-  room (bytes: number): boolean {
-    this.#settle()
-    const waiting = this.#buffers.waitingBytes
-    return waiting === 0 || waiting + bytes <= this.#buffers.maxBytes
-  }
-
-  /** After a write: charge what now waits, and watch the connection if anything does. */
-  wrote (): void {
+  wrote (added: number): void {
+    if (this.#watched) this.#added += added
     this.#settle()
   }
 
-  /** The timer's look: drained, progressing, or stalled past `timeoutMs`. */
+  /** Charge what waits now (before the budget is asked). */
+  settle (): void {
+    this.#settle()
+  }
+
+  /**
+   * The timer's look: drained, progressing, or stalled past `timeoutMs`.
+   * Progress: writableLength below what the last look saw plus what was
+   * written since (a write finished), or the write in flight shorter.
+   */
   look (now: number, timeoutMs: number): void {
     this.#settle()
     if (!this.#watched) return
+    const waiting = this.#charged
     const queued = this.#queued()
-    if (this.#finished !== this.#finishedSeen || queued < this.#queuedSeen) this.#progressAt = now
-    this.#finishedSeen = this.#finished
+    if (waiting < this.#seenLength + this.#added || queued < this.#queuedSeen) this.#progressAt = now
+    this.#seenLength = waiting
+    this.#added = 0
     this.#queuedSeen = queued
     if (now - this.#progressAt < timeoutMs) return
-    const waiting = this.#charged
     this.#release()
     this.#raw.destroy()
-    this.#onStalled(waiting)
+    this.#listener.writeTimedOut(waiting)
   }
 
   /** Charge what waits now; start or stop watching. */
@@ -172,7 +186,8 @@ export class ClientBuffer {
     if (this.#watched) return
     this.#watched = true
     this.#progressAt = this.#buffers.now()
-    this.#finishedSeen = this.#finished
+    this.#seenLength = waiting
+    this.#added = 0
     this.#queuedSeen = this.#queued()
     this.#buffers.watch(this)
     if (!this.#closeHeard) {

@@ -9,7 +9,7 @@ import { FLAG_FRAME } from '../store/batch/layout-flags.js'
 import { NumberedBatch } from '../store/batch/numbered-batch.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
 import { formatComment, formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId } from './frame.js'
-import type { ClientBuffer, ClientBuffers } from './client-buffers.js'
+import type { ClientBuffer, ClientBuffers, StalledListener } from './client-buffers.js'
 import { TICKS_PER_INTERVAL, type KeepAliveTarget, type KeepAliveTicker } from './keep-alive.js'
 
 /**
@@ -46,7 +46,7 @@ export interface ClientStreamOptions {
  * budget, is closed with a retry hint and resumes. One that accepts nothing
  * for the write timeout is cut (client-buffers.ts), open or already ended.
  */
-export class ClientStream implements KeepAliveTarget {
+export class ClientStream implements KeepAliveTarget, StalledListener {
   readonly kind: StreamKind
   readonly streamId: string
   readonly epoch: string
@@ -58,8 +58,9 @@ export class ClientStream implements KeepAliveTarget {
   readonly #metrics: GatewayMetrics
   readonly #log: Logger
   readonly #keepAlive: KeepAliveTicker | undefined
-  readonly #buffer: ClientBuffer
-  readonly #writeTimeoutMs: number
+  readonly #buffers: ClientBuffers
+  /** Made at the first write that leaves bytes waiting: most streams never need one. */
+  #buffer: ClientBuffer | undefined
   /** The keep-alive ticker's tick at the last write. */
   #wroteAt = 0
   /**
@@ -89,8 +90,7 @@ export class ClientStream implements KeepAliveTarget {
     this.#metrics = options.metrics
     this.#log = options.log
     this.#keepAlive = options.keepAlive
-    this.#writeTimeoutMs = options.buffers.writeTimeoutMs
-    this.#buffer = options.buffers.connection(this.#raw, waiting => this.#stalled(waiting))
+    this.#buffers = options.buffers
     options.metrics.streamsOpened.inc({ kind: this.kind })
     options.metrics.clientStreamsOpen.inc({ kind: this.kind })
     const sse = options.reply.sse
@@ -297,11 +297,13 @@ export class ClientStream implements KeepAliveTarget {
 
   #close (outcome: CloseOutcome, retryMs: number | undefined): void {
     if (this.#closed) return
-    if (retryMs !== undefined && !this.#raw.destroyed) this.#raw.write(formatRetry(retryMs), this.#buffer.afterWrite)
+    const raw = this.#raw
+    const before = raw.writableLength
+    if (retryMs !== undefined && !raw.destroyed) raw.write(formatRetry(retryMs))
     this.#finish(outcome)
     this.#reply.sse.close()
     // What still waits is watched until it is read or cut.
-    this.#buffer.wrote()
+    this.#account(before)
   }
 
   /**
@@ -322,21 +324,30 @@ export class ClientStream implements KeepAliveTarget {
       return false
     }
     // (A keep-alive comment is written only when nothing waits: not budgeted.)
-    if (budgeted && !this.#buffer.room(text.length)) {
-      this.#log.warn({ streamId: this.streamId, bytes: text.length, waitingBytes: this.#buffer.waitingBytes, maxBytes: this.#buffer.maxBytes }, 'client buffers full (CLIENT_BUFFERS_MAX_BYTES): closing this stream with a retry hint; it resumes from the store')
+    if (budgeted && !this.#buffers.room(text.length, this.#buffer)) {
+      this.#log.warn({ streamId: this.streamId, bytes: text.length, waitingBytes: this.#buffers.waitingBytes, maxBytes: this.#buffers.maxBytes }, 'client buffers full (CLIENT_BUFFERS_MAX_BYTES): closing this stream with a retry hint; it resumes from the store')
       this.close('buffers_full')
       return false
     }
-    this.#raw.write(text, this.#buffer.afterWrite)
-    this.#buffer.wrote()
+    const before = this.#raw.writableLength
+    this.#raw.write(text)
+    this.#account(before)
     if (this.#keepAlive !== undefined) this.#wroteAt = this.#keepAlive.now
     return true
   }
 
+  /** After writing: what the writes left waiting goes to the process's account. */
+  #account (before: number): void {
+    const after = this.#raw.writableLength
+    if (this.#buffer === undefined && after === 0) return
+    this.#buffer ??= this.#buffers.connection(this.#raw, this)
+    this.#buffer.wrote(after - before)
+  }
+
   /** Cut by the write timeout (the socket is destroyed already): counted, logged once. */
-  #stalled (waitingBytes: number): void {
+  writeTimedOut (waitingBytes: number): void {
     this.#metrics.clientWriteTimeouts.inc()
-    this.#log.warn({ streamId: this.streamId, kind: this.kind, waitingBytes, ended: this.#closed, timeoutSeconds: this.#writeTimeoutMs / 1000 }, 'client accepted no bytes within CLIENT_WRITE_TIMEOUT_SECONDS: connection destroyed, what waited for it dropped; it resumes from the store')
+    this.#log.warn({ streamId: this.streamId, kind: this.kind, waitingBytes, ended: this.#closed, timeoutSeconds: this.#buffers.writeTimeoutMs / 1000 }, 'client accepted no bytes within CLIENT_WRITE_TIMEOUT_SECONDS: connection destroyed, what waited for it dropped; it resumes from the store')
     this.#finish('write_timeout')
   }
 

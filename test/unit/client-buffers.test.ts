@@ -23,7 +23,7 @@ class FakeConnection implements WaitingConnection {
 
 const TIMEOUT = 10_000
 
-function setup (maxBytes = 1000): { buffers: ClientBuffers, clock: { now: number }, connection: () => { raw: FakeConnection, cut: number[], account: ReturnType<ClientBuffers['connection']> } } {
+function setup (maxBytes = 1000): { buffers: ClientBuffers, clock: { now: number }, connection: () => { raw: FakeConnection, cut: number[], account: ReturnType<ClientBuffers['connection']>, write: (bytes: number) => void } } {
   const clock = { now: 0 }
   const buffers = new ClientBuffers({ maxBytes, writeTimeoutMs: TIMEOUT, now: () => clock.now, timer: false })
   return {
@@ -32,7 +32,8 @@ function setup (maxBytes = 1000): { buffers: ClientBuffers, clock: { now: number
     connection: () => {
       const raw = new FakeConnection()
       const cut: number[] = []
-      return { raw, cut, account: buffers.connection(raw, waiting => cut.push(waiting)) }
+      const account = buffers.connection(raw, { writeTimedOut: waiting => { cut.push(waiting) } })
+      return { raw, cut, account, write: (bytes: number) => { raw.writableLength += bytes; account.wrote(bytes) } }
     }
   }
 }
@@ -40,7 +41,8 @@ function setup (maxBytes = 1000): { buffers: ClientBuffers, clock: { now: number
 t.test('an idle stream with nothing waiting is never watched nor cut', async t => {
   const { buffers, clock, connection } = setup()
   const { raw, cut, account } = connection()
-  account.wrote()
+  // Its writes go straight to the kernel: writableLength back to 0 at once.
+  account.wrote(0)
   for (clock.now = 0; clock.now < 10 * TIMEOUT; clock.now += 1000) buffers.tick()
   t.same(cut, [])
   t.equal(raw.destroyed, false)
@@ -49,10 +51,9 @@ t.test('an idle stream with nothing waiting is never watched nor cut', async t =
 
 t.test('bytes waiting that never drain: cut once the timeout passes, whether written to or not', async t => {
   const { buffers, clock, connection } = setup()
-  const { raw, cut, account } = connection()
-  raw.writableLength = 300
+  const { raw, cut, write } = connection()
   raw.handle.writeQueueSize = 300
-  account.wrote()
+  write(300)
   t.equal(buffers.waitingBytes, 300, 'charged to the budget')
   clock.now = TIMEOUT - 1
   buffers.tick()
@@ -69,10 +70,9 @@ t.test('bytes waiting that never drain: cut once the timeout passes, whether wri
 
 t.test('progress: a write finished, or the write in flight shrinking, restarts the clock', async t => {
   const { buffers, clock, connection } = setup()
-  const { raw, cut, account } = connection()
-  raw.writableLength = 600
+  const { raw, cut, account, write } = connection()
   raw.handle.writeQueueSize = 600
-  account.wrote()
+  write(600)
   // The kernel takes a piece of the write in flight.
   clock.now = TIMEOUT - 1000
   raw.handle.writeQueueSize = 500
@@ -80,34 +80,35 @@ t.test('progress: a write finished, or the write in flight shrinking, restarts t
   clock.now = 2 * TIMEOUT - 1001
   buffers.tick()
   t.same(cut, [], 'a partial write is progress')
-  // A write finishes (its callback), another one waits.
-  raw.writableLength = 400
+  // The write in flight finishes, and another is written: less waits than was seen plus written.
+  raw.writableLength = 0
+  raw.handle.writeQueueSize = 0
+  write(400)
   raw.handle.writeQueueSize = 400
-  account.afterWrite()
   t.equal(buffers.waitingBytes, 400, 'the charge follows what waits')
   clock.now = 3 * TIMEOUT - 1002
   buffers.tick()
   t.same(cut, [], 'a finished write is progress')
   // New writes are not progress: nothing was accepted.
-  raw.writableLength = 700
-  account.wrote()
-  clock.now = 4 * TIMEOUT
+  write(300)
+  clock.now = 3 * TIMEOUT
   buffers.tick()
-  t.same(cut, [700], 'writing more to a client that takes nothing does not keep it alive')
+  account.settle()
+  clock.now = 4 * TIMEOUT - 1002
+  buffers.tick()
+  t.same(cut, [700], 'writing more to a client that takes nothing does not keep it alive: cut a timeout after its last progress')
 })
 
 t.test('drained: the connection leaves the watch; bytes waiting later start a new clock', async t => {
   const { buffers, clock, connection } = setup()
-  const { raw, cut, account } = connection()
-  raw.writableLength = 100
-  account.wrote()
+  const { raw, cut, account, write } = connection()
+  write(100)
   clock.now = TIMEOUT - 1
   raw.writableLength = 0
-  account.afterWrite()
+  account.settle()
   t.equal(buffers.watched, 0)
   t.equal(buffers.waitingBytes, 0)
-  raw.writableLength = 100
-  account.wrote()
+  write(100)
   clock.now = 2 * TIMEOUT - 2
   buffers.tick()
   t.same(cut, [], 'the clock started at the new bytes')
@@ -118,9 +119,8 @@ t.test('drained: the connection leaves the watch; bytes waiting later start a ne
 
 t.test('a connection closed by its client leaves the budget at once', async t => {
   const { buffers, connection } = setup()
-  const { raw, account } = connection()
-  raw.writableLength = 100
-  account.wrote()
+  const { raw, write } = connection()
+  write(100)
   raw.destroy()
   t.equal(buffers.waitingBytes, 0)
   t.equal(buffers.watched, 0)
@@ -130,14 +130,17 @@ t.test('the budget: a write that would pass it is refused; one alone always goes
   const { buffers, connection } = setup(1000)
   const a = connection()
   const b = connection()
-  t.ok(a.account.room(5000), 'nothing waits anywhere: one write larger than the budget goes')
-  a.raw.writableLength = 700
-  a.account.wrote()
-  t.ok(b.account.room(300), 'up to the budget')
-  t.notOk(b.account.room(301), 'not past it')
-  // a's client reads some: the charge follows at its next write's end or tick.
+  t.ok(buffers.room(5000, undefined), 'nothing waits anywhere: one write larger than the budget goes')
+  a.write(700)
+  t.ok(buffers.room(300, b.account), 'up to the budget')
+  t.notOk(buffers.room(301, b.account), 'not past it')
+  // a's client reads some: the charge follows at a's next write or the next tick.
   a.raw.writableLength = 200
-  a.account.afterWrite()
-  t.ok(b.account.room(800))
+  t.notOk(buffers.room(800, b.account), 'not seen yet')
+  buffers.tick()
+  t.ok(buffers.room(800, b.account))
   t.equal(buffers.waitingBytes, 200)
+  // A connection's own charge is brought up to date before its write is judged.
+  a.raw.writableLength = 0
+  t.ok(buffers.room(1000, a.account))
 })
