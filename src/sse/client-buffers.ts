@@ -83,6 +83,14 @@ export class ClientBuffers {
    */
   room (bytes: number, account: ClientBuffer | undefined): boolean {
     account?.settle()
+    if (this.#fits(bytes)) return true
+    // Others' charges are as of their last write or tick: bring them up to date
+    // before refusing (a replay page drains in milliseconds to a client that reads).
+    for (const buffer of this.#watched) buffer.settle()
+    return this.#fits(bytes)
+  }
+
+  #fits (bytes: number): boolean {
     return this.#waiting === 0 || this.#waiting + bytes <= this.maxBytes
   }
 

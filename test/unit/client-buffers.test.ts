@@ -134,12 +134,12 @@ t.test('the budget: a write that would pass it is refused; one alone always goes
   a.write(700)
   t.ok(buffers.room(300, b.account), 'up to the budget')
   t.notOk(buffers.room(301, b.account), 'not past it')
-  // a's client reads some: the charge follows at a's next write or the next tick.
+  // a's client reads some: seen at a's next write or the next tick, or when a write would be refused.
   a.raw.writableLength = 200
-  t.notOk(buffers.room(800, b.account), 'not seen yet')
-  buffers.tick()
-  t.ok(buffers.room(800, b.account))
+  t.equal(buffers.waitingBytes, 700, 'not seen yet')
+  t.ok(buffers.room(800, b.account), 'seen before refusing')
   t.equal(buffers.waitingBytes, 200)
+  t.notOk(buffers.room(801, b.account))
   // A connection's own charge is brought up to date before its write is judged.
   a.raw.writableLength = 0
   t.ok(buffers.room(1000, a.account))
