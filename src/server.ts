@@ -16,7 +16,7 @@ import { GatewayMetrics } from './metrics/metrics.js'
 import { InFlight } from './relay/inflight.js'
 import { SessionHub } from './relay/session-hub.js'
 import { PrincipalQuota } from './relay/principal-quota.js'
-import { HeaderPrincipal } from './auth/principal.js'
+import { ANONYMOUS_PRINCIPAL } from './auth/principal.js'
 import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
 import { disguisesMcpPath, originForm, targetAuthority } from './routes/path.js'
@@ -196,7 +196,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     admission: new PrincipalQuota({
       maxPerPrincipal: config.maxSessionsPerPrincipal,
       principalOf: async sessionId => (await store.getSession(sessionId))?.principal,
-      exempt: config.jwt === undefined ? new HeaderPrincipal(config.principalHeader).identify({}).principal : undefined
+      exempt: config.jwt === undefined ? ANONYMOUS_PRINCIPAL : undefined
     })
   })
 

@@ -9,7 +9,8 @@ import type { AddressInfo } from 'node:net'
 import { randomUUID } from 'node:crypto'
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose'
 import { startExampleServer } from '../../examples/mcp-server.js'
-import { startGateway, type RunningGateway } from '../fixtures/gateway.js'
+import { startGateway, startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
+import { useRedis } from '../fixtures/redis.js'
 import { exchange, freePort, jsonRpcError, rawInitialize, sseEvents, type RawSession } from '../fixtures/hardening.js'
 
 const ISSUER = 'https://auth.example.test'
@@ -193,4 +194,29 @@ t.test('the JWK Set endpoint unreachable', async t => {
     const back = await exchange(mcpUrl, { method: 'POST', headers: alice.headers(bearer(await token({ sub: 'alice' }))), body: ping })
     t.equal(back.status, 200, 'the endpoint back: the same session goes on')
   })
+})
+
+t.test('header and JWT principals never meet: a replica on each over one Redis prefix', async t => {
+  // A migration between the bindings, or a rollback within the TTL: one
+  // replica verifies tokens, the other hashes the Authorization header.
+  const jwks = await serveJwks([publicJwk])
+  t.teardown(() => jwks.close())
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const redis = await useRedis(t, 'kinds')
+  const onJwt = await startGatewayOnRedis(t, redis, upstream.url, env(jwks.url))
+  const onHeader = await startGatewayOnRedis(t, redis, upstream.url, { SESSION_REQUESTS_PER_SECOND: '1000' })
+  const aliceToken = bearer(await token({ sub: 'alice' }))
+  const alice = await rawInitialize(`${onJwt.url}/mcp`, { headers: aliceToken })
+  const ids = await requestStreamIds(onJwt, alice, aliceToken, 'alice-secret')
+  // The string a JWT principal's hash is taken over, sent as a header value.
+  const forged = { authorization: [['jwt', ISSUER, 'alice']].flat().map(p => `${Buffer.byteLength(p)}:${p}`).join('') }
+  t.equal(forged.authorization, `3:jwt${ISSUER.length}:${ISSUER}5:alice`)
+  const resume = await exchange(`${onHeader.url}/mcp`, { headers: alice.getHeaders(ids[0], forged) }, 1500)
+  t.equal(resume.status, 404, 'the header replica does not take the forged value for alice')
+  t.notOk(resume.text.includes('alice-secret'), 'nothing of alice\'s replayed')
+  const post = await exchange(`${onHeader.url}/mcp`, { method: 'POST', headers: alice.headers(forged), body: ping })
+  t.equal(post.status, 404, 'nor acts in her session')
+  const own = await exchange(`${onJwt.url}/mcp`, { headers: alice.getHeaders(ids[0], aliceToken) }, 1500)
+  t.ok(own.text.includes('alice-secret'), 'alice herself still resumes')
 })
