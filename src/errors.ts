@@ -39,6 +39,8 @@ export const errors = {
     'Bad Request: Last-Event-ID is not an event id this gateway issued. Reconnect without it to get the live stream.'),
   nonCanonicalMcpPath: (mcpPath: string) => new GatewayError('MCPGW_NON_CANONICAL_PATH', 400,
     `Bad Request: this path is another spelling of the MCP endpoint; use ${mcpPath} exactly.`),
+  badPath: (reason: string) => new GatewayError('MCPGW_BAD_PATH', 400,
+    `Bad Request: the request path has ${reason}, which servers behind the gateway read differently; spell the path plainly.`),
   originForbidden: () => new GatewayError('MCPGW_ORIGIN_FORBIDDEN', 403,
     'Forbidden: Origin is not in ALLOWED_ORIGINS.'),
   hostForbidden: () => new GatewayError('MCPGW_HOST_FORBIDDEN', 403,

@@ -25,7 +25,8 @@ import { isTrusted, trustedProxyList } from './net/trusted-proxies.js'
 import { limitConnections } from './routes/connection-limits.js'
 import { requestIdOfBody } from './protocol/request-stream.js'
 import { registerMcpRoute } from './routes/mcp/index.js'
-import { sessionHash } from './routes/mcp/session-guard.js'
+import { sessionHash, type SessionGuard } from './routes/mcp/session-guard.js'
+import { isPublicPath, pathTrick } from './net/request-path.js'
 import { traceRequests } from './tracing/spans.js'
 import type { EventStore } from './store/contract.js'
 import { UpstreamClient } from './upstream/client.js'
@@ -254,13 +255,16 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
 
   // The MCP endpoint gets whole bodies (they are small JSON-RPC messages, bounded by MAX_BODY_BYTES).
+  let guard: SessionGuard | undefined
   await app.register(async mcp => {
     mcp.removeAllContentTypeParsers()
     mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
-    registerMcpRoute(mcp, { maxBodyBytes: config.maxBodyBytes, config, store, hub, upstream, metrics, inflight, leases, random: deps.random })
+    guard = registerMcpRoute(mcp, { maxBodyBytes: config.maxBodyBytes, config, store, hub, upstream, metrics, inflight, leases, random: deps.random })
   })
+  const sessionGuard = guard as SessionGuard
 
-  // Every other path of the upstream origin (OAuth metadata and the like) is proxied as it is, streamed.
+  // Every other path of the upstream origin is proxied as it is, streamed, after
+  // the MCP endpoint's checks: an upstream may serve MCP on more paths than one.
   await app.register(async proxy => {
     proxy.removeAllContentTypeParsers()
     proxy.addContentTypeParser('*', (_req, payload, done) => { done(null, payload) })
@@ -268,7 +272,16 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD'],
       url: '/*',
       handler: async (request, reply) => {
+        const trick = pathTrick(request.url)
+        if (trick !== undefined) throw errors.badPath(trick)
         if (disguisesMcpPath(request.url, config.mcpPath)) throw errors.nonCanonicalMcpPath(config.mcpPath)
+        const sessionId = request.headers['mcp-session-id']
+        // PUBLIC_PATHS (OAuth metadata: fetched before a token exists) need no
+        // principal; a request naming a session needs its own, on any path.
+        if (sessionId !== undefined || !isPublicPath(request.url, config.publicPaths)) {
+          await sessionGuard.verifiedPrincipalOf(request)
+          if (sessionId !== undefined) await sessionGuard.requireKnownSessionOrStateless(String(sessionId), request)
+        }
         return await forwardTransparently({ upstream, metrics, maxBodyBytes: config.maxBodyBytes }, request, reply, request.body as Readable | undefined)
       }
     })

@@ -5,6 +5,7 @@ import type { RetentionLimits } from '../store/contract.js'
 import { redisUrlProblem } from '../store/redis/redis-url.js'
 import { allowListEntry, defaultHostPolicy, type HostPolicy } from '../net/host-policy.js'
 import { trustedProxyList } from '../net/trusted-proxies.js'
+import { pathTrick } from '../net/request-path.js'
 import type { JwtOptions } from '../auth/jwt-principal.js'
 import { parseUpstreamUrls, type UpstreamTarget } from '../upstream/upstream-url.js'
 
@@ -49,6 +50,8 @@ export interface GatewayConfig {
   /** Bearer JWT verification; undefined: sessions are bound to the hash of principalHeader. */
   readonly jwt: JwtOptions | undefined
   readonly recoverLostSessions: boolean
+  /** Paths (exact, or prefixes ending in /) proxied without a principal (PUBLIC_PATHS). */
+  readonly publicPaths: readonly string[]
   /** null: any Origin is accepted. */
   readonly allowedOrigins: ReadonlySet<string> | null
   /** Which Host values are served (DNS-rebinding protection). */
@@ -276,6 +279,10 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
   const trustedProxies = (raw.TRUSTED_PROXIES ?? '').split(',').map(s => s.trim()).filter(Boolean)
   trustedProxyList(trustedProxies, problems)
   const jwt = jwtOptions(raw, problems)
+  const publicPaths = raw.PUBLIC_PATHS.split(',').map(s => s.trim()).filter(Boolean)
+  for (const path of publicPaths) {
+    if (pathTrick(path) !== undefined || path.includes('?')) problems.push(`PUBLIC_PATHS: "${path.slice(0, 80)}" is not a plain path such as /.well-known/ (starting with /, no %, \\, . or .. segment, no query)`)
+  }
   const warnings = unknownVariables(env, Object.keys(ConfigSchema.properties))
   const redisUrl = raw.REDIS_URL === undefined || problems.length > 0 ? raw.REDIS_URL : withRedisPassword(raw.REDIS_URL, raw.REDIS_PASSWORD, warnings)
   if (problems.length > 0 || upstream === undefined) {
@@ -318,6 +325,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     principalHeader: raw.PRINCIPAL_HEADER.toLowerCase(),
     jwt,
     recoverLostSessions: raw.RECOVER_LOST_SESSIONS,
+    publicPaths: Object.freeze(publicPaths),
     allowedOrigins,
     allowedHosts: Object.freeze(allowedHosts),
     trustedProxies: Object.freeze(trustedProxies),

@@ -6,57 +6,12 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { once } from 'node:events'
-import { createServer, type IncomingMessage, type Server } from 'node:http'
-import { connect, type AddressInfo, type Socket } from 'node:net'
+import { connect, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import { startGateway, type RunningGateway } from '../fixtures/gateway.js'
 import { freePort, jsonRpcError, parseRawResponse, rawHttp } from '../fixtures/hardening.js'
-
-interface Seen {
-  readonly method: string
-  readonly url: string
-  readonly headers: IncomingMessage['headers']
-  readonly body: string
-}
-
-interface RecordingUpstream {
-  readonly url: string
-  readonly seen: Seen[]
-}
-
-const INITIALIZE = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'edge-test', version: '1' } } })
-const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' }
-
-/**
- * An upstream that notes every request it gets. POST /mcp answers an SSE
- * stream with a session id and `Cache-Control: no-cache, no-transform`; any
- * other request gets 200 JSON after `?delayMs=`.
- */
-async function startRecordingUpstream (t: Test): Promise<RecordingUpstream> {
-  const seen: Seen[] = []
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = []
-    req.on('data', (c: Buffer) => chunks.push(c))
-    req.on('end', () => {
-      seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8') })
-      if (req.method === 'POST' && req.url === '/mcp') {
-        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache, no-transform', 'mcp-session-id': `s-${seen.length}` })
-        res.end(`event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', id: 1, result: { protocolVersion: '2025-06-18', capabilities: {}, serverInfo: { name: 'rec', version: '1' } } })}\n\n`)
-        return
-      }
-      const delayMs = Number(new URL(req.url ?? '/', 'http://x').searchParams.get('delayMs') ?? 0)
-      setTimeout(() => {
-        res.writeHead(200, { 'content-type': 'application/json' })
-        res.end(JSON.stringify({ ok: true }))
-      }, delayMs)
-    })
-  })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => new Promise<void>(resolve => { server.closeAllConnections(); server.close(() => resolve()) }))
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen }
-}
+import { INITIALIZE, MCP_HEADERS, startRecordingUpstream, type RecordingUpstream } from '../fixtures/recording-upstream.js'
 
 async function gatewayFor (t: Test, env: Record<string, string> = {}): Promise<{ gw: RunningGateway, upstream: RecordingUpstream }> {
   const upstream = await startRecordingUpstream(t)

@@ -21,7 +21,8 @@ import { SessionGuard } from './session-guard.js'
 
 export type { McpRouteDeps } from './context.js'
 
-export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): void {
+/** Registers the MCP endpoint; returns its guard, which every other proxied path goes through too. */
+export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): SessionGuard {
   const { config } = deps
   const entries = Math.max(10_000, config.maxSessions * 4)
   const sessions = new SessionCache({ freshMs: 2000, staleMs: config.retention.ttlMs, maxEntries: entries })
@@ -63,4 +64,5 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       }
     }
   })
+  return guard
 }
