@@ -43,6 +43,8 @@ export const errors = {
     `Bad Request: the request path has ${reason}, which servers behind the gateway read differently; spell the path plainly.`),
   originForbidden: () => new GatewayError('MCPGW_ORIGIN_FORBIDDEN', 403,
     'Forbidden: Origin is not in ALLOWED_ORIGINS.'),
+  badHost: (reason: string) => new GatewayError('MCPGW_BAD_HOST', 400,
+    `Bad Request: ${reason}; send one Host naming the gateway (and, from a trusted proxy, X-Forwarded-Host names and X-Forwarded-Proto http or https).`),
   hostForbidden: () => new GatewayError('MCPGW_HOST_FORBIDDEN', 403,
     'Forbidden: Host is not allowed (DNS-rebinding protection). Add the name clients use to ALLOWED_HOSTS.'),
   requestTimeout: (seconds: number) => new GatewayError('MCPGW_REQUEST_TIMEOUT', 408,

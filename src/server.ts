@@ -20,7 +20,8 @@ import { ANONYMOUS_PRINCIPAL } from './auth/principal.js'
 import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
 import { disguisesMcpPath, originForm, targetAuthority } from './routes/path.js'
-import { hostAllowed } from './net/host-policy.js'
+import { headerLines, requestAuthority } from './net/request-authority.js'
+import { headerValue } from './upstream/headers.js'
 import { isTrusted, trustedProxyList } from './net/trusted-proxies.js'
 import { limitConnections } from './routes/connection-limits.js'
 import { requestIdOfBody } from './protocol/request-stream.js'
@@ -204,13 +205,21 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   await app.register(fastifySSE)
 
   app.decorateRequest('fromTrustedProxy', false)
+  app.decorateRequest('authority', null)
   // DNS-rebinding protection, before anything else looks at the request (or its body is read).
   app.addHook('onRequest', async request => {
     request.fromTrustedProxy = fromTrustedProxy(request.socket.remoteAddress)
-    const authority = request.originalUrl === request.url ? undefined : targetAuthority(request.originalUrl)
-    if (!hostAllowed(config.allowedHosts, request.host) || (authority !== undefined && !hostAllowed(config.allowedHosts, authority))) {
-      throw errors.hostForbidden()
-    }
+    const authority = requestAuthority(config.allowedHosts, {
+      hosts: headerLines(request.raw.rawHeaders, 'host'),
+      targetAuthority: request.originalUrl === request.url ? undefined : targetAuthority(request.originalUrl),
+      trustedPeer: request.fromTrustedProxy,
+      forwardedHost: headerValue(request.headers['x-forwarded-host']),
+      forwardedProto: headerValue(request.headers['x-forwarded-proto']),
+      protocol: 'encrypted' in request.socket ? 'https' : 'http'
+    })
+    if (authority.kind === 'malformed') throw errors.badHost(authority.reason)
+    if (authority.kind === 'forbidden') throw errors.hostForbidden()
+    request.authority = authority
   })
 
   app.addHook('onRequest', async (request, reply) => {

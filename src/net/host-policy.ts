@@ -33,6 +33,9 @@ export function hostName (value: string | undefined): string | undefined {
   if (value === undefined) return undefined
   const match = HOST_HEADER.exec(value)
   if (match === null) return undefined
+  // RFC 3986 section 3.2.3: a port is a number, and a TCP one at most 65535.
+  const port = /:(\d+)$/.exec(value)?.[1]
+  if (port !== undefined && !value.endsWith(']') && Number(port) > 65535) return undefined
   const name = (match[1] as string).toLowerCase().replace(/^\[|\]$/g, '').replace(/\.$/, '')
   return name === '' ? undefined : name
 }

@@ -58,8 +58,11 @@ export function upstreamRequestHeaders (incoming: IncomingHttpHeaders, ctx: Forw
   if (ctx.remoteAddress !== undefined) {
     out['x-forwarded-for'] = priorList !== undefined && priorList !== '' ? `${priorList}, ${ctx.remoteAddress}` : ctx.remoteAddress
   }
-  if (out['x-forwarded-proto'] === undefined) out['x-forwarded-proto'] = ctx.protocol
-  if (out['x-forwarded-host'] === undefined && ctx.host !== undefined) out['x-forwarded-host'] = ctx.host
+  // One value each, the one the Host check passed: a list would be read
+  // differently by each framework (Express takes the first entry, fastify the last).
+  out['x-forwarded-proto'] = ctx.protocol
+  if (ctx.host !== undefined) out['x-forwarded-host'] = ctx.host
+  else delete out['x-forwarded-host']
   return out
 }
 

@@ -59,7 +59,10 @@ t.test('Host: a name not allowed gets 403 before anything reaches the upstream (
   t.equal((await get(`${gw.url}/nothing-here`, { host: `evil.example.com:${port}` })).status, 403, 'with a port')
   t.equal((await get(`${gw.url}/x`, { host: 'localhost.evil.example.com' })).status, 403, 'a name that only starts like localhost')
   t.equal((await rawHttp(port, raw(['GET /x HTTP/1.0']))).status, 403, 'no Host at all (HTTP/1.0)')
-  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: user@localhost', 'connection: close']))).status, 403, 'a Host with userinfo')
+  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: user@localhost', 'connection: close']))).status, 400, 'a Host with userinfo: malformed (RFC 9112), 400')
+  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: localhost:99999', 'connection: close']))).status, 400, 'a port past 65535: 400')
+  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: localhost', 'host: evil.example.com', 'connection: close']))).status, 400, 'two Host lines: 400')
+  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: evil.example.com', 'host: localhost', 'connection: close']))).status, 400, 'two Host lines, either order: 400')
   t.equal(upstream.seen.length, 0, 'the upstream saw none of them')
 
   for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, 'LOCALHOST', 'localhost.']) {
@@ -129,6 +132,23 @@ t.test('forwarding headers: from TRUSTED_PROXIES they are kept, appended to, and
   t.equal(seen['x-forwarded-proto'], 'https')
   t.equal(seen.forwarded, 'for=198.51.100.1')
   t.equal((await get(`${gw.url}/x`, { ...viaProxy, 'x-forwarded-host': 'evil.example.com' })).status, 403, 'the name the client used is the one checked')
+})
+
+t.test('forwarding headers from TRUSTED_PROXIES: Host always checked, every X-Forwarded-Host entry too, one value passed on', async t => {
+  const { gw, upstream } = await gatewayFor(t, { TRUSTED_PROXIES: 'loopback' })
+  const before = upstream.seen.length
+  t.equal((await get(`${gw.url}/x`, { host: 'evil.example.com', 'x-forwarded-host': 'evil.example.com, localhost' })).status, 403, 'Host evil.example.com, the last entry allowed: 403')
+  t.equal((await get(`${gw.url}/x`, { host: 'evil.example.com', 'x-forwarded-host': 'localhost' })).status, 403, 'Host is checked even when X-Forwarded-Host is allowed')
+  t.equal((await get(`${gw.url}/x`, { 'x-forwarded-host': 'evil.example.com, localhost' })).status, 403, 'an entry the client put before the proxy\'s: 403')
+  t.equal((await get(`${gw.url}/x`, { 'x-forwarded-host': 'localhost:99999' })).status, 400, 'a malformed entry: 400')
+  for (const proto of ['javascript', 'https, ftp', 'HTTPS2', '']) {
+    t.equal((await get(`${gw.url}/x`, { 'x-forwarded-proto': proto })).status, 400, `X-Forwarded-Proto "${proto}": 400`)
+  }
+  t.equal(upstream.seen.length, before, 'the upstream saw none of them')
+  t.equal((await get(`${gw.url}/x`, { 'x-forwarded-host': 'LocalHost:8443, 127.0.0.1', 'x-forwarded-proto': 'HTTPS, http' })).status, 200)
+  const seen = upstream.seen.at(-1)?.headers ?? {}
+  t.equal(seen['x-forwarded-host'], 'localhost:8443', 'the first entry (the name the client used), alone, lower case')
+  t.equal(seen['x-forwarded-proto'], 'https', 'one scheme')
 })
 
 /** Sends a request with Expect: 100-continue the way curl does: the body only after 100 Continue. */
