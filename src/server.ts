@@ -174,7 +174,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
   if (deps.tracer !== undefined) {
     // First of the hooks: refusals get their span too.
-    traceRequests(app, deps.tracer)
+    traceRequests(app, deps.tracer, fromTrustedProxy)
     metrics.traceStore(deps.tracer)
   }
   const leases = new LeaseCoordinator({
@@ -281,6 +281,9 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD'],
       url: '/*',
       handler: async (request, reply) => {
+        // RFC 9110 section 9.3.7: OPTIONS * asks about the server, not a resource:
+        // the gateway answers for itself (the upstream would get "*" as a path).
+        if (request.url === '*' && request.method === 'OPTIONS') return await reply.code(204).header('allow', 'GET, POST, DELETE, OPTIONS, HEAD').send()
         const trick = pathTrick(request.url)
         if (trick !== undefined) throw errors.badPath(trick)
         if (disguisesMcpPath(request.url, config.mcpPath)) throw errors.nonCanonicalMcpPath(config.mcpPath)
@@ -297,6 +300,14 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
 
   const admin = Fastify({ loggerInstance: logger.child({ listener: 'admin' }) as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) })
+  // The same DNS-rebinding protection: a page in a local browser must not read /metrics.
+  admin.addHook('onRequest', async (request, reply) => {
+    const authority = requestAuthority(config.adminAllowedHosts, { hosts: headerLines(request.raw.rawHeaders, 'host'), trustedPeer: false, protocol: 'http' })
+    if (authority.kind !== 'served') {
+      const refusal = authority.kind === 'malformed' ? errors.badHost(authority.reason) : errors.hostForbidden()
+      return await reply.code(refusal.statusCode).type('application/json').send(jsonRpcErrorBody(refusal))
+    }
+  })
   registerAdminRoutes(admin, { store, metrics, isDraining: () => draining, pingTimeoutMs: 2000, upstream, mcpPath: config.mcpPath })
 
   let drained: Promise<void> | undefined

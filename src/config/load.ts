@@ -3,7 +3,7 @@ import { closest } from 'fastest-levenshtein'
 import { ConfigSchema, type RawConfig } from './schema.js'
 import type { RetentionLimits } from '../store/contract.js'
 import { redisUrlProblem } from '../store/redis/redis-url.js'
-import { allowListEntry, defaultHostPolicy, type HostPolicy } from '../net/host-policy.js'
+import { adminHostPolicy, allowListEntry, defaultHostPolicy, type HostPolicy } from '../net/host-policy.js'
 import { trustedProxyList } from '../net/trusted-proxies.js'
 import { pathTrick } from '../net/request-path.js'
 import type { JwtOptions } from '../auth/jwt-principal.js'
@@ -56,6 +56,8 @@ export interface GatewayConfig {
   readonly allowedOrigins: ReadonlySet<string> | null
   /** Which Host values are served (DNS-rebinding protection). */
   readonly allowedHosts: HostPolicy
+  /** The same, on the admin listener. */
+  readonly adminAllowedHosts: HostPolicy
   /** Outer proxies whose forwarding headers are believed (addresses, CIDR ranges, preset names); empty: none. */
   readonly trustedProxies: readonly string[]
   /** Time to receive a whole request (headers and body). */
@@ -328,6 +330,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     publicPaths: Object.freeze(publicPaths),
     allowedOrigins,
     allowedHosts: Object.freeze(allowedHosts),
+    adminAllowedHosts: Object.freeze(adminHostPolicy(allowedHosts, raw.ALLOWED_HOSTS !== undefined, raw.ADMIN_HOST)),
     trustedProxies: Object.freeze(trustedProxies),
     requestReadTimeoutMs: raw.REQUEST_READ_TIMEOUT_SECONDS * 1000,
     maxConnections: raw.MAX_CONNECTIONS,

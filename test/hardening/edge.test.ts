@@ -245,3 +245,26 @@ t.test('an error answer carries the request\'s JSON-RPC id', async t => {
   t.same(await ask(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' })), { status: 502, id: null }, 'a notification: null')
   t.same(await ask('{not json'), { status: 502, id: null }, 'no JSON: null')
 })
+
+t.test('OPTIONS * is answered by the gateway: not forwarded, not an upstream error', async t => {
+  const { gw, upstream } = await gatewayFor(t)
+  const answer = await rawHttp(gw.port, raw(['OPTIONS * HTTP/1.1', 'host: localhost', 'connection: close']))
+  t.equal(answer.status, 204)
+  t.match(answer.headers.allow, /OPTIONS/)
+  t.equal(upstream.seen.length, 0, 'the upstream saw nothing')
+  const text = (await get(`${gw.adminUrl}/metrics`)).text
+  t.notMatch(text, /mcpgw_upstream_errors_total\{[^}]*\} [1-9]/, 'no upstream error counted')
+  t.equal((await rawHttp(gw.port, raw(['GET * HTTP/1.1', 'host: localhost', 'connection: close']))).status, 400, 'GET *: 400')
+})
+
+t.test('the admin listener checks Host like the MCP listener (a rebinding page cannot read /metrics)', async t => {
+  const { gw } = await gatewayFor(t)
+  t.equal((await get(`${gw.adminUrl}/metrics`, { host: 'evil.example.com' })).status, 403, '/metrics for evil.example.com: 403')
+  t.equal((await get(`${gw.adminUrl}/healthz`, { host: 'evil.example.com:9090' })).status, 403, '/healthz too')
+  t.equal((await rawHttp(Number(new URL(gw.adminUrl).port), raw(['GET /metrics HTTP/1.1', 'host: localhost', 'host: evil.example.com', 'connection: close']))).status, 400, 'two Host lines: 400')
+  t.equal((await get(`${gw.adminUrl}/metrics`)).status, 200, '127.0.0.1: served')
+  const listed = await gatewayFor(t, { ALLOWED_HOSTS: 'mcp.example.com' })
+  t.equal((await get(`${listed.gw.adminUrl}/readyz`, { host: '10.0.0.5:9090' })).status, 200, 'with a list: a pod address (probes) is served')
+  t.equal((await get(`${listed.gw.adminUrl}/metrics`, { host: 'gw-admin.ns.svc' })).status, 200, 'and a Service name (scrapers)')
+  t.equal((await get(`${listed.gw.adminUrl}/metrics`, { host: 'evil.example.com' })).status, 403, 'not a public name off the list')
+})

@@ -11,6 +11,7 @@ import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'j
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { startGateway, startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
 import { useRedis } from '../fixtures/redis.js'
+import { startAuthServer } from '../fixtures/jwt.js'
 import { exchange, freePort, jsonRpcError, rawInitialize, sseEvents, type RawSession } from '../fixtures/hardening.js'
 
 const ISSUER = 'https://auth.example.test'
@@ -219,4 +220,25 @@ t.test('header and JWT principals never meet: a replica on each over one Redis p
   t.equal(post.status, 404, 'nor acts in her session')
   const own = await exchange(`${onJwt.url}/mcp`, { headers: alice.getHeaders(ids[0], aliceToken) }, 1500)
   t.ok(own.text.includes('alice-secret'), 'alice herself still resumes')
+})
+
+t.test('a validly signed token whose sub is not a non-empty string: 401, not a key-set outage', async t => {
+  const auth = await startAuthServer(t)
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const gw = await startGateway(t, 'memory', upstream.url, auth.env)
+  const init = JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } } })
+  for (const sub of [123, '', { id: 'alice' }, ['alice'], null, true]) {
+    const answer = await exchange(`${gw.url}/mcp`, {
+      method: 'POST',
+      headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', ...bearer(await auth.token(sub)) },
+      body: init
+    })
+    t.equal(answer.status, 401, `sub ${JSON.stringify(sub)}: 401`)
+    t.match(answer.headers['www-authenticate'], /^Bearer error="invalid_token"/, 'invalid_token')
+    t.notOk('retry-after' in answer.headers, 'no Retry-After: retrying the same token cannot help')
+  }
+  const metricsText = (await exchange(`${gw.adminUrl}/metrics`)).text
+  t.notMatch(metricsText, /MCPGW_AUTH_UNAVAILABLE/, 'not counted as the authorization server being down')
+  t.equal((await exchange(`${gw.url}/mcp`, { method: 'POST', headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', ...bearer(await auth.token('alice')) }, body: init })).status, 200, 'a string sub: served')
 })

@@ -215,3 +215,33 @@ t.test('mediaType: the essence of a media type', async (t) => {
   for (const [input, expected] of cases) t.equal(mediaType(input), expected, JSON.stringify(input))
   t.not(mediaType('text/event-streamx'), 'text/event-stream', 'no prefix matching')
 })
+
+t.test('upstreamRequestHeaders: other client-address and override headers, and underscore spellings', async (t) => {
+  const sent: Record<string, string> = Object.fromEntries([
+    ['x-forwarded_host', 'evil.example'], ['x_forwarded_for', '198.51.100.1'], ['x_real_ip', '198.51.100.1'], ['forwarded_', 'x'],
+    ['true-client-ip', '198.51.100.1'], ['x-client-ip', '198.51.100.1'], ['cf-connecting-ip', '198.51.100.1'], ['x-cluster-client-ip', '1.1.1.1'],
+    ['x-original-url', '/admin'], ['x-rewrite-url', '/admin'], ['x-host', 'evil.example'], ['x_original_url', '/admin'], ['x-http-method-override', 'DELETE'],
+    ['x-custom_header', 'kept']
+  ])
+  const direct = upstreamRequestHeaders(sent, ctx, true)
+  t.same(Object.keys(direct).sort(), ['forwarded_', 'x-custom_header', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto'].sort(), 'from a client: none of them')
+  t.equal(direct['x-forwarded-host'], 'gateway.example')
+  const viaProxy = upstreamRequestHeaders(sent, proxied, true)
+  for (const name of ['true-client-ip', 'x-client-ip', 'cf-connecting-ip', 'x-cluster-client-ip']) t.equal(viaProxy[name], sent[name], `${name}: kept from a trusted proxy`)
+  for (const name of ['x-forwarded_host', 'x_forwarded_for', 'x_real_ip', 'x-original-url', 'x-rewrite-url', 'x-host', 'x_original_url', 'x-http-method-override']) {
+    t.notOk(name in viaProxy, `${name}: dropped even from a trusted proxy`)
+  }
+})
+
+t.test('upstreamRequestHeaders: Connection cannot make the headers the gateway checked hop-by-hop', async (t) => {
+  const out = upstreamRequestHeaders({
+    connection: 'Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, x-debug',
+    authorization: 'Bearer t',
+    'mcp-session-id': 's',
+    'mcp-protocol-version': '2025-06-18',
+    'last-event-id': 'e',
+    'x-debug': '1'
+  }, ctx, true)
+  for (const name of ['authorization', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id']) t.ok(name in out, `${name} kept`)
+  t.notOk('x-debug' in out, 'another nominated header is still dropped')
+})
