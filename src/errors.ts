@@ -70,6 +70,8 @@ export const errors = {
     'Service Unavailable: this gateway holds MAX_SESSIONS standalone streams. Retry shortly.', -32000, { 'retry-after': '5' }),
   rateLimited: (retryAfterSeconds: number) => new GatewayError('MCPGW_RATE_LIMITED', 429,
     'Too Many Requests: this session exceeds SESSION_REQUESTS_PER_SECOND. Retry after the Retry-After delay.', -32000, { 'retry-after': String(retryAfterSeconds) }),
+  initializeRateLimited: (retryAfterSeconds: number) => new GatewayError('MCPGW_INITIALIZE_RATE_LIMITED', 429,
+    'Too Many Requests: this address exceeds INITIALIZES_PER_MINUTE_PER_ADDRESS new sessions. Reuse the session you have, or retry after the Retry-After delay.', -32000, { 'retry-after': String(retryAfterSeconds) }),
   draining: () => new GatewayError('MCPGW_DRAINING', 503,
     'Service Unavailable: this gateway is shutting down. Retry; another replica will answer.', -32000, { 'retry-after': '1' })
 }

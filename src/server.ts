@@ -16,7 +16,6 @@ import { GatewayMetrics } from './metrics/metrics.js'
 import { InFlight } from './relay/inflight.js'
 import { SessionHub } from './relay/session-hub.js'
 import { PrincipalQuota } from './relay/principal-quota.js'
-import { ANONYMOUS_PRINCIPAL } from './auth/principal.js'
 import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
 import { disguisesMcpPath, originForm, targetAuthority } from './routes/path.js'
@@ -191,14 +190,14 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     log: logger as FastifyBaseLogger,
     mcpPath: config.mcpPath,
     holdMs: config.standaloneHoldMs,
+    earlyHoldMs: config.standaloneEarlyHoldMs,
     maxEventBytes: config.maxEventBytes,
     maxSessions: config.maxSessions,
     upstreamResumes: config.upstreamResumes,
     leases,
     admission: new PrincipalQuota({
       maxPerPrincipal: config.maxSessionsPerPrincipal,
-      principalOf: async sessionId => (await store.getSession(sessionId))?.principal,
-      exempt: config.jwt === undefined ? ANONYMOUS_PRINCIPAL : undefined
+      principalOf: async sessionId => (await store.getSession(sessionId))?.principal
     })
   })
 

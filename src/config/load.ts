@@ -41,6 +41,9 @@ export interface GatewayConfig {
   readonly maxSessions: number
   readonly maxSessionsPerPrincipal: number
   readonly standaloneHoldMs: number
+  /** The hold of an upstream GET opened at initialize that no client attached to yet. */
+  readonly standaloneEarlyHoldMs: number
+  readonly initializesPerMinutePerAddress: number
   readonly keepAliveMs: number
   readonly retryMs: number
   readonly upstreamHeadersTimeoutMs: number
@@ -320,6 +323,8 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     maxSessions: raw.MAX_SESSIONS,
     maxSessionsPerPrincipal: raw.MAX_SESSIONS_PER_PRINCIPAL ?? Math.ceil(raw.MAX_SESSIONS / 10),
     standaloneHoldMs: raw.STANDALONE_HOLD_SECONDS * 1000,
+    standaloneEarlyHoldMs: raw.STANDALONE_EARLY_HOLD_SECONDS * 1000,
+    initializesPerMinutePerAddress: raw.INITIALIZES_PER_MINUTE_PER_ADDRESS,
     keepAliveMs: raw.KEEPALIVE_INTERVAL_SECONDS * 1000,
     retryMs: raw.SSE_RETRY_MS,
     upstreamHeadersTimeoutMs: raw.UPSTREAM_HEADERS_TIMEOUT_SECONDS * 1000,

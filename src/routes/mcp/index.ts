@@ -14,6 +14,7 @@ import { McpContext, type McpRouteDeps } from './context.js'
 import { handleDelete } from './delete.js'
 import { handleGet } from './get.js'
 import { handlePost } from './post.js'
+import { InitializeRate, isInitializeRequest } from './initialize-rate.js'
 import { SessionRateLimiter } from './rate-limit.js'
 import { sessionIdOf } from './request-headers.js'
 import { SessionCache } from './session-cache.js'
@@ -30,6 +31,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions })
   guard.register(app)
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
+  const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
   const keepAlive = new KeepAliveTicker(config.keepAliveMs)
   app.addHook('onClose', async () => { keepAlive.stop() })
   const ctx = new McpContext(deps, { sessions, guard, keepAlive })
@@ -44,6 +46,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
       const proto = protocolInfo(versionHeader)
       if (proto === null) throw errors.badProtocolVersion(String(versionHeader))
       const sessionId = sessionIdOf(request)
+      if (sessionId === undefined && request.method === 'POST' && isInitializeRequest(request.body as Buffer | undefined)) {
+        // request.ip: the peer, or the client a trusted proxy forwards for.
+        const wait = initializes.take(request.ip)
+        if (wait > 0) throw errors.initializeRateLimited(wait)
+      }
       if (sessionId !== undefined) {
         // Keyed by session and principal: someone who learnt a session id cannot
         // exhaust its owner's budget.
