@@ -39,8 +39,12 @@ export const errors = {
     'Bad Request: Last-Event-ID is not an event id this gateway issued. Reconnect without it to get the live stream.'),
   nonCanonicalMcpPath: (mcpPath: string) => new GatewayError('MCPGW_NON_CANONICAL_PATH', 400,
     `Bad Request: this path is another spelling of the MCP endpoint; use ${mcpPath} exactly.`),
+  badPath: (reason: string) => new GatewayError('MCPGW_BAD_PATH', 400,
+    `Bad Request: the request path has ${reason}, which servers behind the gateway read differently; spell the path plainly.`),
   originForbidden: () => new GatewayError('MCPGW_ORIGIN_FORBIDDEN', 403,
     'Forbidden: Origin is not in ALLOWED_ORIGINS.'),
+  badHost: (reason: string) => new GatewayError('MCPGW_BAD_HOST', 400,
+    `Bad Request: ${reason}; send one Host naming the gateway (and, from a trusted proxy, X-Forwarded-Host names and X-Forwarded-Proto http or https).`),
   hostForbidden: () => new GatewayError('MCPGW_HOST_FORBIDDEN', 403,
     'Forbidden: Host is not allowed (DNS-rebinding protection). Add the name clients use to ALLOWED_HOSTS.'),
   requestTimeout: (seconds: number) => new GatewayError('MCPGW_REQUEST_TIMEOUT', 408,
@@ -68,6 +72,8 @@ export const errors = {
     'Too Many Requests: this session exceeds SESSION_REQUESTS_PER_SECOND. Retry after the Retry-After delay.', -32000, { 'retry-after': String(retryAfterSeconds) }),
   tooManyReplays: () => new GatewayError('MCPGW_TOO_MANY_REPLAYS', 429,
     'Too Many Requests: MAX_REPLAYS_PER_STREAM resumes of this stream are replaying on this gateway already. Keep one connection per stream; retry after the Retry-After delay.', -32000, { 'retry-after': '1' }),
+  initializeRateLimited: (retryAfterSeconds: number) => new GatewayError('MCPGW_INITIALIZE_RATE_LIMITED', 429,
+    'Too Many Requests: this address exceeds INITIALIZES_PER_MINUTE_PER_ADDRESS new sessions. Reuse the session you have, or retry after the Retry-After delay.', -32000, { 'retry-after': String(retryAfterSeconds) }),
   draining: () => new GatewayError('MCPGW_DRAINING', 503,
     'Service Unavailable: this gateway is shutting down. Retry; another replica will answer.', -32000, { 'retry-after': '1' })
 }

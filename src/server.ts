@@ -16,16 +16,17 @@ import { GatewayMetrics } from './metrics/metrics.js'
 import { InFlight } from './relay/inflight.js'
 import { SessionHub } from './relay/session-hub.js'
 import { PrincipalQuota } from './relay/principal-quota.js'
-import { HeaderPrincipal } from './auth/principal.js'
 import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
 import { disguisesMcpPath, originForm, targetAuthority } from './routes/path.js'
-import { hostAllowed } from './net/host-policy.js'
+import { headerLines, requestAuthority } from './net/request-authority.js'
+import { headerValue } from './upstream/headers.js'
 import { isTrusted, trustedProxyList } from './net/trusted-proxies.js'
 import { limitConnections } from './routes/connection-limits.js'
 import { requestIdOfBody } from './protocol/request-stream.js'
 import { registerMcpRoute } from './routes/mcp/index.js'
-import { sessionHash } from './routes/mcp/session-guard.js'
+import { sessionHash, type SessionGuard } from './routes/mcp/session-guard.js'
+import { isPublicPath, pathTrick } from './net/request-path.js'
 import { traceRequests } from './tracing/spans.js'
 import type { EventStore } from './store/contract.js'
 import { UpstreamClient } from './upstream/client.js'
@@ -172,7 +173,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
   if (deps.tracer !== undefined) {
     // First of the hooks: refusals get their span too.
-    traceRequests(app, deps.tracer)
+    traceRequests(app, deps.tracer, fromTrustedProxy)
     metrics.traceStore(deps.tracer)
   }
   const leases = new LeaseCoordinator({
@@ -189,27 +190,35 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
     log: logger as FastifyBaseLogger,
     mcpPath: config.mcpPath,
     holdMs: config.standaloneHoldMs,
+    earlyHoldMs: config.standaloneEarlyHoldMs,
     maxEventBytes: config.maxEventBytes,
     maxSessions: config.maxSessions,
     upstreamResumes: config.upstreamResumes,
     leases,
     admission: new PrincipalQuota({
       maxPerPrincipal: config.maxSessionsPerPrincipal,
-      principalOf: async sessionId => (await store.getSession(sessionId))?.principal,
-      exempt: config.jwt === undefined ? new HeaderPrincipal(config.principalHeader).identify({}).principal : undefined
+      principalOf: async sessionId => (await store.getSession(sessionId))?.principal
     })
   })
 
   await app.register(fastifySSE)
 
   app.decorateRequest('fromTrustedProxy', false)
+  app.decorateRequest('authority', null)
   // DNS-rebinding protection, before anything else looks at the request (or its body is read).
   app.addHook('onRequest', async request => {
     request.fromTrustedProxy = fromTrustedProxy(request.socket.remoteAddress)
-    const authority = request.originalUrl === request.url ? undefined : targetAuthority(request.originalUrl)
-    if (!hostAllowed(config.allowedHosts, request.host) || (authority !== undefined && !hostAllowed(config.allowedHosts, authority))) {
-      throw errors.hostForbidden()
-    }
+    const authority = requestAuthority(config.allowedHosts, {
+      hosts: headerLines(request.raw.rawHeaders, 'host'),
+      targetAuthority: request.originalUrl === request.url ? undefined : targetAuthority(request.originalUrl),
+      trustedPeer: request.fromTrustedProxy,
+      forwardedHost: headerValue(request.headers['x-forwarded-host']),
+      forwardedProto: headerValue(request.headers['x-forwarded-proto']),
+      protocol: 'encrypted' in request.socket ? 'https' : 'http'
+    })
+    if (authority.kind === 'malformed') throw errors.badHost(authority.reason)
+    if (authority.kind === 'forbidden') throw errors.hostForbidden()
+    request.authority = authority
   })
 
   app.addHook('onRequest', async (request, reply) => {
@@ -254,13 +263,16 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
 
   // The MCP endpoint gets whole bodies (they are small JSON-RPC messages, bounded by MAX_BODY_BYTES).
+  let guard: SessionGuard | undefined
   await app.register(async mcp => {
     mcp.removeAllContentTypeParsers()
     mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
-    registerMcpRoute(mcp, { maxBodyBytes: config.maxBodyBytes, config, store, hub, upstream, metrics, inflight, leases, random: deps.random })
+    guard = registerMcpRoute(mcp, { maxBodyBytes: config.maxBodyBytes, config, store, hub, upstream, metrics, inflight, leases, random: deps.random })
   })
+  const sessionGuard = guard as SessionGuard
 
-  // Every other path of the upstream origin (OAuth metadata and the like) is proxied as it is, streamed.
+  // Every other path of the upstream origin is proxied as it is, streamed, after
+  // the MCP endpoint's checks: an upstream may serve MCP on more paths than one.
   await app.register(async proxy => {
     proxy.removeAllContentTypeParsers()
     proxy.addContentTypeParser('*', (_req, payload, done) => { done(null, payload) })
@@ -268,13 +280,33 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
       method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD'],
       url: '/*',
       handler: async (request, reply) => {
+        // RFC 9110 section 9.3.7: OPTIONS * asks about the server, not a resource:
+        // the gateway answers for itself (the upstream would get "*" as a path).
+        if (request.url === '*' && request.method === 'OPTIONS') return await reply.code(204).header('allow', 'GET, POST, DELETE, OPTIONS, HEAD').send()
+        const trick = pathTrick(request.url)
+        if (trick !== undefined) throw errors.badPath(trick)
         if (disguisesMcpPath(request.url, config.mcpPath)) throw errors.nonCanonicalMcpPath(config.mcpPath)
+        const sessionId = request.headers['mcp-session-id']
+        // PUBLIC_PATHS (OAuth metadata: fetched before a token exists) need no
+        // principal; a request naming a session needs its own, on any path.
+        if (sessionId !== undefined || !isPublicPath(request.url, config.publicPaths)) {
+          await sessionGuard.verifiedPrincipalOf(request)
+          if (sessionId !== undefined) await sessionGuard.requireKnownSessionOrStateless(String(sessionId), request)
+        }
         return await forwardTransparently({ upstream, metrics, maxBodyBytes: config.maxBodyBytes }, request, reply, request.body as Readable | undefined)
       }
     })
   })
 
   const admin = Fastify({ loggerInstance: logger.child({ listener: 'admin' }) as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) })
+  // The same DNS-rebinding protection: a page in a local browser must not read /metrics.
+  admin.addHook('onRequest', async (request, reply) => {
+    const authority = requestAuthority(config.adminAllowedHosts, { hosts: headerLines(request.raw.rawHeaders, 'host'), trustedPeer: false, protocol: 'http' })
+    if (authority.kind !== 'served') {
+      const refusal = authority.kind === 'malformed' ? errors.badHost(authority.reason) : errors.hostForbidden()
+      return await reply.code(refusal.statusCode).type('application/json').send(jsonRpcErrorBody(refusal))
+    }
+  })
   registerAdminRoutes(admin, { store, metrics, isDraining: () => draining, pingTimeoutMs: 2000, upstream, mcpPath: config.mcpPath })
 
   let drained: Promise<void> | undefined

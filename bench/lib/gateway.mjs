@@ -35,6 +35,9 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
     // Every bench client connects from loopback: the per-address cap would refuse most idle streams.
     MAX_CONNECTIONS: '100000',
     MAX_CONNECTIONS_PER_ADDRESS: '100000',
+    // and its sessions come from one address, all without credentials (one principal).
+    INITIALIZES_PER_MINUTE_PER_ADDRESS: '1000000',
+    MAX_SESSIONS_PER_PRINCIPAL: '100000',
     RETENTION_MAX_EVENTS: String(RETENTION_EVENTS),
     // BENCH_GATEWAY_ENV="NAME=value ...": environment for the gateways only (not the other paths).
     ...envList(process.env.BENCH_GATEWAY_ENV),

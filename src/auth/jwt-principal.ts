@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { createRemoteJWKSet, errors as joseErrors, jwtVerify, type JWTVerifyGetKey } from 'jose'
-import { errors } from '../errors.js'
+import { errors, type GatewayError } from '../errors.js'
 import { headerValue } from '../upstream/headers.js'
 import { principalHash, type Identity, type PrincipalResolver } from './principal.js'
 
@@ -68,6 +68,12 @@ export class JwtPrincipal implements PrincipalResolver {
     })
   }
 
+  /** 401 with RFC 6750's invalid_token: the client must get a new token. */
+  #invalid (description: string): GatewayError {
+    return errors.unauthorized(`Unauthorized: ${description.toLowerCase()}; get a new one from the authorization server.`,
+      challenge(this.#options.resourceMetadataUrl, { code: 'invalid_token', description }))
+  }
+
   async identify (headers: IncomingHttpHeaders): Promise<Identity> {
     const metadata = this.#options.resourceMetadataUrl
     const match = /^bearer +([\w\-.~+/]+=*) *$/i.exec(headerValue(headers.authorization) ?? '')
@@ -81,13 +87,16 @@ export class JwtPrincipal implements PrincipalResolver {
         clockTolerance: this.#options.clockToleranceSeconds,
         requiredClaims: ['sub', 'exp']
       })
-      return { principal: principalHash('jwt', payload.iss as string, payload.sub as string) }
+      // RFC 7519 section 4.1.2: sub is a string. jose checks it is present only;
+      // an empty one would make every such token one principal.
+      if (typeof payload.sub !== 'string' || payload.sub === '' || typeof payload.iss !== 'string') {
+        return { error: this.#invalid('The access token names no subject (sub)') }
+      }
+      return { principal: principalHash('jwt', payload.iss, payload.sub) }
     } catch (err) {
       const code = (err as { code?: unknown }).code
       if (typeof code === 'string' && TOKEN_FAULTS.has(code)) {
-        const description = code === joseErrors.JWTExpired.code ? 'The access token expired' : 'The access token is not valid for this resource'
-        const e = errors.unauthorized(`Unauthorized: ${description.toLowerCase()}; get a new one from the authorization server.`,
-          challenge(metadata, { code: 'invalid_token', description }))
+        const e = this.#invalid(code === joseErrors.JWTExpired.code ? 'The access token expired' : 'The access token is not valid for this resource')
         e.cause = err
         return { error: e }
       }

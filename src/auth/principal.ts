@@ -20,19 +20,34 @@ export interface PrincipalResolver {
   identify (headers: IncomingHttpHeaders): Identity | Promise<Identity>
 }
 
-/** The stored form of an identity: never the credential itself, 22 characters of its SHA-256. */
-export function principalHash (...parts: readonly string[]): string {
+/**
+ * What kind of credential a principal stands for. Every kind is hashed under
+ * its own label, so no value of one kind can ever stand for a principal of
+ * another (a header value spelled like a JWT principal's input is still a
+ * header principal).
+ */
+export type PrincipalKind = 'header' | 'jwt' | 'anonymous'
+
+/**
+ * The stored form of an identity: never the credential itself, 22 characters
+ * of the SHA-256 of its kind and parts, each length-prefixed: ("a:b", "c") and
+ * ("a", "b:c") never hash alike, nor do two kinds.
+ */
+export function principalHash (kind: PrincipalKind, ...parts: readonly string[]): string {
   const hash = createHash('sha256')
-  // Length-prefixed: ("a:b", "c") and ("a", "b:c") never hash alike.
-  for (const part of parts) hash.update(`${Buffer.byteLength(part)}:${part}`)
+  for (const part of [kind, ...parts]) hash.update(`${Buffer.byteLength(part)}:${part}`)
   return hash.digest('base64url').slice(0, 22)
 }
+
+/** The principal of requests that carry no credential: all of them share it. */
+export const ANONYMOUS_PRINCIPAL = principalHash('anonymous')
 
 /**
  * Without an authorization server configured: the principal is the hash of
  * one request header (PRINCIPAL_HEADER, the Authorization value by default).
  * A new token is a new principal: a client whose access token is refreshed
- * loses access to the sessions it opened with the old one.
+ * loses access to the sessions it opened with the old one. A request without
+ * the header (or with it empty) is the anonymous principal.
  */
 export class HeaderPrincipal implements PrincipalResolver {
   readonly kind = 'header' as const
@@ -44,6 +59,6 @@ export class HeaderPrincipal implements PrincipalResolver {
 
   identify (headers: IncomingHttpHeaders): Identity {
     const value = headerValue(headers[this.#header]) ?? ''
-    return { principal: createHash('sha256').update(value).digest('base64url').slice(0, 22) }
+    return { principal: value === '' ? ANONYMOUS_PRINCIPAL : principalHash('header', value) }
   }
 }

@@ -3,8 +3,9 @@ import { closest } from 'fastest-levenshtein'
 import { ConfigSchema, type RawConfig } from './schema.js'
 import type { RetentionLimits } from '../store/contract.js'
 import { redisUrlProblem } from '../store/redis/redis-url.js'
-import { allowListEntry, defaultHostPolicy, type HostPolicy } from '../net/host-policy.js'
+import { adminHostPolicy, allowListEntry, defaultHostPolicy, type HostPolicy } from '../net/host-policy.js'
 import { trustedProxyList } from '../net/trusted-proxies.js'
+import { pathTrick } from '../net/request-path.js'
 import type { JwtOptions } from '../auth/jwt-principal.js'
 import { parseUpstreamUrls, type UpstreamTarget } from '../upstream/upstream-url.js'
 
@@ -43,6 +44,9 @@ export interface GatewayConfig {
   readonly maxSessions: number
   readonly maxSessionsPerPrincipal: number
   readonly standaloneHoldMs: number
+  /** The hold of an upstream GET opened at initialize that no client attached to yet. */
+  readonly standaloneEarlyHoldMs: number
+  readonly initializesPerMinutePerAddress: number
   readonly keepAliveMs: number
   readonly retryMs: number
   readonly upstreamHeadersTimeoutMs: number
@@ -52,10 +56,14 @@ export interface GatewayConfig {
   /** Bearer JWT verification; undefined: sessions are bound to the hash of principalHeader. */
   readonly jwt: JwtOptions | undefined
   readonly recoverLostSessions: boolean
+  /** Paths (exact, or prefixes ending in /) proxied without a principal (PUBLIC_PATHS). */
+  readonly publicPaths: readonly string[]
   /** null: any Origin is accepted. */
   readonly allowedOrigins: ReadonlySet<string> | null
   /** Which Host values are served (DNS-rebinding protection). */
   readonly allowedHosts: HostPolicy
+  /** The same, on the admin listener. */
+  readonly adminAllowedHosts: HostPolicy
   /** Outer proxies whose forwarding headers are believed (addresses, CIDR ranges, preset names); empty: none. */
   readonly trustedProxies: readonly string[]
   /** Time to receive a whole request (headers and body). */
@@ -279,6 +287,10 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
   const trustedProxies = (raw.TRUSTED_PROXIES ?? '').split(',').map(s => s.trim()).filter(Boolean)
   trustedProxyList(trustedProxies, problems)
   const jwt = jwtOptions(raw, problems)
+  const publicPaths = raw.PUBLIC_PATHS.split(',').map(s => s.trim()).filter(Boolean)
+  for (const path of publicPaths) {
+    if (pathTrick(path) !== undefined || path.includes('?')) problems.push(`PUBLIC_PATHS: "${path.slice(0, 80)}" is not a plain path such as /.well-known/ (starting with /, no %, \\, . or .. segment, no query)`)
+  }
   const warnings = unknownVariables(env, Object.keys(ConfigSchema.properties))
   const redisUrl = raw.REDIS_URL === undefined || problems.length > 0 ? raw.REDIS_URL : withRedisPassword(raw.REDIS_URL, raw.REDIS_PASSWORD, warnings)
   if (problems.length > 0 || upstream === undefined) {
@@ -317,6 +329,8 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     maxSessions: raw.MAX_SESSIONS,
     maxSessionsPerPrincipal: raw.MAX_SESSIONS_PER_PRINCIPAL ?? Math.ceil(raw.MAX_SESSIONS / 10),
     standaloneHoldMs: raw.STANDALONE_HOLD_SECONDS * 1000,
+    standaloneEarlyHoldMs: raw.STANDALONE_EARLY_HOLD_SECONDS * 1000,
+    initializesPerMinutePerAddress: raw.INITIALIZES_PER_MINUTE_PER_ADDRESS,
     keepAliveMs: raw.KEEPALIVE_INTERVAL_SECONDS * 1000,
     retryMs: raw.SSE_RETRY_MS,
     upstreamHeadersTimeoutMs: raw.UPSTREAM_HEADERS_TIMEOUT_SECONDS * 1000,
@@ -324,8 +338,10 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     principalHeader: raw.PRINCIPAL_HEADER.toLowerCase(),
     jwt,
     recoverLostSessions: raw.RECOVER_LOST_SESSIONS,
+    publicPaths: Object.freeze(publicPaths),
     allowedOrigins,
     allowedHosts: Object.freeze(allowedHosts),
+    adminAllowedHosts: Object.freeze(adminHostPolicy(allowedHosts, raw.ALLOWED_HOSTS !== undefined, raw.ADMIN_HOST)),
     trustedProxies: Object.freeze(trustedProxies),
     requestReadTimeoutMs: raw.REQUEST_READ_TIMEOUT_SECONDS * 1000,
     maxConnections: raw.MAX_CONNECTIONS,

@@ -10,8 +10,11 @@ import { isIP } from 'node:net'
 export type HostPolicy =
   /** No check (ALLOWED_HOSTS=*). */
   | { readonly kind: 'any' }
-  /** These names only (exact, or `*.suffix` for subdomains); lower case, IPv6 without brackets. */
-  | { readonly kind: 'list', readonly names: readonly string[] }
+  /**
+   * These names only (exact, or `*.suffix` for subdomains); lower case, IPv6
+   * without brackets. `andNonPublic`: names no public DNS answers for too.
+   */
+  | { readonly kind: 'list', readonly names: readonly string[], readonly andNonPublic?: boolean }
   /** Names no public DNS answers for: IP literals, single labels, special-use suffixes. */
   | { readonly kind: 'non-public' }
 
@@ -33,6 +36,9 @@ export function hostName (value: string | undefined): string | undefined {
   if (value === undefined) return undefined
   const match = HOST_HEADER.exec(value)
   if (match === null) return undefined
+  // RFC 3986 section 3.2.3: a port is a number, and a TCP one at most 65535.
+  const port = /:(\d+)$/.exec(value)?.[1]
+  if (port !== undefined && !value.endsWith(']') && Number(port) > 65535) return undefined
   const name = (match[1] as string).toLowerCase().replace(/^\[|\]$/g, '').replace(/\.$/, '')
   return name === '' ? undefined : name
 }
@@ -63,11 +69,23 @@ export function hostAllowed (policy: HostPolicy, value: string | undefined): boo
   if (policy.kind === 'any') return true
   const name = hostName(value)
   if (name === undefined) return false
-  if (policy.kind === 'non-public') return nonPublic(name)
+  if (policy.kind === 'non-public' || (policy.andNonPublic === true && nonPublic(name))) return nonPublic(name)
   return policy.names.some(allowed => allowed.startsWith('*.') ? name.endsWith(allowed.slice(1)) : allowed === name)
 }
 
 /** ALLOWED_HOSTS unset: the policy for a listener bound to `bindHost`. */
 export function defaultHostPolicy (bindHost: string): HostPolicy {
   return isLoopbackAddress(bindHost) ? { kind: 'list', names: LOOPBACK_NAMES } : { kind: 'non-public' }
+}
+
+/**
+ * The admin listener's policy: its own bind address's default, or, when
+ * ALLOWED_HOSTS lists names, those and every non-public name (probes and
+ * scrapers reach it by a pod's address or a Service name, rarely by the
+ * public name clients use). A rebinding page in a local browser can then not
+ * read /metrics either.
+ */
+export function adminHostPolicy (allowedHosts: HostPolicy, explicit: boolean, adminBindHost: string): HostPolicy {
+  if (!explicit) return defaultHostPolicy(adminBindHost)
+  return allowedHosts.kind === 'list' ? { ...allowedHosts, andNonPublic: true } : allowedHosts
 }

@@ -11,14 +11,12 @@ export interface PumpAdmission {
 export interface PrincipalQuotaOptions {
   /** Upstream GET streams one principal may have held by this process at once. */
   readonly maxPerPrincipal: number
-  /** The principal a session is bound to (its stored record); undefined when unknown. */
-  readonly principalOf: (sessionId: string) => Promise<string | undefined>
   /**
-   * A principal the quota does not apply to: requests without credentials,
-   * which all share one principal (every user, when the upstream needs no
-   * auth). MAX_SESSIONS still bounds them.
+   * The principal a session is bound to (its stored record); undefined when
+   * unknown. Requests without credentials share one principal, counted like
+   * any other: otherwise anyone could fill MAX_SESSIONS without a token.
    */
-  readonly exempt?: string
+  readonly principalOf: (sessionId: string) => Promise<string | undefined>
 }
 
 /**
@@ -30,7 +28,6 @@ export interface PrincipalQuotaOptions {
 export class PrincipalQuota implements PumpAdmission {
   readonly #max: number
   readonly #principalOf: PrincipalQuotaOptions['principalOf']
-  readonly #exempt: string | undefined
   /** Sessions holding a place, and whose principal they count for. */
   readonly #holders = new Map<string, string>()
   readonly #counts = new Map<string, number>()
@@ -38,7 +35,6 @@ export class PrincipalQuota implements PumpAdmission {
   constructor (options: PrincipalQuotaOptions) {
     this.#max = options.maxPerPrincipal
     this.#principalOf = options.principalOf
-    this.#exempt = options.exempt
   }
 
   /** Places held by `principal`, for tests. */
@@ -53,7 +49,7 @@ export class PrincipalQuota implements PumpAdmission {
       // The store did not answer: the quota is a fairness bound, not the binding; MAX_SESSIONS still holds.
       return
     }
-    if (principal === undefined || principal === this.#exempt || this.#holders.has(sessionId)) return
+    if (principal === undefined || this.#holders.has(sessionId)) return
     const count = this.#counts.get(principal) ?? 0
     if (count >= this.#max) throw errors.tooManyPrincipalSessions()
     this.#holders.set(sessionId, principal)

@@ -18,6 +18,8 @@ export interface StandaloneHolderOptions {
   readonly log: Logger
   readonly mcpPath: string
   readonly holdMs: number
+  /** The hold of an upstream GET no client attached to yet (STANDALONE_EARLY_HOLD_SECONDS). */
+  readonly earlyHoldMs: number
   readonly maxEventBytes: number
   readonly maxSessions: number
   /** How far a standalone stream the upstream ends is reopened. */
@@ -120,6 +122,7 @@ export class StandaloneHolder {
       sessionId,
       path: this.#o.mcpPath,
       holdMs: this.#o.holdMs,
+      earlyHoldMs: this.#o.earlyHoldMs,
       maxEventBytes: this.#o.maxEventBytes,
       readAhead: this.#readAhead,
       resumeBounds: this.#o.upstreamResumes,

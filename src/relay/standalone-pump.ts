@@ -30,6 +30,12 @@ export interface PumpOptions {
   readonly sessionId: string
   readonly path: string
   readonly holdMs: number
+  /**
+   * The hold while no client has attached here yet (the GET opened at
+   * initialize): a session whose client never asks for its stream stops
+   * costing the upstream a connection after this long, not holdMs.
+   */
+  readonly earlyHoldMs: number
   readonly maxEventBytes: number
   readonly readAhead: ReadAheadBudget
   /** How far the upstream GET is reopened when the upstream ends it. */
@@ -63,6 +69,8 @@ export class StandalonePump {
   readonly #abort = new UpstreamAbort()
   #holdTimer: NodeJS.Timeout | undefined
   #stopped = false
+  /** A client attached here since the GET opened: from then on the hold is holdMs. */
+  #clientSeen = false
   #headers: Record<string, string | string[]> = {}
   #released: Promise<void> = Promise.resolve()
 
@@ -182,10 +190,11 @@ export class StandalonePump {
   /** The hub's local client count changed: the hold timer runs only with none. */
   clientsChanged (): void {
     if (this.#o.clients.localClients() > 0) {
+      this.#clientSeen = true
       clearTimeout(this.#holdTimer)
       this.#holdTimer = undefined
     } else {
-      this.#armHold(this.#o.holdMs)
+      this.#armHold(this.#hold())
     }
   }
 
@@ -221,6 +230,10 @@ export class StandalonePump {
     }
   }
 
+  #hold (): number {
+    return this.#clientSeen ? this.#o.holdMs : Math.min(this.#o.earlyHoldMs, this.#o.holdMs)
+  }
+
   #armHold (delayMs: number): void {
     if (this.#stopped || this.#holdTimer !== undefined || this.#o.clients.localClients() > 0) return
     this.#holdTimer = setTimeout(() => {
@@ -239,7 +252,7 @@ export class StandalonePump {
         }
       }, (err: unknown) => {
         this.#o.log.warn({ err }, 'could not release the upstream GET lease; holding on')
-        this.#armHold(this.#o.holdMs)
+        this.#armHold(this.#hold())
       })
     }, delayMs)
     this.#holdTimer.unref()

@@ -1,3 +1,4 @@
+import { clientKey } from '../net/client-address.js'
 import type { Server, Socket } from 'node:net'
 
 export interface ConnectionLimits {
@@ -22,18 +23,20 @@ export function limitConnections (server: Server, limits: ConnectionLimits): voi
   server.on('connection', (socket: Socket) => {
     const address = socket.remoteAddress
     if (address === undefined || limits.exempt(address)) return
-    const count = (open.get(address) ?? 0) + 1
+    // IPv6 peers by their /64: one host can take any address in it.
+    const key = clientKey(address)
+    const count = (open.get(key) ?? 0) + 1
     if (count > limits.maxPerAddress) {
       socket.end(REFUSAL)
       // A peer that never reads or closes must not keep even this socket.
       setTimeout(() => socket.destroy(), 1000).unref()
       return
     }
-    open.set(address, count)
+    open.set(key, count)
     socket.once('close', () => {
-      const left = (open.get(address) ?? 1) - 1
-      if (left === 0) open.delete(address)
-      else open.set(address, left)
+      const left = (open.get(key) ?? 1) - 1
+      if (left === 0) open.delete(key)
+      else open.set(key, left)
     })
   })
 }

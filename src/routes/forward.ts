@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Transform, type Readable } from 'node:stream'
 import { GatewayError } from '../errors.js'
+import type { Authority } from '../net/request-authority.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { statusClass } from '../metrics/metrics.js'
 import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
@@ -35,6 +36,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The connection's peer is in TRUSTED_PROXIES: its forwarding headers are believed. */
     fromTrustedProxy: boolean
+    /** The name and scheme the request was checked for (the Host hook), passed on as X-Forwarded-Host/-Proto. */
+    authority: Extract<Authority, { kind: 'served' }> | null
   }
 }
 
@@ -43,9 +46,9 @@ export function upstreamHeadersFor (request: FastifyRequest, keepContentLength: 
   return upstreamRequestHeaders(request.headers, {
     remoteAddress: request.socket.remoteAddress,
     trustedPeer: request.fromTrustedProxy,
-    // Both from the peer, or from a trusted proxy's X-Forwarded-Proto/-Host (fastify's trustProxy).
-    protocol: request.protocol,
-    host: request.host === '' ? undefined : request.host
+    // Both from the peer, or from a trusted proxy's X-Forwarded-Proto/-Host, checked.
+    protocol: request.authority?.protocol ?? 'http',
+    host: request.authority?.host
   }, keepContentLength)
 }
 

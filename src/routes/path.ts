@@ -17,8 +17,11 @@ export function canonicalPath (rawUrl: string): string {
   }
   path = path.replace(/%([0-9a-fA-F]{2})/g, (match, hex: string) => {
     const c = String.fromCharCode(Number.parseInt(hex, 16))
-    return /[A-Za-z0-9\-._~]/.test(c) ? c : match
+    return /[A-Za-z0-9\-._~ ]/.test(c) ? c : match
   })
+  // Trailing dots and spaces of a segment are dropped by Windows-style file
+  // routing (and some frameworks trim them): "/mcp." and "/mcp%20" are "/mcp" there.
+  path = path.replace(/[. ]+(?=\/|$)/g, '')
   // Decoding may have produced new dot segments ("%2E%2E" is decoded by URL already).
   try {
     path = new URL(path, 'http://gateway.invalid').pathname

@@ -20,11 +20,44 @@ function connectionTokens (value: string | string[] | undefined): Set<string> {
 
 /**
  * Headers a client could use to pose as someone else toward the upstream
- * (which builds OAuth metadata URLs and logs from them): believed only from a
- * trusted outer proxy, as Envoy and Traefik do by default.
+ * (which builds OAuth metadata URLs and logs from them, or reads the client's
+ * address from them): believed only from a trusted outer proxy, as Envoy and
+ * Traefik do by default.
  */
+const CLIENT_IDENTITY = new Set(['forwarded', 'x-real-ip', 'true-client-ip', 'x-client-ip', 'cf-connecting-ip', 'x-cluster-client-ip', 'fastly-client-ip'])
+
+/**
+ * Headers that make some servers route or act on another URL, host or method
+ * than the request's (IIS and Symfony's X-Original-URL, X-HTTP-Method-Override):
+ * they would undo the checks the gateway made on the request's own. Never
+ * passed on, whoever sends them.
+ */
+const OVERRIDES = new Set(['x-original-url', 'x-rewrite-url', 'x-host', 'x-original-host', 'x-forwarded-server',
+  'x-http-method-override', 'x-http-method', 'x-method-override'])
+
+/**
+ * End-to-end headers the gateway reads and checks before forwarding: a
+ * client's Connection header cannot make them hop-by-hop, or the upstream
+ * would get a request without the credential or session the gateway verified.
+ */
+const CHECKED = new Set(['authorization', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id', 'accept', 'content-type', 'content-length'])
+
 function isForwardingHeader (name: string): boolean {
-  return name === 'forwarded' || name === 'x-real-ip' || name.startsWith('x-forwarded-')
+  return CLIENT_IDENTITY.has(name) || name.startsWith('x-forwarded-')
+}
+
+/**
+ * Whether a request header goes to the upstream as far as its name goes. A
+ * name with "_" that reads as a forwarding or override header once "_" is
+ * "-" is dropped from anyone: servers that map header names to variables
+ * (CGI, WSGI, PHP) read X_Forwarded_For as X-Forwarded-For, and nginx drops
+ * such names by default (underscores_in_headers off).
+ */
+function passesByName (name: string, trustedPeer: boolean): boolean {
+  const dashed = name.replaceAll('_', '-')
+  if (OVERRIDES.has(dashed)) return false
+  if (!isForwardingHeader(dashed)) return true
+  return trustedPeer && dashed === name
 }
 
 export interface ForwardContext {
@@ -45,12 +78,13 @@ export interface ForwardContext {
  */
 export function upstreamRequestHeaders (incoming: IncomingHttpHeaders, ctx: ForwardContext, keepContentLength: boolean): Record<string, string | string[]> {
   const drop = connectionTokens(incoming.connection)
+  for (const name of CHECKED) drop.delete(name)
   const out: Record<string, string | string[]> = {}
   for (const [name, value] of Object.entries(incoming)) {
     if (value === undefined) continue
     if (HOP_BY_HOP.has(name) || drop.has(name) || name === 'host' || name === 'expect') continue
     if (name === 'content-length' && !keepContentLength) continue
-    if (!ctx.trustedPeer && isForwardingHeader(name)) continue
+    if (!passesByName(name, ctx.trustedPeer)) continue
     out[name] = value
   }
   const prior = ctx.trustedPeer ? incoming['x-forwarded-for'] : undefined
@@ -58,8 +92,11 @@ export function upstreamRequestHeaders (incoming: IncomingHttpHeaders, ctx: Forw
   if (ctx.remoteAddress !== undefined) {
     out['x-forwarded-for'] = priorList !== undefined && priorList !== '' ? `${priorList}, ${ctx.remoteAddress}` : ctx.remoteAddress
   }
-  if (out['x-forwarded-proto'] === undefined) out['x-forwarded-proto'] = ctx.protocol
-  if (out['x-forwarded-host'] === undefined && ctx.host !== undefined) out['x-forwarded-host'] = ctx.host
+  // One value each, the one the Host check passed: a list would be read
+  // differently by each framework (Express takes the first entry, fastify the last).
+  out['x-forwarded-proto'] = ctx.protocol
+  if (ctx.host !== undefined) out['x-forwarded-host'] = ctx.host
+  else delete out['x-forwarded-host']
   return out
 }
 

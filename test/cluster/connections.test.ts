@@ -27,7 +27,7 @@ t.test(`${SESSIONS} concurrent sessions on one replica: constant Redis connectio
   const replica = await startReplica(t, {
     upstreamUrl: upstream.url,
     // Every session's stream comes from 127.0.0.1: above the default per-address connection cap.
-    env: { REDIS_URL: `redis://127.0.0.1:${server.port}`, LEASE_TTL_MS: String(LEASE_TTL_MS), LOG_LEVEL: 'warn', MAX_CONNECTIONS_PER_ADDRESS: String(SESSIONS * 2) }
+    env: { REDIS_URL: `redis://127.0.0.1:${server.port}`, LEASE_TTL_MS: String(LEASE_TTL_MS), LOG_LEVEL: 'warn', MAX_CONNECTIONS_PER_ADDRESS: String(SESSIONS * 2), INITIALIZES_PER_MINUTE_PER_ADDRESS: String(SESSIONS * 2) }
   })
   const agent = new Agent({ connections: null, keepAliveTimeout: 60_000 })
   t.teardown(() => agent.destroy())

@@ -80,7 +80,8 @@ t.test('traceparent continued to the upstream; spans for the request, the upstre
   process.env.OTEL_BSP_SCHEDULE_DELAY = '50'
   const tracing = startTracing(process.env, 'test')
   if (tracing === undefined) throw new Error('tracing did not start')
-  const config = testConfig(`${upstreamUrl}/mcp`)
+  // The test stands for a trusted outer proxy: only its traceparent is continued (a client's is linked).
+  const config = testConfig(`${upstreamUrl}/mcp`, { TRUSTED_PROXIES: 'loopback' })
   const store = new MemoryEventStore({ retention: config.retention, maxBytes: config.memoryStoreMaxBytes })
   const gateway = await buildGateway(config, { store, tracer: tracing.tracer })
   const { url } = await gateway.listen()
@@ -154,7 +155,8 @@ t.test('the built gateway: OTEL_EXPORTER_OTLP_ENDPOINT turns tracing on; spans a
     SHUTDOWN_GRACE_SECONDS: '1',
     DRAIN_SPREAD_SECONDS: '0',
     OTEL_EXPORTER_OTLP_ENDPOINT: receiverUrl,
-    OTEL_SERVICE_NAME: 'gw-under-test'
+    OTEL_SERVICE_NAME: 'gw-under-test',
+    TRUSTED_PROXIES: 'loopback'
   }
   const child = spawn(process.execPath, [main], { env, stdio: ['ignore', 'pipe', 'inherit'] })
   t.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL') })

@@ -6,57 +6,12 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { once } from 'node:events'
-import { createServer, type IncomingMessage, type Server } from 'node:http'
-import { connect, type AddressInfo, type Socket } from 'node:net'
+import { connect, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import { startGateway, type RunningGateway } from '../fixtures/gateway.js'
 import { freePort, jsonRpcError, parseRawResponse, rawHttp } from '../fixtures/hardening.js'
-
-interface Seen {
-  readonly method: string
-  readonly url: string
-  readonly headers: IncomingMessage['headers']
-  readonly body: string
-}
-
-interface RecordingUpstream {
-  readonly url: string
-  readonly seen: Seen[]
-}
-
-const INITIALIZE = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'edge-test', version: '1' } } })
-const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' }
-
-/**
- * An upstream that notes every request it gets. POST /mcp answers an SSE
- * stream with a session id and `Cache-Control: no-cache, no-transform`; any
- * other request gets 200 JSON after `?delayMs=`.
- */
-async function startRecordingUpstream (t: Test): Promise<RecordingUpstream> {
-  const seen: Seen[] = []
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = []
-    req.on('data', (c: Buffer) => chunks.push(c))
-    req.on('end', () => {
-      seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8') })
-      if (req.method === 'POST' && req.url === '/mcp') {
-        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache, no-transform', 'mcp-session-id': `s-${seen.length}` })
-        res.end(`event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', id: 1, result: { protocolVersion: '2025-06-18', capabilities: {}, serverInfo: { name: 'rec', version: '1' } } })}\n\n`)
-        return
-      }
-      const delayMs = Number(new URL(req.url ?? '/', 'http://x').searchParams.get('delayMs') ?? 0)
-      setTimeout(() => {
-        res.writeHead(200, { 'content-type': 'application/json' })
-        res.end(JSON.stringify({ ok: true }))
-      }, delayMs)
-    })
-  })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => new Promise<void>(resolve => { server.closeAllConnections(); server.close(() => resolve()) }))
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen }
-}
+import { INITIALIZE, MCP_HEADERS, startRecordingUpstream, type RecordingUpstream } from '../fixtures/recording-upstream.js'
 
 async function gatewayFor (t: Test, env: Record<string, string> = {}): Promise<{ gw: RunningGateway, upstream: RecordingUpstream }> {
   const upstream = await startRecordingUpstream(t)
@@ -104,7 +59,10 @@ t.test('Host: a name not allowed gets 403 before anything reaches the upstream (
   t.equal((await get(`${gw.url}/nothing-here`, { host: `evil.example.com:${port}` })).status, 403, 'with a port')
   t.equal((await get(`${gw.url}/x`, { host: 'localhost.evil.example.com' })).status, 403, 'a name that only starts like localhost')
   t.equal((await rawHttp(port, raw(['GET /x HTTP/1.0']))).status, 403, 'no Host at all (HTTP/1.0)')
-  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: user@localhost', 'connection: close']))).status, 403, 'a Host with userinfo')
+  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: user@localhost', 'connection: close']))).status, 400, 'a Host with userinfo: malformed (RFC 9112), 400')
+  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: localhost:99999', 'connection: close']))).status, 400, 'a port past 65535: 400')
+  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: localhost', 'host: evil.example.com', 'connection: close']))).status, 400, 'two Host lines: 400')
+  t.equal((await rawHttp(port, raw(['GET /x HTTP/1.1', 'host: evil.example.com', 'host: localhost', 'connection: close']))).status, 400, 'two Host lines, either order: 400')
   t.equal(upstream.seen.length, 0, 'the upstream saw none of them')
 
   for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, 'LOCALHOST', 'localhost.']) {
@@ -174,6 +132,23 @@ t.test('forwarding headers: from TRUSTED_PROXIES they are kept, appended to, and
   t.equal(seen['x-forwarded-proto'], 'https')
   t.equal(seen.forwarded, 'for=198.51.100.1')
   t.equal((await get(`${gw.url}/x`, { ...viaProxy, 'x-forwarded-host': 'evil.example.com' })).status, 403, 'the name the client used is the one checked')
+})
+
+t.test('forwarding headers from TRUSTED_PROXIES: Host always checked, every X-Forwarded-Host entry too, one value passed on', async t => {
+  const { gw, upstream } = await gatewayFor(t, { TRUSTED_PROXIES: 'loopback' })
+  const before = upstream.seen.length
+  t.equal((await get(`${gw.url}/x`, { host: 'evil.example.com', 'x-forwarded-host': 'evil.example.com, localhost' })).status, 403, 'Host evil.example.com, the last entry allowed: 403')
+  t.equal((await get(`${gw.url}/x`, { host: 'evil.example.com', 'x-forwarded-host': 'localhost' })).status, 403, 'Host is checked even when X-Forwarded-Host is allowed')
+  t.equal((await get(`${gw.url}/x`, { 'x-forwarded-host': 'evil.example.com, localhost' })).status, 403, 'an entry the client put before the proxy\'s: 403')
+  t.equal((await get(`${gw.url}/x`, { 'x-forwarded-host': 'localhost:99999' })).status, 400, 'a malformed entry: 400')
+  for (const proto of ['javascript', 'https, ftp', 'HTTPS2', '']) {
+    t.equal((await get(`${gw.url}/x`, { 'x-forwarded-proto': proto })).status, 400, `X-Forwarded-Proto "${proto}": 400`)
+  }
+  t.equal(upstream.seen.length, before, 'the upstream saw none of them')
+  t.equal((await get(`${gw.url}/x`, { 'x-forwarded-host': 'LocalHost:8443, 127.0.0.1', 'x-forwarded-proto': 'HTTPS, http' })).status, 200)
+  const seen = upstream.seen.at(-1)?.headers ?? {}
+  t.equal(seen['x-forwarded-host'], 'localhost:8443', 'the first entry (the name the client used), alone, lower case')
+  t.equal(seen['x-forwarded-proto'], 'https', 'one scheme')
 })
 
 /** Sends a request with Expect: 100-continue the way curl does: the body only after 100 Continue. */
@@ -269,4 +244,27 @@ t.test('an error answer carries the request\'s JSON-RPC id', async t => {
   t.same(await ask(JSON.stringify({ jsonrpc: '2.0', id: 'req-7', method: 'tools/list' })), { status: 502, id: 'req-7' }, 'a string id')
   t.same(await ask(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' })), { status: 502, id: null }, 'a notification: null')
   t.same(await ask('{not json'), { status: 502, id: null }, 'no JSON: null')
+})
+
+t.test('OPTIONS * is answered by the gateway: not forwarded, not an upstream error', async t => {
+  const { gw, upstream } = await gatewayFor(t)
+  const answer = await rawHttp(gw.port, raw(['OPTIONS * HTTP/1.1', 'host: localhost', 'connection: close']))
+  t.equal(answer.status, 204)
+  t.match(answer.headers.allow, /OPTIONS/)
+  t.equal(upstream.seen.length, 0, 'the upstream saw nothing')
+  const text = (await get(`${gw.adminUrl}/metrics`)).text
+  t.notMatch(text, /mcpgw_upstream_errors_total\{[^}]*\} [1-9]/, 'no upstream error counted')
+  t.equal((await rawHttp(gw.port, raw(['GET * HTTP/1.1', 'host: localhost', 'connection: close']))).status, 400, 'GET *: 400')
+})
+
+t.test('the admin listener checks Host like the MCP listener (a rebinding page cannot read /metrics)', async t => {
+  const { gw } = await gatewayFor(t)
+  t.equal((await get(`${gw.adminUrl}/metrics`, { host: 'evil.example.com' })).status, 403, '/metrics for evil.example.com: 403')
+  t.equal((await get(`${gw.adminUrl}/healthz`, { host: 'evil.example.com:9090' })).status, 403, '/healthz too')
+  t.equal((await rawHttp(Number(new URL(gw.adminUrl).port), raw(['GET /metrics HTTP/1.1', 'host: localhost', 'host: evil.example.com', 'connection: close']))).status, 400, 'two Host lines: 400')
+  t.equal((await get(`${gw.adminUrl}/metrics`)).status, 200, '127.0.0.1: served')
+  const listed = await gatewayFor(t, { ALLOWED_HOSTS: 'mcp.example.com' })
+  t.equal((await get(`${listed.gw.adminUrl}/readyz`, { host: '10.0.0.5:9090' })).status, 200, 'with a list: a pod address (probes) is served')
+  t.equal((await get(`${listed.gw.adminUrl}/metrics`, { host: 'gw-admin.ns.svc' })).status, 200, 'and a Service name (scrapers)')
+  t.equal((await get(`${listed.gw.adminUrl}/metrics`, { host: 'evil.example.com' })).status, 403, 'not a public name off the list')
 })

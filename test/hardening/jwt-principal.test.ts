@@ -9,7 +9,9 @@ import type { AddressInfo } from 'node:net'
 import { randomUUID } from 'node:crypto'
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose'
 import { startExampleServer } from '../../examples/mcp-server.js'
-import { startGateway, type RunningGateway } from '../fixtures/gateway.js'
+import { startGateway, startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
+import { useRedis } from '../fixtures/redis.js'
+import { startAuthServer } from '../fixtures/jwt.js'
 import { exchange, freePort, jsonRpcError, rawInitialize, sseEvents, type RawSession } from '../fixtures/hardening.js'
 
 const ISSUER = 'https://auth.example.test'
@@ -193,4 +195,50 @@ t.test('the JWK Set endpoint unreachable', async t => {
     const back = await exchange(mcpUrl, { method: 'POST', headers: alice.headers(bearer(await token({ sub: 'alice' }))), body: ping })
     t.equal(back.status, 200, 'the endpoint back: the same session goes on')
   })
+})
+
+t.test('header and JWT principals never meet: a replica on each over one Redis prefix', async t => {
+  // A migration between the bindings, or a rollback within the TTL: one
+  // replica verifies tokens, the other hashes the Authorization header.
+  const jwks = await serveJwks([publicJwk])
+  t.teardown(() => jwks.close())
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const redis = await useRedis(t, 'kinds')
+  const onJwt = await startGatewayOnRedis(t, redis, upstream.url, env(jwks.url))
+  const onHeader = await startGatewayOnRedis(t, redis, upstream.url, { SESSION_REQUESTS_PER_SECOND: '1000' })
+  const aliceToken = bearer(await token({ sub: 'alice' }))
+  const alice = await rawInitialize(`${onJwt.url}/mcp`, { headers: aliceToken })
+  const ids = await requestStreamIds(onJwt, alice, aliceToken, 'alice-secret')
+  // The string a JWT principal's hash is taken over, sent as a header value.
+  const forged = { authorization: [['jwt', ISSUER, 'alice']].flat().map(p => `${Buffer.byteLength(p)}:${p}`).join('') }
+  t.equal(forged.authorization, `3:jwt${ISSUER.length}:${ISSUER}5:alice`)
+  const resume = await exchange(`${onHeader.url}/mcp`, { headers: alice.getHeaders(ids[0], forged) }, 1500)
+  t.equal(resume.status, 404, 'the header replica does not take the forged value for alice')
+  t.notOk(resume.text.includes('alice-secret'), 'nothing of alice\'s replayed')
+  const post = await exchange(`${onHeader.url}/mcp`, { method: 'POST', headers: alice.headers(forged), body: ping })
+  t.equal(post.status, 404, 'nor acts in her session')
+  const own = await exchange(`${onJwt.url}/mcp`, { headers: alice.getHeaders(ids[0], aliceToken) }, 1500)
+  t.ok(own.text.includes('alice-secret'), 'alice herself still resumes')
+})
+
+t.test('a validly signed token whose sub is not a non-empty string: 401, not a key-set outage', async t => {
+  const auth = await startAuthServer(t)
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const gw = await startGateway(t, 'memory', upstream.url, auth.env)
+  const init = JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } } })
+  for (const sub of [123, '', { id: 'alice' }, ['alice'], null, true]) {
+    const answer = await exchange(`${gw.url}/mcp`, {
+      method: 'POST',
+      headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', ...bearer(await auth.token(sub)) },
+      body: init
+    })
+    t.equal(answer.status, 401, `sub ${JSON.stringify(sub)}: 401`)
+    t.match(answer.headers['www-authenticate'], /^Bearer error="invalid_token"/, 'invalid_token')
+    t.notOk('retry-after' in answer.headers, 'no Retry-After: retrying the same token cannot help')
+  }
+  const metricsText = (await exchange(`${gw.adminUrl}/metrics`)).text
+  t.notMatch(metricsText, /MCPGW_AUTH_UNAVAILABLE/, 'not counted as the authorization server being down')
+  t.equal((await exchange(`${gw.url}/mcp`, { method: 'POST', headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', ...bearer(await auth.token('alice')) }, body: init })).status, 200, 'a string sub: served')
 })

@@ -26,7 +26,7 @@ async function cycle (mcpUrl: string, auth?: string, readMs = 1500): Promise<{ s
 t.test(`${CYCLES} initialize+GET+disconnect cycles of one principal leave others their sessions`, async t => {
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
-  const gw = await startGateway(t, 'memory', upstream.url, { MAX_SESSIONS: String(MAX_SESSIONS), STANDALONE_HOLD_SECONDS: '120', SESSION_REQUESTS_PER_SECOND: '1000' })
+  const gw = await startGateway(t, 'memory', upstream.url, { MAX_SESSIONS: String(MAX_SESSIONS), STANDALONE_HOLD_SECONDS: '120', SESSION_REQUESTS_PER_SECOND: '1000', INITIALIZES_PER_MINUTE_PER_ADDRESS: '1000' })
   const mcpUrl = `${gw.url}/mcp`
 
   const statuses: number[] = []
@@ -57,11 +57,53 @@ t.test(`${CYCLES} initialize+GET+disconnect cycles of one principal leave others
   t.equal(get.status, 200, 'and may open one stream again')
 })
 
-t.test('requests without credentials share one principal, which the quota leaves alone', async t => {
+t.test('requests without credentials share one principal, counted like any other', async t => {
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
   const gw = await startGateway(t, 'memory', upstream.url, { MAX_SESSIONS: '20', MAX_SESSIONS_PER_PRINCIPAL: '2', SESSION_REQUESTS_PER_SECOND: '1000' })
   const mcpUrl = `${gw.url}/mcp`
   const answers = await Promise.all(Array.from({ length: 4 }, async () => await cycle(mcpUrl)))
-  t.same(answers.map(a => a.get.status), [200, 200, 200, 200], 'anonymous users: bounded by MAX_SESSIONS only')
+  t.same(answers.map(a => a.get.status).sort(), [200, 200, 429, 429], 'anonymous users: MAX_SESSIONS_PER_PRINCIPAL, as one principal')
+})
+
+t.test('an initialize flood, anonymous or with rotating credentials, leaves a token holder served', async t => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  // The test stands for a trusted proxy: X-Forwarded-For says which client each request is.
+  const gw = await startGateway(t, 'memory', upstream.url, {
+    MAX_SESSIONS: '20', TRUSTED_PROXIES: 'loopback', INITIALIZES_PER_MINUTE_PER_ADDRESS: '5', STANDALONE_EARLY_HOLD_SECONDS: '1', SESSION_REQUESTS_PER_SECOND: '1000'
+  })
+  const mcpUrl = `${gw.url}/mcp`
+  const from = (address: string, more: Record<string, string> = {}): Record<string, string> => ({ 'x-forwarded-for': address, ...more })
+  const init = JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'flood', version: '0' } } })
+  const initialize = async (headers: Record<string, string>): Promise<Answer> => await exchange(mcpUrl, {
+    method: 'POST', headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', ...headers }, body: init
+  })
+
+  // One address: INITIALIZES_PER_MINUTE_PER_ADDRESS.
+  const burst = await Promise.all(Array.from({ length: 30 }, async () => await initialize(from('198.51.100.1'))))
+  t.equal(burst.filter(a => a.status === 200).length, 5, 'one address: 5 sessions')
+  const refused = burst.filter(a => a.status === 429)
+  t.equal(refused.length, 25, 'the rest: 429')
+  t.ok(refused.every(a => Number(a.headers['retry-after']) >= 1), 'with Retry-After')
+  const v6 = await Promise.all(Array.from({ length: 8 }, async (_, i) => await initialize(from(`2001:db8:7:7::${i + 1}`))))
+  t.equal(v6.filter(a => a.status === 200).length, 5, 'one IPv6 /64 is one address')
+
+  // Many addresses, no credentials: one principal's share of upstream GETs.
+  await Promise.all(Array.from({ length: 30 }, async (_, i) => await initialize(from(`203.0.113.${i + 1}`))))
+  await new Promise(resolve => setTimeout(resolve, 300))
+  t.ok(gw.gateway.hub.pumpCount <= 2, `anonymous sessions hold ${gw.gateway.hub.pumpCount} upstream GETs (MAX_SESSIONS_PER_PRINCIPAL: 2)`)
+
+  // Many addresses, a new Authorization each: every place of MAX_SESSIONS taken, for a while.
+  await Promise.all(Array.from({ length: 40 }, async (_, i) => await initialize(from(`192.0.2.${i + 1}`, { authorization: `Bearer rotating-${i}` }))))
+  t.equal(gw.gateway.hub.pumpCount, 20, 'the flood holds every upstream GET MAX_SESSIONS allows')
+  // Nobody opened those streams: released after STANDALONE_EARLY_HOLD_SECONDS, not STANDALONE_HOLD_SECONDS (120 s).
+  const deadline = Date.now() + 5000
+  while (gw.gateway.hub.pumpCount > 0 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 100))
+  t.equal(gw.gateway.hub.pumpCount, 0, 'released once the early hold passed')
+
+  const alice = await rawInitialize(mcpUrl, { version: '2025-11-25', headers: from('198.51.100.200', { authorization: 'Bearer alice' }) })
+  const stream = await exchange(mcpUrl, { headers: alice.getHeaders() }, 1500)
+  t.equal(stream.status, 200, 'a token holder: her standalone stream, not 503')
+  t.match(stream.headers['content-type'], /text\/event-stream/)
 })

@@ -105,9 +105,10 @@ t.test('upstreamRequestHeaders: x-forwarded-proto and -host say what the gateway
   const forged = upstreamRequestHeaders({ 'x-forwarded-proto': 'http', 'x-forwarded-host': 'evil.example' }, ctx, true)
   t.equal(forged['x-forwarded-proto'], 'https', 'a client\'s value is overwritten')
   t.equal(forged['x-forwarded-host'], 'gateway.example')
-  const prior = upstreamRequestHeaders({ 'x-forwarded-proto': 'http', 'x-forwarded-host': 'edge.example' }, proxied, true)
-  t.equal(prior['x-forwarded-proto'], 'http', 'a trusted proxy\'s value is kept')
-  t.equal(prior['x-forwarded-host'], 'edge.example')
+  // From a trusted proxy, ctx carries the values the Host check took from its headers (request-authority.ts).
+  const prior = upstreamRequestHeaders({ 'x-forwarded-proto': 'http, https', 'x-forwarded-host': 'edge.example, other.example' }, { ...proxied, protocol: 'http', host: 'edge.example' }, true)
+  t.equal(prior['x-forwarded-proto'], 'http', 'a trusted proxy\'s checked value, alone')
+  t.equal(prior['x-forwarded-host'], 'edge.example', 'one entry, not the list')
   const noHost = upstreamRequestHeaders({}, noCtx, true)
   t.equal(noHost['x-forwarded-proto'], 'http')
   t.notOk('x-forwarded-host' in noHost, 'no host known: not set')
@@ -213,4 +214,34 @@ t.test('mediaType: the essence of a media type', async (t) => {
   ]
   for (const [input, expected] of cases) t.equal(mediaType(input), expected, JSON.stringify(input))
   t.not(mediaType('text/event-streamx'), 'text/event-stream', 'no prefix matching')
+})
+
+t.test('upstreamRequestHeaders: other client-address and override headers, and underscore spellings', async (t) => {
+  const sent: Record<string, string> = Object.fromEntries([
+    ['x-forwarded_host', 'evil.example'], ['x_forwarded_for', '198.51.100.1'], ['x_real_ip', '198.51.100.1'], ['forwarded_', 'x'],
+    ['true-client-ip', '198.51.100.1'], ['x-client-ip', '198.51.100.1'], ['cf-connecting-ip', '198.51.100.1'], ['x-cluster-client-ip', '1.1.1.1'],
+    ['x-original-url', '/admin'], ['x-rewrite-url', '/admin'], ['x-host', 'evil.example'], ['x_original_url', '/admin'], ['x-http-method-override', 'DELETE'],
+    ['x-custom_header', 'kept']
+  ])
+  const direct = upstreamRequestHeaders(sent, ctx, true)
+  t.same(Object.keys(direct).sort(), ['forwarded_', 'x-custom_header', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto'].sort(), 'from a client: none of them')
+  t.equal(direct['x-forwarded-host'], 'gateway.example')
+  const viaProxy = upstreamRequestHeaders(sent, proxied, true)
+  for (const name of ['true-client-ip', 'x-client-ip', 'cf-connecting-ip', 'x-cluster-client-ip']) t.equal(viaProxy[name], sent[name], `${name}: kept from a trusted proxy`)
+  for (const name of ['x-forwarded_host', 'x_forwarded_for', 'x_real_ip', 'x-original-url', 'x-rewrite-url', 'x-host', 'x_original_url', 'x-http-method-override']) {
+    t.notOk(name in viaProxy, `${name}: dropped even from a trusted proxy`)
+  }
+})
+
+t.test('upstreamRequestHeaders: Connection cannot make the headers the gateway checked hop-by-hop', async (t) => {
+  const out = upstreamRequestHeaders({
+    connection: 'Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, x-debug',
+    authorization: 'Bearer t',
+    'mcp-session-id': 's',
+    'mcp-protocol-version': '2025-06-18',
+    'last-event-id': 'e',
+    'x-debug': '1'
+  }, ctx, true)
+  for (const name of ['authorization', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id']) t.ok(name in out, `${name} kept`)
+  t.notOk('x-debug' in out, 'another nominated header is still dropped')
 })

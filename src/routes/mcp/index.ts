@@ -15,6 +15,7 @@ import { McpContext, type McpRouteDeps } from './context.js'
 import { handleDelete } from './delete.js'
 import { handleGet } from './get.js'
 import { handlePost } from './post.js'
+import { InitializeRate, isInitializeRequest } from './initialize-rate.js'
 import { SessionRateLimiter } from './rate-limit.js'
 import { ReplayLimiter } from './replay-limit.js'
 import { sessionIdOf } from './request-headers.js'
@@ -23,7 +24,8 @@ import { SessionGuard } from './session-guard.js'
 
 export type { McpRouteDeps } from './context.js'
 
-export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): void {
+/** Registers the MCP endpoint; returns its guard, which every other proxied path goes through too. */
+export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): SessionGuard {
   const { config } = deps
   const entries = Math.max(10_000, config.maxSessions * 4)
   const sessions = new SessionCache({ freshMs: 2000, staleMs: config.retention.ttlMs, maxEntries: entries })
@@ -31,6 +33,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
   const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions })
   guard.register(app)
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
+  const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
   const keepAlive = new KeepAliveTicker(config.keepAliveMs)
   const buffers = new ClientBuffers({ maxBytes: config.clientBuffersMaxBytes, writeTimeoutMs: config.clientWriteTimeoutMs })
   deps.metrics.watchClientBuffers(buffers)
@@ -50,6 +53,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       const proto = protocolInfo(versionHeader)
       if (proto === null) throw errors.badProtocolVersion(String(versionHeader))
       const sessionId = sessionIdOf(request)
+      if (sessionId === undefined && request.method === 'POST' && isInitializeRequest(request.body as Buffer | undefined)) {
+        // request.ip: the peer, or the client a trusted proxy forwards for.
+        const wait = initializes.take(request.ip)
+        if (wait > 0) throw errors.initializeRateLimited(wait)
+      }
       if (sessionId !== undefined) {
         // Keyed by session and principal: someone who learnt a session id cannot
         // exhaust its owner's budget.
@@ -70,4 +78,5 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): voi
       }
     }
   })
+  return guard
 }

@@ -75,6 +75,12 @@ export class SessionGuard {
     return identity.principal
   }
 
+  /** principalOf, for a request the hook did not see (a path outside the MCP endpoint). */
+  async verifiedPrincipalOf (request: FastifyRequest): Promise<string> {
+    if (!this.#identities.has(request)) this.#identities.set(request, await this.#principals.identify(request.headers))
+    return this.principalOf(request)
+  }
+
   /**
    * The session's record, if it belongs to `principal`. `recoverFor`: the
    * request goes on to the upstream, which confirms or refuses a session the

@@ -1,0 +1,22 @@
+// INITIALIZES_PER_MINUTE_PER_ADDRESS (src/routes/mcp/initialize-rate.ts): the bucket, and what counts as initialize.
+import t from 'tap'
+import { InitializeRate, isInitializeRequest } from '../../src/routes/mcp/initialize-rate.js'
+
+t.test('a minute\'s worth at once, then one every 60/rate seconds; IPv6 by /64', async t => {
+  let now = 0
+  const rate = new InitializeRate({ perMinute: 6, maxEntries: 100, now: () => now })
+  for (let i = 0; i < 6; i++) t.equal(rate.take('198.51.100.1'), 0)
+  t.equal(rate.take('198.51.100.1'), 10, 'the seventh waits 10 s')
+  t.equal(rate.take('198.51.100.2'), 0, 'another address has its own')
+  now += 10_000
+  t.equal(rate.take('198.51.100.1'), 0, 'one more after 10 s')
+  for (let i = 0; i < 6; i++) t.equal(rate.take(`2001:db8::${i}`), 0)
+  t.ok(rate.take('2001:db8::ffff') > 0, 'a seventh address of the same /64 waits')
+})
+
+t.test('isInitializeRequest', async t => {
+  t.ok(isInitializeRequest(Buffer.from('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}')))
+  t.notOk(isInitializeRequest(Buffer.from('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"initialize"}}')))
+  t.notOk(isInitializeRequest(Buffer.from('{"method":"initialize"')), 'not JSON')
+  t.notOk(isInitializeRequest(undefined))
+})
