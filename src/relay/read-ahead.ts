@@ -41,15 +41,19 @@ export const READ_AHEAD_BUDGET_BYTES = 16 * 1024 * 1024
  */
 export const TURN_BYTES = 1024 * 1024
 
-/** What libuv reads from a socket at once. */
-const SOCKET_READ_BYTES = 64 * 1024
+/**
+ * What a stream resumed for its turn reads at least before it asks again: a
+ * few socket reads, so that it is not paused after each one (pausing and
+ * resuming, and the smaller appends between, cost CPU per event).
+ */
+const TURN_GRANT_BYTES = 256 * 1024
 
 /** A stream paused for a later turn (see TURN_BYTES). */
 export interface TurnWaiter {
   /**
    * Its turn came: read again. Returns what it may read before it asks again
-   * (counted against the turn): the bytes it holds already read, at least a
-   * socket read's worth.
+   * (counted against the turn): the bytes it holds already read, at least
+   * TURN_GRANT_BYTES.
    */
   resumeTurn: () => number
 }
@@ -258,7 +262,7 @@ class ReadAhead implements TurnWaiter {
     if (this.#over || this.#failed) return 0
     const body = this.#body
     if (!this.#overLimit() && body.isPaused()) body.resume()
-    this.#granted = Math.max(body.readableLength, SOCKET_READ_BYTES)
+    this.#granted = Math.max(body.readableLength, TURN_GRANT_BYTES)
     return this.#granted
   }
 
