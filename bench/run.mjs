@@ -10,7 +10,7 @@
 //   gw-redis   the gateway on Redis (BENCH_REDIS_URL, default redis://127.0.0.1:6379;
 //              a unix:// URL reaches it through its socket)
 //
-// Usage: node bench/run.mjs [--quick] [--only=thr1,thr100,lat1k,lat1k-lockstep,lat10k,replay,idle]
+// Usage: node bench/run.mjs [--quick] [--only=thr1,thr100,fair,lat1k,lat1k-lockstep,lat10k,replay,idle]
 //                           [--paths=direct,nginx,node,gw-memory,gw-redis]
 //                           [--gateway=dist/src/main.js] [--label=<what that build is>]
 //                           [--gateway-b=<another build's main.js> --label-b=<what it is>]
@@ -33,7 +33,7 @@ import { envList, FILL_EVENTS, startGateway } from './lib/gateway.mjs'
 import { ensureNginx, nginxVersion, startNginx } from './lib/nginx.mjs'
 import { connectionsTo, freePort, nofileLimits, setNiceness, start, stop, stopAll, waitHttp } from './lib/procs.mjs'
 import { commandStats, connectRedis, deletePrefix, diffStats, localRedisPid, redisVersion } from './lib/redis.mjs'
-import { idleRun, latencyRound, replayRound, throughputRound } from './lib/scenarios.mjs'
+import { fairnessRound, idleRun, latencyRound, replayRound, throughputRound } from './lib/scenarios.mjs'
 import { median } from './lib/stats.mjs'
 import { evaluate, writeReports } from './lib/report.mjs'
 import http from 'node:http'
@@ -45,7 +45,7 @@ const root = resolve(here, '..')
 const args = parseArgs(['quick', 'only', 'paths', 'gateway', 'label', 'gateway-b', 'label-b', 'out', 'name', 'nice', 'rounds', 'replay-events'], import.meta.url)
 const QUICK = args.quick === true
 const ALL_PATHS = ['direct', 'nginx', 'node', 'gw-memory', 'gw-redis']
-const ALL_SCENARIOS = ['thr1', 'thr100', 'lat1k', 'lat1k-lockstep', 'lat10k', 'replay', 'idle']
+const ALL_SCENARIOS = ['thr1', 'thr100', 'fair', 'lat1k', 'lat1k-lockstep', 'lat10k', 'replay', 'idle']
 const pathIds = args.paths === undefined ? ALL_PATHS : String(args.paths).split(',')
 const scenarios = args.only === undefined ? ALL_SCENARIOS : String(args.only).split(',')
 for (const [option, given, all] of [['--paths', pathIds, ALL_PATHS], ['--only', scenarios, ALL_SCENARIOS]]) {
@@ -76,6 +76,7 @@ const CFG = QUICK
       latSessions: 10,
       replayRounds: 2,
       replayEvents: 10_000,
+      fair: { warmupMs: 1000, probes: 20, gapMs: 50 },
       idleStreams: 1000,
       idle: { settleMs: 1000, cpuWindowMs: 1000, warmup: 50 },
       idleGatewayEnv: {},
@@ -90,6 +91,7 @@ const CFG = QUICK
       latSessions: 10,
       replayRounds: 5,
       replayEvents: 10_000,
+      fair: { warmupMs: 2000, probes: 50, gapMs: 50 },
       idleStreams: 10_000,
       idle: { settleMs: 3000, cpuWindowMs: 5000, warmup: 200 },
       idleGatewayEnv: {},
@@ -108,7 +110,7 @@ const keyPrefix = `mcpgw-bench-${runId}:`
 const tmp = mkdtempSync(join(os.tmpdir(), 'mcpgw-bench-'))
 
 const ctx = { controlAgent: new http.Agent({ keepAlive: true, maxSockets: 4 }) }
-const results = { firstFlood: {}, thr1: {}, thr100: {}, lat1kLoaded: {}, lat1k: {}, lat1kLockstep: {}, lat10k: {}, replay: {}, idle: {} }
+const results = { firstFlood: {}, thr1: {}, thr100: {}, lat1kLoaded: {}, lat1k: {}, lat1kLockstep: {}, lat10k: {}, replay: {}, fair: {}, idle: {} }
 const errors = []
 let nginxBin
 
@@ -168,6 +170,7 @@ async function interleaved (name, paths, rounds, fn) {
 
 function brief (v) {
   if (v.eventsPerSec !== undefined && v.p99 !== undefined) return `p50 ${v.p50.toFixed(2)} ms p99 ${v.p99.toFixed(2)} ms max ${v.max.toFixed(1)} ms (${Math.round(v.eventsPerSec)} ev/s), proxy cpu ${v.cpuPct.toFixed(0)}%, machine busy ${v.machineBusyPct.toFixed(0)}%, timer late p99 ${v.timerLateP99?.toFixed(2)} max ${v.timerLateMax?.toFixed(1)} ms${Number.isFinite(v.redisCpuPct) && v.redisCpuPct > 0 ? `, redis ${v.redisCpuPct.toFixed(0)}%` : ''}${v.lost ? `, ${v.lost} LOST` : ''}${v.reconnects ? `, ${v.reconnects} reconnects` : ''}`
+  if (v.headP99 !== undefined) return `head p50 ${v.headP50.toFixed(1)} p99 ${v.headP99.toFixed(1)} max ${v.headMax.toFixed(1)} ms, /healthz p50 ${v.healthP50.toFixed(1)} p99 ${v.healthP99.toFixed(1)} max ${v.healthMax.toFixed(1)} ms, flood ${Math.round(v.eventsPerSec)} ev/s, load ${v.loadavg1.toFixed(1)}`
   if (v.firstByteMs !== undefined) return `${v.replayed} events, first byte ${v.firstByteMs.toFixed(2)} ms, ${Math.round(v.eventsPerSec)} ev/s`
   if (v.eventsPerSec !== undefined) return `${Math.round(v.eventsPerSec)} ev/s, proxy cpu ${v.cpuPct.toFixed(0)}% (${v.cpuUsPerEvent.toFixed(2)} us/ev), client ${v.clientCpuPct.toFixed(0)}% (${v.clientCpuUsPerEvent.toFixed(2)} us/ev), machine busy ${v.machineBusyPct.toFixed(0)}%${v.redis ? `, redis ${v.redisCpuPct.toFixed(0)}%` : ''}, warm-up ${(v.warmedMs / 1000).toFixed(1)} s${v.filled === 0 ? ' (cap reached: streams not past retention)' : ''}${v.reconnects ? `, ${v.reconnects} reconnects` : ''}${v.closedEarly ? `, ${v.closedEarly} closed early` : ''}`
   return JSON.stringify(v)
@@ -259,6 +262,10 @@ async function main () {
   if (scenarios.includes('thr100')) {
     log('throughput, 100 sessions')
     results.thr100 = await interleaved('thr100', paths, CFG.rounds, p => throughputRound(ctx, p, 100, CFG.thr))
+  }
+  if (scenarios.includes('fair')) {
+    log(`fairness: new clients (initialize + GET head, /healthz) during a 100-session flood; Node ${process.version}, load average ${os.loadavg().map(v => v.toFixed(1)).join(' ')}`)
+    results.fair = await interleaved('fair', paths.filter(p => p.id !== 'direct'), CFG.rounds, async p => ({ ...await fairnessRound(ctx, p, 100, CFG.fair), loadavg1: os.loadavg()[0] }))
   }
   if (['lat1k', 'lat1k-lockstep', 'lat10k', 'replay'].some(sc => scenarios.includes(sc))) {
     if (scenarios.includes('lat1k')) {
@@ -372,6 +379,14 @@ async function launch (id, limits, env = {}) {
   return { id, store, port: gw.port, pid: gw.pid, adminPort: gw.adminPort, proc: gw.proc }
 }
 
+/** The fairness rounds of one path: the worst of each latency figure, the median flood rate. */
+function worstFair (rounds) {
+  if (rounds.length === 0) return null
+  const out = medians(rounds)
+  for (const key of ['headP50', 'headP99', 'headMax', 'healthP50', 'healthP99', 'healthMax']) out[key] = Math.max(...rounds.map(r => r[key]))
+  return out
+}
+
 function meanBusy () {
   const all = []
   for (const scen of ['thr1', 'thr100', 'lat1k', 'lat1kLockstep', 'lat10k']) {
@@ -439,6 +454,8 @@ try {
     lat1kLockstep: Object.fromEntries(Object.entries(results.lat1kLockstep).map(([k, v]) => [k, medians(v)])),
     lat10k: Object.fromEntries(Object.entries(results.lat10k).map(([k, v]) => [k, medians(v)])),
     replay: Object.fromEntries(Object.entries(results.replay).map(([k, v]) => [k, medians(v)])),
+    // The worst round, not the median: a stall in one round of few is the finding.
+    fair: Object.fromEntries(Object.entries(results.fair).map(([k, v]) => [k, worstFair(v)])),
     idle: Object.fromEntries(Object.entries(results.idle).map(([k, v]) => [k, v[0]])),
     idleNote: results.idleNote,
     labelB: args['label-b'],

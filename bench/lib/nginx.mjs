@@ -82,6 +82,10 @@ http {
   }
   server {
     listen 127.0.0.1:${port} backlog=4096;
+    # nginx's own answer, the counterpart of the gateway's /healthz in the fairness scenario.
+    location = /healthz {
+      return 200 'ok';
+    }
     location / {
       proxy_pass http://mcp;
       proxy_http_version 1.1;

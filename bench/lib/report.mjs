@@ -53,6 +53,11 @@ export function evaluate (s) {
     add(`replay-rate-${id}`, `${LABELS[id]}: replay of ${replayCount(s)} events >= 100,000 events/s`, r?.eventsPerSec, r?.eventsPerSec >= 100_000)
     add(`replay-ttfb-${id}`, `${LABELS[id]}: replay first byte <= 10 ms`, r?.firstByteMs, r?.firstByteMs <= 10)
   }
+  for (const id of ['gw-memory', 'gw-redis']) {
+    const f = s.fair?.[id]
+    add(`fair-head-${id}`, `${LABELS[id]}: a new client's initialize + GET head within 100 ms at p99 during a 100-stream flood`, f?.headP99, f?.headP99 <= 100)
+    add(`fair-health-${id}`, `${LABELS[id]}: /healthz within 100 ms at p99 during a 100-stream flood`, f?.healthP99, f?.healthP99 <= 100)
+  }
   const trips = [s.thr1?.['gw-redis']?.redis?.roundTripsPerUpstreamRead, s.thr100?.['gw-redis']?.redis?.roundTripsPerUpstreamRead].filter(num)
   const worst = trips.length > 0 ? Math.max(...trips) : NaN
   // Appends (one round trip each) over the upstream reads they carried, both the gateway's own counts.
@@ -105,6 +110,11 @@ function rows (s) {
     { label: 'p99 at 10,000 ev/s', value: get('lat10k', 'p99'), digits: 3, ratio: 'lower', delta: true },
     { label: 'max at 10,000 ev/s', value: get('lat10k', 'max'), digits: 2, ratio: 'lower' },
     { label: 'events lost / duplicated (latency runs)', value: id => (s.lat1k?.[id] == null ? NaN : `${(s.lat1k[id].lost ?? 0) + (s.lat10k?.[id]?.lost ?? 0)} / ${(s.lat1k[id].duplicated ?? 0) + (s.lat10k?.[id]?.duplicated ?? 0)}`) },
+    { group: 'Fairness: new clients during a 100-stream flood (ms, lower is better; worst round)' },
+    { label: 'initialize + GET head: median / p99 / max', value: id => triple(s.fair?.[id], 'head') },
+    { label: '/healthz (nginx: its own answer): median / p99 / max', value: id => triple(s.fair?.[id], 'health') },
+    { label: 'flood events/s meanwhile', value: get('fair', 'eventsPerSec'), ratio: 'higher' },
+    { label: 'machine load average (1 min) during the rounds', value: get('fair', 'loadavg1'), digits: 1 },
     { group: 'Idle capacity (one fresh proxy)' },
     { label: 'idle streams open / attempted', value: id => (s.idle?.[id] === undefined ? NaN : `${s.idle[id].stillOpen}/${s.idle[id].attempted}`) },
     { label: 'RSS KB per idle stream', value: id => s.idle?.[id]?.kbPerStream, digits: 1, ratio: 'lower' },
@@ -125,6 +135,11 @@ function rows (s) {
     { label: 'Redis connections (rest / 100 / idle N)', value: id => (!isRedis(id) ? NaN : [s.redisConnectionsAtRest, s.thr100?.[id]?.redisConnections, s.idle?.[id]?.redisConnectionsAfter].map(v => fmt(v)).join(' / ')) }
   ]
   return list
+}
+
+function triple (f, key) {
+  if (f == null) return NaN
+  return `${fmt(f[`${key}P50`], 1)} / ${fmt(f[`${key}P99`], 1)} / ${fmt(f[`${key}Max`], 1)}`
 }
 
 function redisPair (s, id, field, digits) {
@@ -182,6 +197,7 @@ function targetValue (t) {
   if (t.id.startsWith('idle-rss')) return `${t.value.toFixed(1)} KB`
   if (t.id.startsWith('replay-rate')) return `${Math.round(t.value).toLocaleString('en-US')} ev/s`
   if (t.id.startsWith('replay-ttfb')) return `${t.value.toFixed(2)} ms`
+  if (t.id.startsWith('fair-')) return `${t.value.toFixed(1)} ms p99`
   return t.value.toFixed(2)
 }
 
@@ -336,9 +352,9 @@ function toPng (svgPath, pngPath, log) {
 }
 
 export async function writeReports (report, dir, name, log) {
-  const present = PATHS.filter(id => ['thr1', 'thr100', 'lat1k', 'lat10k', 'idle', 'replay'].some(g => report.summary[g]?.[id] != null))
+  const present = PATHS.filter(id => ['thr1', 'thr100', 'lat1k', 'lat10k', 'idle', 'replay', 'fair'].some(g => report.summary[g]?.[id] != null))
   const tbl = table(report.summary, present)
-  process.stdout.write(`\n${textTable(tbl)}\n\nTargets:\n`)
+  process.stdout.write(`\nNode ${report.machine.node}, load average at start ${report.machine.loadAtStart}${report.machine.busyPctMean === undefined ? '' : `, machine ${report.machine.busyPctMean.toFixed(0)}% busy in the windows`} (a shared machine: figures are noisy)\n${textTable(tbl)}\n\nTargets:\n`)
   for (const t of report.targets) process.stdout.write(`  ${mark(t.met).padEnd(12)} ${t.target}: ${targetValue(t)}${t.note === undefined ? '' : ` (${t.note})`}\n`)
   process.stdout.write('\n')
   const files = []

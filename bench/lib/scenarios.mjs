@@ -3,7 +3,10 @@
 //
 // A path is { id, port, pid, adminPort? }: the client talks to `port`, `pid`
 // is the process whose CPU/RSS is read (the proxy; the upstream for 'direct').
+import { execFile } from 'node:child_process'
 import { mkdirSync, writeFileSync } from 'node:fs'
+import { promisify } from 'node:util'
+import { fileURLToPath } from 'node:url'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { FollowedStream, callTool, deleteSession, initialize, jsonAgent, nowMs, openStream, request } from './client.mjs'
@@ -12,6 +15,7 @@ import { commandStats, diffStats, redisCpuSeconds } from './redis.mjs'
 import { cpuSeconds, rssKb, connectionsTo, fdCount, machineJiffies, minorFaults } from './procs.mjs'
 import { mapLimit, mapSettled, summarize } from './stats.mjs'
 
+const execFileAsync = promisify(execFile)
 const range = n => Array.from({ length: n }, (_, i) => i)
 const debug = process.env.BENCH_DEBUG === '1' ? (...a) => process.stderr.write(`  [debug ${new Date().toISOString().slice(14, 23)}] ${a.join(' ')}\n`) : () => {}
 const sum = (xs, f) => xs.reduce((a, x) => a + f(x), 0)
@@ -419,5 +423,49 @@ export async function idleRun (ctx, path, count, { settleMs, cpuWindowMs, concur
   } finally {
     for (const s of streams) s.close()
     agent.destroy()
+  }
+}
+
+/**
+ * Fairness under a flood: `sessions` streams flood at full speed while, one
+ * after another, `probes` new clients each send initialize then GET (timed
+ * until the GET's response head) and /healthz is asked (on the gateway's
+ * admin listener; nginx answers its own /healthz). A proxy that does
+ * unbounded work per turn of its event loop keeps them waiting for seconds.
+ * The flood's events/s over the same window are counted: a round whose flood
+ * delivered nothing measured an idle proxy and is refused.
+ */
+export async function fairnessRound (ctx, path, sessions, { warmupMs, probes, gapMs }) {
+  const agent = jsonAgent()
+  const ids = await openSessions(path, sessions, agent, { rate: 0, wait: true })
+  let streams = []
+  try {
+    streams = await openAndGo(ctx, path, ids, { rate: 0 })
+    await sleep(warmupMs)
+    const a = await snapshot(ctx, { ...path, adminPort: undefined, store: undefined }, streams)
+    // The new clients come from a process of their own: this one is busy reading the flood.
+    const probe = fileURLToPath(new URL('./probe.mjs', import.meta.url))
+    const { stdout } = await execFileAsync(process.execPath, [probe, String(path.port), String(path.adminPort ?? path.port), String(probes), String(gapMs)], { timeout: 180_000 })
+    const { heads, health } = JSON.parse(stdout)
+    const b = await snapshot(ctx, { ...path, adminPort: undefined, store: undefined }, streams)
+    const seconds = (b.t - a.t) / 1000
+    const eventsPerSec = (b.events - a.events) / seconds
+    if (!(eventsPerSec > 0)) throw new Error(`the flood delivered ${eventsPerSec} events/s during the probes: nothing measured`)
+    const h = summarize(heads)
+    const z = summarize(health)
+    return {
+      headP50: h.p50,
+      headP99: h.p99,
+      headMax: h.max,
+      healthP50: z.p50,
+      healthP99: z.p99,
+      healthMax: z.max,
+      probes: heads.length,
+      eventsPerSec,
+      cpuPct: (b.cpu - a.cpu) / seconds * 100,
+      machineBusyPct: (b.machine.busy - a.machine.busy) / (b.machine.total - a.machine.total) * 100
+    }
+  } finally {
+    await teardown(ctx, path, ids, streams, agent)
   }
 }

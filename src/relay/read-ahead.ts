@@ -30,13 +30,86 @@ export const READ_AHEAD_MAX_BYTES = 2 * 1024 * 1024
 export const READ_AHEAD_BUDGET_BYTES = 16 * 1024 * 1024
 
 /**
+ * Bytes of upstream reads a gateway's streams handle in one turn of the
+ * event loop, all streams together. Each read costs its decoding, its
+ * append and its writes to clients right away (on the embedded store, all of
+ * it before the loop moves on), and libuv reads up to 32 x 64 KB from each
+ * ready socket per turn: 100 flooding streams made turns of seconds, and
+ * every other request (a new client, /healthz) waited as many turns as it
+ * needs. Past this, a stream pauses until a later turn, first come first
+ * served, so a turn stays in the milliseconds whatever the number of streams.
+ */
+export const TURN_BYTES = 1024 * 1024
+
+/**
+ * What a stream resumed for its turn reads at least before it asks again: a
+ * few socket reads, so that it is not paused after each one (pausing and
+ * resuming, and the smaller appends between, cost CPU per event).
+ */
+const TURN_GRANT_BYTES = 256 * 1024
+
+/** A stream paused for a later turn (see TURN_BYTES). */
+export interface TurnWaiter {
+  /**
+   * Its turn came: read again. Returns what it may read before it asks again
+   * (counted against the turn): the bytes it holds already read, at least
+   * TURN_GRANT_BYTES.
+   */
+  resumeTurn: () => number
+}
+
+/**
  * One gateway's read-ahead budget: its streams with decoded events waiting
- * for the store share READ_AHEAD_BUDGET_BYTES. Each gateway has its own (two
+ * for the store share READ_AHEAD_BUDGET_BYTES, and all its streams share
+ * TURN_BYTES per turn of the event loop. Each gateway has its own (two
  * gateways in one process, as in tests, do not squeeze each other).
  */
 export class ReadAheadBudget {
   /** Streams with decoded events waiting for the store. */
   #waiting = 0
+  /** What is left of this turn's TURN_BYTES. */
+  #turnLeft = TURN_BYTES
+  /** Streams paused for a later turn, in the order they paused (from #head on). */
+  #waiters: TurnWaiter[] = []
+  #head = 0
+  #scheduled = false
+  readonly #turn = (): void => {
+    this.#scheduled = false
+    this.#turnLeft = TURN_BYTES
+    const waiters = this.#waiters
+    while (this.#head < waiters.length && this.#turnLeft > 0) {
+      const waiter = waiters[this.#head] as TurnWaiter
+      waiters[this.#head++] = undefined as unknown as TurnWaiter
+      this.#turnLeft -= waiter.resumeTurn()
+    }
+    if (this.#head === waiters.length) {
+      this.#waiters = []
+      this.#head = 0
+    } else {
+      this.#schedule()
+    }
+  }
+
+  /** A stream read `bytes` in this turn: false once the turn's share is spent (the stream is to wait). */
+  spend (bytes: number): boolean {
+    this.#turnLeft -= bytes
+    if (this.#turnLeft > 0) return true
+    // A new turn starts once the loop has been through I/O (setImmediate: after the poll phase).
+    this.#schedule()
+    return false
+  }
+
+  /** A stream paused until a later turn: resumed first come first served. */
+  waitTurn (waiter: TurnWaiter): void {
+    this.#waiters.push(waiter)
+    this.#schedule()
+  }
+
+  #schedule (): void {
+    if (this.#scheduled) return
+    this.#scheduled = true
+    setImmediate(this.#turn)
+  }
 
   /** A waiting stream's bound now. */
   limit (): number {
@@ -88,7 +161,7 @@ export function readAhead (body: Readable, decoder: SseDecoder, sink: ReadAheadS
   new ReadAhead(body, decoder, sink, limit)
 }
 
-class ReadAhead {
+class ReadAhead implements TurnWaiter {
   readonly #body: Readable
   readonly #decoder: SseDecoder
   readonly #sink: ReadAheadSink
@@ -102,6 +175,10 @@ class ReadAhead {
   #busy = false
   /** A turn of #next() is due (scheduled from a listener, not run inside the body's emit). */
   #due = false
+  /** Paused until a later turn of the event loop (see TURN_BYTES). */
+  #waitingTurn = false
+  /** Bytes this stream's turn granted it, still to read. */
+  #granted = 0
   /** The body finished (ended or failed). */
   #done = false
   #failed = false
@@ -160,8 +237,33 @@ class ReadAhead {
       limit.enter()
     }
     // Only decoded events wait here; an event still arriving is the decoder's (MAX_EVENT_BYTES).
-    if (queued.length > 0 && this.#queuedBytes >= (typeof limit === 'number' ? limit : limit.limit())) this.#body.pause()
+    if (this.#overLimit()) this.#body.pause()
+    if (typeof limit !== 'number' && !this.#waitingTurn && !this.#failed) {
+      // What its turn granted first, then this turn's common share; once both are spent, wait.
+      if (this.#granted > 0) this.#granted -= chunk.length
+      else if (!limit.spend(chunk.length)) {
+        this.#waitingTurn = true
+        this.#body.pause()
+        limit.waitTurn(this)
+      }
+    }
     this.#wake()
+  }
+
+  #overLimit (): boolean {
+    const queued = this.#queued
+    const limit = this.#limit
+    return queued !== undefined && queued.length > 0 && this.#queuedBytes >= (typeof limit === 'number' ? limit : limit.limit())
+  }
+
+  /** TurnWaiter: read on, unless the store still has to take what waits. */
+  resumeTurn (): number {
+    this.#waitingTurn = false
+    if (this.#over || this.#failed) return 0
+    const body = this.#body
+    if (!this.#overLimit() && body.isPaused()) body.resume()
+    this.#granted = Math.max(body.readableLength, TURN_GRANT_BYTES)
+    return this.#granted
   }
 
   #fail (err: unknown): void {
@@ -183,7 +285,7 @@ class ReadAhead {
       const batch = queued.take()
       this.#queuedBytes = 0
       this.#uncount()
-      if (!this.#failed && this.#body.isPaused()) this.#body.resume()
+      if (!this.#failed && !this.#waitingTurn && this.#body.isPaused()) this.#body.resume()
       this.#busy = true
       this.#sink.batch(batch).then(done => {
         this.#busy = false

@@ -4,7 +4,7 @@
 import t from 'tap'
 import { PassThrough } from 'node:stream'
 import { setImmediate as nextTurn } from 'node:timers/promises'
-import { READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, readAhead, ReadAheadBudget, type ReadAheadSink } from '../../src/relay/read-ahead.js'
+import { READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, readAhead, TURN_BYTES, ReadAheadBudget, type ReadAheadSink } from '../../src/relay/read-ahead.js'
 
 /** One gateway's budget, shared by the streams of these tests. */
 const budget = new ReadAheadBudget()
@@ -135,7 +135,12 @@ t.test('the default bound is a share of a budget: one busy stream reads far ahea
   /** Writes 1 KB events to `body` until it pauses (or `max` KB); returns the KB written. */
   const fill = async (body: PassThrough, max: number): Promise<number> => {
     let written = 0
-    while (!body.isPaused() && written < max) {
+    while (written < max) {
+      // Paused for a later turn of the event loop (TURN_BYTES) is not paused for good: look again after one.
+      if (body.isPaused()) {
+        await nextTurn()
+        if (body.isPaused()) break
+      }
       body.write(kb)
       written++
       if (written % 64 === 0) await nextTurn()
@@ -327,4 +332,29 @@ t.test('a batch the sink is done with (it resolved true) takes the events after 
   body.end()
   sink.release(true)
   t.same(await sink.outcome, { ended: true })
+})
+
+t.test('a turn of the event loop handles TURN_BYTES of all streams\' reads: past it a stream pauses until a later turn', async t => {
+  const shared = new ReadAheadBudget()
+  const kb = `data: ${'x'.repeat(1016)}\n\n` // 1 KB events
+  const taken: number[] = []
+  let reads = 0
+  /** A store that takes every batch at once (the embedded store). */
+  const fastSink = (i: number): ReadAheadSink => ({
+    batch: async (events: EventBatch) => { taken[i] = (taken[i] ?? 0) + events.length; return false },
+    read: () => { reads++ },
+    end: () => {},
+    fail: () => {}
+  })
+  const bodies = [new PassThrough(), new PassThrough()]
+  bodies.forEach((body, i) => readAhead(body, new SseDecoder(4096), fastSink(i), shared))
+  // Both upstreams send a lot within one turn (no await: the loop does not move on).
+  const perStream = 2 * TURN_BYTES / 1024
+  for (let k = 0; k < perStream; k++) for (const body of bodies) body.write(kb)
+  t.ok(bodies.every(body => body.isPaused()), 'both paused within the turn')
+  // One read per 1 KB write here: read within the turn, the rest waits in the bodies.
+  t.ok(reads * 1024 >= TURN_BYTES - 1024 && reads * 1024 <= TURN_BYTES + 1024, `a turn's share read in that turn (${reads} KB of ${2 * perStream} KB sent)`)
+  for (let turns = 0; turns < 100 && (taken[0] ?? 0) + (taken[1] ?? 0) < 2 * perStream; turns++) await nextTurn()
+  t.same(taken, [perStream, perStream], 'later turns take the rest of both, nothing lost')
+  for (const body of bodies) body.end()
 })
