@@ -5,18 +5,14 @@
 // and one line when the store fails and one when it answers again.
 import t from 'tap'
 import type { Test } from 'tap'
-import { execFileSync, spawnSync } from 'node:child_process'
+import { execFileSync } from 'node:child_process'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { startGatewayWithLog, type LoggingGateway } from '../fixtures/gateway.js'
 import { connectClient, waitUntil } from '../fixtures/mcp-client.js'
 import { exchange, metricSum, metrics, rawInitialize } from '../fixtures/hardening.js'
+import { externalTool } from '../fixtures/external-tools.js'
 
-/** promtool from Debian's prometheus package (scripts/install-packaging-tools.sh installs it). */
-function promtool (): string {
-  const found = spawnSync('sh', ['-c', 'command -v promtool'], { encoding: 'utf8' }).stdout.trim()
-  if (found === '') throw new Error('promtool is not installed: run `apt-get install -y prometheus` (Debian\'s prometheus package carries it), or scripts/install-packaging-tools.sh')
-  return found
-}
+const promtool = await externalTool('promtool')
 
 async function started (t: Test, env: Record<string, string> = {}): Promise<LoggingGateway> {
   const upstream = await startExampleServer()
@@ -24,19 +20,25 @@ async function started (t: Test, env: Record<string, string> = {}): Promise<Logg
   return await startGatewayWithLog(t, upstream.url, env)
 }
 
-t.test('a real scrape passes promtool check metrics, every labelled series at 0 from the start', async t => {
-  const tool = promtool()
+t.test('a real scrape passes promtool check metrics', { skip: promtool.skip }, async t => {
+  const tool = promtool.require(t)
+  if (tool === undefined) return
   const gw = await started(t)
   const text = await metrics(gw.adminUrl)
   let checked: string
   try {
-    checked = execFileSync(tool, ['check', 'metrics'], { input: text, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] })
+    checked = execFileSync(tool.file, ['check', 'metrics'], { input: text, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] })
   } catch (err) {
     const e = err as { status?: number, stdout?: string, stderr?: string }
     checked = `exit ${String(e.status)}: ${e.stdout ?? ''}${e.stderr ?? ''}`
     t.fail(`promtool check metrics: ${checked}`)
   }
   t.equal(checked, '', 'promtool has nothing to say')
+})
+
+t.test('every labelled series is at 0 from the start', async t => {
+  const gw = await started(t)
+  const text = await metrics(gw.adminUrl)
   const zero = (name: string, labels: Record<string, string>): void => {
     const line = text.split('\n').find(l => l.startsWith(`${name}{`) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)))
     t.match(line, / 0$/, `${name} ${JSON.stringify(labels)} at 0`)
