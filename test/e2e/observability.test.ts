@@ -80,6 +80,22 @@ t.test('a session DELETE closes its stream as session_deleted, not upstream_erro
   t.equal(await closedAs('upstream_error'), 0, 'not as upstream_error')
 })
 
+t.test('every refusal counted under its own reason: a bad session id, a body too large on either path', async t => {
+  const gw = await started(t, { MAX_BODY_BYTES: '1024' })
+  const mcpUrl = `${gw.url}/mcp`
+  const count = async (status: string, reason: string): Promise<number> => metricSum(await metrics(gw.adminUrl), 'mcpgw_requests_refused_total', { status, reason })
+  const badId = await exchange(mcpUrl, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': 'not\u00e9ascii' }, body: '{"jsonrpc":"2.0","id":1,"method":"ping"}' })
+  t.equal(badId.status, 400)
+  t.equal(await count('400', 'bad_session_id'), 1, 'MCPGW_BAD_SESSION_ID as bad_session_id')
+  const big = 'x'.repeat(4096)
+  const mcpBody = await exchange(mcpUrl, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"${big}"}}` })
+  t.equal(mcpBody.status, 413)
+  const proxied = await exchange(`${gw.url}/other/path`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: big })
+  t.equal(proxied.status, 413)
+  t.equal(await count('413', 'body_too_large'), 2, 'MCPGW_BODY_TOO_LARGE as body_too_large, on the MCP endpoint and on the proxy path')
+  t.equal(await count('400', 'other') + await count('413', 'other'), 0, 'none as other')
+})
+
 t.test('requests: the id echoed, the session hash on the request line, refusals counted and logged below error', async t => {
   const gw = await started(t, { ALLOWED_ORIGINS: 'https://app.example.com' })
   const mcpUrl = `${gw.url}/mcp`
