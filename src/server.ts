@@ -154,10 +154,10 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
         return
       }
       const refusal = err.code === 'HPE_HEADER_OVERFLOW'
-        ? new GatewayError('MCPGW_HEADERS_TOO_LARGE', 431, `Request Header Fields Too Large: headers are limited to MAX_HEADER_BYTES (${config.maxHeaderBytes}).`)
+        ? errors.headersTooLarge(config.maxHeaderBytes)
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
           ? errors.requestTimeout(config.requestReadTimeoutMs / 1000)
-          : new GatewayError('MCPGW_BAD_HTTP', 400, 'Bad Request: the request is not valid HTTP/1.1.')
+          : errors.badHttp()
       const body = jsonRpcErrorBody(refusal)
       metrics.countRefusal(refusal.statusCode, refusal.code)
       socket.end(`HTTP/1.1 ${refusal.statusCode} ${STATUS_CODES[refusal.statusCode] ?? ''}\r\n` +
@@ -249,8 +249,12 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   app.setErrorHandler(async (err: FastifyError, request, reply) => {
     const gatewayError = (err as Error) instanceof GatewayError
       ? err as unknown as GatewayError
-      : new GatewayError(err.code ?? 'MCPGW_INTERNAL', err.statusCode !== undefined && err.statusCode >= 400 ? err.statusCode : 500,
-        err.statusCode !== undefined && err.statusCode < 500 ? err.message : 'Internal error in the gateway.')
+      : err.code === 'FST_ERR_CTP_BODY_TOO_LARGE'
+        ? errors.bodyTooLarge(config.maxBodyBytes)
+        : err.statusCode === undefined || err.statusCode >= 500
+          ? errors.internal()
+          // fastify's own refusals (a media type it cannot parse...) keep their code; counted as reason "other".
+          : new GatewayError(err.code ?? 'MCPGW_INTERNAL', err.statusCode >= 400 ? err.statusCode : 500, err.message)
     metrics.countRefusal(gatewayError.statusCode, gatewayError.code)
     logRefusal(request.log, gatewayError, err)
     if (reply.raw.headersSent) {

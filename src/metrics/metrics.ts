@@ -1,7 +1,8 @@
 import type { Tracer } from '@opentelemetry/api'
 import type { FastifyBaseLogger } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { errors, SessionGoneError, type GatewayError } from '../errors.js'
+import { REFUSALS, SessionGoneError, isRefusalCode, type RefusalReason } from '../errors.js'
+import { GAP_REASONS, type GapReason } from '../gaps.js'
 import type { StoreUsage as MemoryStoreUsage } from '../store/contract.js'
 import { traceStoreOperation } from '../tracing/spans.js'
 import { ENDPOINT_STATES } from '../upstream/endpoint-state.js'
@@ -11,7 +12,6 @@ import { ENDPOINT_STATES } from '../upstream/endpoint-state.js'
 const STREAM_KINDS = ['standalone', 'request', 'resume'] as const
 const CLOSE_OUTCOMES = ['completed', 'client_gone', 'slow_client', 'superseded', 'upstream_error', 'draining', 'session_deleted', 'write_timeout', 'buffers_full'] as const
 const RESUME_OUTCOMES = ['replayed', 'gap', 'unknown', 'refused'] as const
-const GAP_REASONS = ['trimmed', 'epoch', 'unknown_stream', 'future_id', 'recorder_lost', 'event_too_large', 'store_unavailable', 'upstream_handover'] as const
 const UNRECORDED_REASONS = ['too_large', 'store_error'] as const
 const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', 'adopt_session', 'delete_session', 'session_deleted', 'intact_since', 'open_stream', 'load_cursor', 'lease_acquire'] as const
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
@@ -31,18 +31,6 @@ export type ResumeOutcome = typeof RESUME_OUTCOMES[number]
 export type StoreOp = typeof STORE_OPS[number]
 
 /**
- * Refusals the gateway answers itself besides those in `errors`: Node's HTTP
- * parser (431, 400), fastify's body limit (413), and anything unexpected (500).
- */
-const OTHER_REFUSALS: ReadonlyArray<readonly [string, number]> = [
-  ['MCPGW_HEADERS_TOO_LARGE', 431], ['MCPGW_BAD_HTTP', 400], ['FST_ERR_CTP_BODY_TOO_LARGE', 413], ['MCPGW_INTERNAL', 500]
-]
-const REFUSALS: ReadonlyArray<{ readonly code: string, readonly status: string, readonly reason: string }> =
-  [...Object.values(errors).map(make => (make as (...args: never[]) => GatewayError)(...(['1', '1'] as never[]))).map(e => [e.code, e.statusCode] as const), ...OTHER_REFUSALS]
-    .map(([code, status]) => ({ code, status: String(status), reason: code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? 'body_too_large' : code.replace(/^MCPGW_/, '').toLowerCase() }))
-const REFUSAL_REASONS: ReadonlyMap<string, string> = new Map(REFUSALS.map(r => [r.code, r.reason]))
-
-/**
  * The gateway's Prometheus metrics, on an application-owned registry (tests
  * build as many gateways as they like). Labels are small closed sets: never a
  * session id, event id or anything a client chooses.
@@ -53,7 +41,8 @@ export class GatewayMetrics {
   readonly streamsOpened: Counter<'kind'>
   readonly streamsClosed: Counter<'kind' | 'outcome'>
   readonly resumes: Counter<'outcome'>
-  readonly gaps: Counter<'reason'>
+  /** By reason: count through countGap(), which takes only the closed set. */
+  readonly #gaps: Counter<'reason'>
   readonly eventsRecorded: Counter
   readonly eventBytesRecorded: Counter
   readonly upstreamReads: Counter
@@ -99,7 +88,7 @@ export class GatewayMetrics {
     this.streamsOpened = new Counter({ name: `${p}streams_opened_total`, help: 'Client SSE streams opened, by kind.', labelNames: ['kind'], registers })
     this.streamsClosed = new Counter({ name: `${p}streams_closed_total`, help: 'Client SSE streams closed, by kind and outcome.', labelNames: ['kind', 'outcome'], registers })
     this.resumes = new Counter({ name: `${p}resumes_total`, help: 'Requests carrying Last-Event-ID, by outcome.', labelNames: ['outcome'], registers })
-    this.gaps = new Counter({ name: `${p}gaps_total`, help: 'Gaps signalled to clients (history could not fill a resume), by reason.', labelNames: ['reason'], registers })
+    this.#gaps = new Counter({ name: `${p}gaps_total`, help: 'Gaps signalled to clients (history could not fill a resume), by reason.', labelNames: ['reason'], registers })
     this.eventsRecorded = new Counter({ name: `${p}events_recorded_total`, help: 'Upstream SSE events appended to the store.', registers })
     this.eventBytesRecorded = new Counter({ name: `${p}event_bytes_recorded_total`, help: 'Bytes of upstream event data appended to the store.', registers })
     this.upstreamReads = new Counter({ name: `${p}upstream_reads_total`, help: 'Pieces of upstream SSE answers read (as the HTTP client hands them over). Each store append carries one or more: appends per read is the batching.', registers })
@@ -139,7 +128,7 @@ export class GatewayMetrics {
       for (const outcome of CLOSE_OUTCOMES) this.streamsClosed.inc({ kind, outcome }, 0)
     }
     for (const outcome of RESUME_OUTCOMES) this.resumes.inc({ outcome }, 0)
-    for (const reason of GAP_REASONS) this.gaps.inc({ reason }, 0)
+    for (const reason of GAP_REASONS) this.#gaps.inc({ reason }, 0)
     for (const reason of UNRECORDED_REASONS) this.eventsUnrecorded.inc({ reason }, 0)
     for (const op of STORE_OPS) {
       this.storeErrors.inc({ op }, 0)
@@ -148,7 +137,7 @@ export class GatewayMetrics {
     for (const outcome of RESEND_OUTCOMES) this.appendResends.inc({ outcome }, 0)
     for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.inc({ kind }, 0)
     for (const kind of UPSTREAM_STREAM_KINDS) this.upstreamStreamsOpen.set({ kind }, 0)
-    for (const { status, reason } of REFUSALS) this.requestsRefused.inc({ status, reason }, 0)
+    for (const { status, reason } of Object.values(REFUSALS)) this.requestsRefused.inc({ status: String(status), reason }, 0)
   }
 
   /** Zero every series again (tests; prom-client's reset drops labelled series). */
@@ -157,9 +146,15 @@ export class GatewayMetrics {
     this.#zero()
   }
 
-  /** Count an error answer of the gateway's own; codes outside the known set count as "other". */
+  /** Count an error answer of the gateway's own under its reason (errors.ts REFUSALS); codes outside the table count as "other". */
   countRefusal (statusCode: number, code: string): void {
-    this.requestsRefused.inc({ status: String(statusCode), reason: REFUSAL_REASONS.get(code) ?? 'other' })
+    const reason: RefusalReason = isRefusalCode(code) ? REFUSALS[code].reason : 'other'
+    this.requestsRefused.inc({ status: String(statusCode), reason })
+  }
+
+  /** Count a gap signalled to a client: the reason is one of the closed set (gaps.ts). */
+  countGap (reason: GapReason): void {
+    this.#gaps.inc({ reason })
   }
 
   /** Where mcpgw_client_buffered_bytes is read at each scrape. */

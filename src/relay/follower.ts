@@ -156,7 +156,7 @@ export class StreamFollower {
         }
         if (client.lastSeq + 1 < state.firstSeq && state.lastSeq > client.lastSeq) {
           // Retention overtook this client mid-replay: say so, never skip silently.
-          metrics.gaps.inc({ reason: 'trimmed' })
+          metrics.countGap('trimmed')
           log.warn({ streamId: client.streamId, from: client.lastSeq + 1, to: state.firstSeq - 1 }, 'gap: events trimmed before the client read them')
           client.writeGap({ reason: 'trimmed', streamId: client.streamId, missingFrom: client.lastSeq + 1, missingTo: state.firstSeq - 1 })
         }

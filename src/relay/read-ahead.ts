@@ -129,8 +129,9 @@ export interface ReadAheadSink {
    * least one). Reading goes on while the returned promise is pending; the
    * next batch comes once it settles. A rejection stops reading: fail() gets
    * the reason. Resolving true says that nothing reads the batch any more
-   * (the store answered; what it keeps, it retained: EventBatch.retain()):
-   * its buffers may take the next events.
+   * (the store answered): its buffers may take the next events unless the
+   * store retained them (the ownership rule is EventStore.append's, in
+   * store/contract.ts).
    */
   batch: (events: EventBatch) => Promise<boolean>
   /** A piece of the body was read (before it is decoded): for counting. */

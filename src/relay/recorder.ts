@@ -205,7 +205,7 @@ class Recording implements ReadAheadSink {
         await this.#appender.append((err as EventTooLargeError).completed).catch(() => {})
         closing.push(eventTooLargeGap(o.maxEventBytes))
         o.metrics.eventsUnrecorded.inc({ reason: 'too_large' })
-        o.metrics.gaps.inc({ reason: 'event_too_large' })
+        o.metrics.countGap('event_too_large')
         o.log.error({ streamId: o.streamId, err }, 'upstream event too large: stream closed')
         break
       case 'aborted':

@@ -221,7 +221,7 @@ export class StandalonePump {
     const { store, metrics, log, lease, sessionId } = this.#o
     try {
       await metrics.timeStore('append', () => store.append(sessionId, STANDALONE_STREAM, [upstreamHandoverGap(STANDALONE_STREAM)], { fence: lease.token }))
-      metrics.gaps.inc({ reason: 'upstream_handover' })
+      metrics.countGap('upstream_handover')
       log.warn('upstream GET taken over without upstream resumption: gap marker recorded')
     } catch (err) {
       if (err instanceof LeaseLostError) this.#stop('lease_lost')

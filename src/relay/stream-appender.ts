@@ -156,7 +156,7 @@ export class StreamAppender {
     if (end) this.#endPending = false
     this.#epochGapPending = false
     if (this.#unrecorded > 0) {
-      o.metrics.gaps.inc({ reason: 'store_unavailable' })
+      o.metrics.countGap('store_unavailable')
       o.log.warn({ streamId: o.streamId, unrecorded: this.#unrecorded }, 'event store back: gap marker recorded for the events it missed')
       this.#unrecorded = 0
     }

@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Transform, type Readable } from 'node:stream'
-import { GatewayError } from '../errors.js'
+import { errors } from '../errors.js'
 import type { Authority } from '../net/request-authority.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { statusClass } from '../metrics/metrics.js'
@@ -14,17 +14,13 @@ export interface ForwardDeps {
   readonly maxBodyBytes: number
 }
 
-function bodyTooLarge (limit: number): GatewayError {
-  return new GatewayError('MCPGW_BODY_TOO_LARGE', 413, `Payload Too Large: request bodies are limited to MAX_BODY_BYTES (${limit}).`)
-}
-
 /** A streamed body, cut off with an error once it passes `limit` bytes. */
 function bounded (body: Readable, limit: number): Readable {
   let seen = 0
   const counter = new Transform({
     transform (chunk: Buffer, _encoding, done) {
       seen += chunk.length
-      if (seen > limit) done(bodyTooLarge(limit))
+      if (seen > limit) done(errors.bodyTooLarge(limit))
       else done(null, chunk)
     }
   })
@@ -71,7 +67,7 @@ export async function forwardTransparently (deps: ForwardDeps, request: FastifyR
   const method = request.method
   if (body !== undefined && !Buffer.isBuffer(body)) {
     const declared = Number(request.headers['content-length'] ?? 0)
-    if (declared > deps.maxBodyBytes) throw bodyTooLarge(deps.maxBodyBytes)
+    if (declared > deps.maxBodyBytes) throw errors.bodyTooLarge(deps.maxBodyBytes)
     body = bounded(body, deps.maxBodyBytes)
   }
   const end = deps.metrics.upstreamRequestDuration.startTimer({ method })

@@ -120,8 +120,15 @@ export interface EventStore {
    * packed (EventBatch, see batch/event-batch.ts: the recorder's form). The stream is opened if
    * needed. Retention (count, bytes, TTL) is applied in the same step; the
    * newest event is never trimmed. Subscribers of the stream get a notice.
-   * A batch is the store's from then on: the embedded store may keep its
-   * buffer, and the events returned are views of it, so it must not change.
+   * A packed batch stays the caller's: once the append has settled, the
+   * caller may refill its buffers with the next events (the recorder does:
+   * EventBatchBuilder.recycle()), unless the store called `batch.retain()`.
+   * So a store that keeps the bytes, or any view of them, past its answer
+   * (the embedded store keeps a big batch's buffer as it is; events whose
+   * frames are views of it) calls retain() before answering; otherwise it
+   * keeps copies. After a failed append the caller never refills them (a
+   * connection may still hold them to resend).
+   * The store contract suite refills the buffers after each append.
    * Fails with SessionGoneError when the session is unknown (expired or lost).
    */
   append (sessionId: string, streamId: string, events: readonly EventInput[] | EventBatch, options?: AppendOptions): Promise<StoredEvent[]>

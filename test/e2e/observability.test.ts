@@ -5,18 +5,14 @@
 // and one line when the store fails and one when it answers again.
 import t from 'tap'
 import type { Test } from 'tap'
-import { execFileSync, spawnSync } from 'node:child_process'
+import { execFileSync } from 'node:child_process'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { startGatewayWithLog, type LoggingGateway } from '../fixtures/gateway.js'
 import { connectClient, waitUntil } from '../fixtures/mcp-client.js'
 import { exchange, metricSum, metrics, rawInitialize } from '../fixtures/hardening.js'
+import { externalTool } from '../fixtures/external-tools.js'
 
-/** promtool from Debian's prometheus package (scripts/install-packaging-tools.sh installs it). */
-function promtool (): string {
-  const found = spawnSync('sh', ['-c', 'command -v promtool'], { encoding: 'utf8' }).stdout.trim()
-  if (found === '') throw new Error('promtool is not installed: run `apt-get install -y prometheus` (Debian\'s prometheus package carries it), or scripts/install-packaging-tools.sh')
-  return found
-}
+const promtool = await externalTool('promtool')
 
 async function started (t: Test, env: Record<string, string> = {}): Promise<LoggingGateway> {
   const upstream = await startExampleServer()
@@ -24,19 +20,25 @@ async function started (t: Test, env: Record<string, string> = {}): Promise<Logg
   return await startGatewayWithLog(t, upstream.url, env)
 }
 
-t.test('a real scrape passes promtool check metrics, every labelled series at 0 from the start', async t => {
-  const tool = promtool()
+t.test('a real scrape passes promtool check metrics', { skip: promtool.skip }, async t => {
+  const tool = promtool.require(t)
+  if (tool === undefined) return
   const gw = await started(t)
   const text = await metrics(gw.adminUrl)
   let checked: string
   try {
-    checked = execFileSync(tool, ['check', 'metrics'], { input: text, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] })
+    checked = execFileSync(tool.file, ['check', 'metrics'], { input: text, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] })
   } catch (err) {
     const e = err as { status?: number, stdout?: string, stderr?: string }
     checked = `exit ${String(e.status)}: ${e.stdout ?? ''}${e.stderr ?? ''}`
     t.fail(`promtool check metrics: ${checked}`)
   }
   t.equal(checked, '', 'promtool has nothing to say')
+})
+
+t.test('every labelled series is at 0 from the start', async t => {
+  const gw = await started(t)
+  const text = await metrics(gw.adminUrl)
   const zero = (name: string, labels: Record<string, string>): void => {
     const line = text.split('\n').find(l => l.startsWith(`${name}{`) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)))
     t.match(line, / 0$/, `${name} ${JSON.stringify(labels)} at 0`)
@@ -76,6 +78,22 @@ t.test('a session DELETE closes its stream as session_deleted, not upstream_erro
   }
   t.equal(deleted, 1, 'counted as session_deleted')
   t.equal(await closedAs('upstream_error'), 0, 'not as upstream_error')
+})
+
+t.test('every refusal counted under its own reason: a bad session id, a body too large on either path', async t => {
+  const gw = await started(t, { MAX_BODY_BYTES: '1024' })
+  const mcpUrl = `${gw.url}/mcp`
+  const count = async (status: string, reason: string): Promise<number> => metricSum(await metrics(gw.adminUrl), 'mcpgw_requests_refused_total', { status, reason })
+  const badId = await exchange(mcpUrl, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': 'not\u00e9ascii' }, body: '{"jsonrpc":"2.0","id":1,"method":"ping"}' })
+  t.equal(badId.status, 400)
+  t.equal(await count('400', 'bad_session_id'), 1, 'MCPGW_BAD_SESSION_ID as bad_session_id')
+  const big = 'x'.repeat(4096)
+  const mcpBody = await exchange(mcpUrl, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"${big}"}}` })
+  t.equal(mcpBody.status, 413)
+  const proxied = await exchange(`${gw.url}/other/path`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: big })
+  t.equal(proxied.status, 413)
+  t.equal(await count('413', 'body_too_large'), 2, 'MCPGW_BODY_TOO_LARGE as body_too_large, on the MCP endpoint and on the proxy path')
+  t.equal(await count('400', 'other') + await count('413', 'other'), 0, 'none as other')
 })
 
 t.test('requests: the id echoed, the session hash on the request line, refusals counted and logged below error', async t => {

@@ -2,8 +2,8 @@
 // order, a stop grace period longer than the gateway's drain, Redis with AOF
 // persistence, and a gateway environment made only of variables the gateway knows.
 // The compose CLI validates the file as well, and redis-server boots the mounted
-// config/redis.conf. Both tools are required: scripts/install-packaging-tools.sh
-// installs them (CI runs it from .ci/run).
+// config/redis.conf. scripts/install-packaging-tools.sh installs both (npm test
+// runs it); without them those two checks are skipped, except in CI.
 import t from 'tap'
 import { execFile } from 'node:child_process'
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
@@ -13,10 +13,12 @@ import { promisify } from 'node:util'
 import { parse as parseYaml } from 'yaml'
 import { ConfigSchema } from '../../src/config/schema.js'
 import { loadConfig } from '../../src/config/load.js'
+import { externalTool } from '../fixtures/external-tools.js'
 
 const run = promisify(execFile)
 const ROOT = join(import.meta.dirname, '..', '..')
-const INSTALL_HINT = 'install it with `sh scripts/install-packaging-tools.sh` (as root; Debian packages docker-compose and redis-server)'
+const redisServer = await externalTool('redis-server')
+const composeCli = await externalTool('compose')
 
 type Service = Record<string, unknown> & { environment?: Record<string, string>, healthcheck?: { test?: unknown } }
 
@@ -53,15 +55,6 @@ function redisDirectives (text: string): Map<string, string> {
     directives.set((name as string).toLowerCase(), args.join(' '))
   }
   return directives
-}
-
-async function which (command: string, args: string[]): Promise<boolean> {
-  try {
-    await run(command, args)
-    return true
-  } catch {
-    return false
-  }
 }
 
 t.test('helpers', async t => {
@@ -139,10 +132,8 @@ t.test('redis persists with AOF from the mounted config', async t => {
   t.ok(Object.hasOwn(compose.volumes ?? {}, volumeName), 'a named volume')
 })
 
-t.test('redis-server boots config/redis.conf', async t => {
-  if (!await which('redis-server', ['--version'])) {
-    return t.fail(`redis-server is not installed: ${INSTALL_HINT}`)
-  }
+t.test('redis-server boots config/redis.conf', { skip: redisServer.skip }, async t => {
+  if (redisServer.require(t) === undefined) return
   const dir = await mkdtemp(join(tmpdir(), 'mcpgw-redis-conf-'))
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const conf = (await readFile(join(ROOT, 'config', 'redis.conf'), 'utf8')).replace(/^dir .*$/m, `dir ${dir}`)
@@ -165,19 +156,10 @@ t.test('redis-server boots config/redis.conf', async t => {
   }
 })
 
-// Skipping is allowed, but only knowingly and visibly (tap reports it).
-const skipComposeCli = process.env.MCPGW_SKIP_COMPOSE_CLI === '1'
-  ? 'MCPGW_SKIP_COMPOSE_CLI=1: docker-compose.yml was NOT validated by the compose CLI'
-  : false
-
-t.test('the compose CLI validates docker-compose.yml', { skip: skipComposeCli }, async t => {
-  let cli: [string, string[]] | undefined
-  if (await which('docker-compose', ['version'])) cli = ['docker-compose', []]
-  else if (await which('docker', ['compose', 'version'])) cli = ['docker', ['compose']]
-  if (cli === undefined) {
-    return t.fail(`neither docker-compose nor docker compose is installed: ${INSTALL_HINT}, or set MCPGW_SKIP_COMPOSE_CLI=1 to skip this check knowingly`)
-  }
-  const [command, prefix] = cli
+t.test('the compose CLI validates docker-compose.yml', { skip: composeCli.skip }, async t => {
+  const cli = composeCli.require(t)
+  if (cli === undefined) return
+  const { file: command, prefix } = cli
   const env = { ...process.env }
   delete env.LOG_LEVEL
   delete env.ALLOWED_ORIGINS

@@ -64,7 +64,7 @@ t.test('every labelled series exists at 0 before anything happened, and again af
     ] as const) t.equal(sample(text, name, labels), 0, `${name} ${JSON.stringify(labels)}`)
   }
   expectZero(await scrape(metrics))
-  metrics.gaps.inc({ reason: 'trimmed' })
+  metrics.countGap('trimmed')
   metrics.reset()
   expectZero(await scrape(metrics))
 })
@@ -73,7 +73,7 @@ t.test('refusals: by status and reason; a code outside the known set is "other"'
   const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
   metrics.countRefusal(429, 'MCPGW_RATE_LIMITED')
   metrics.countRefusal(429, 'MCPGW_RATE_LIMITED')
-  metrics.countRefusal(413, 'FST_ERR_CTP_BODY_TOO_LARGE')
+  metrics.countRefusal(413, 'MCPGW_BODY_TOO_LARGE')
   metrics.countRefusal(415, 'FST_ERR_CTP_INVALID_MEDIA_TYPE')
   const text = await scrape(metrics)
   t.equal(sample(text, 'mcpgw_requests_refused_total', { status: '429', reason: 'rate_limited' }), 2)

@@ -29,7 +29,7 @@ export function enterReplay (ctx: McpContext, sessionId: string, streamId: strin
 export function openWithGap (ctx: McpContext, client: ClientStream, log: Logger, position: EventPosition | null, start: StartPoint): void {
   if (position !== null) ctx.deps.metrics.resumes.inc({ outcome: start.gap === undefined ? 'replayed' : 'gap' })
   if (start.gap !== undefined) {
-    ctx.deps.metrics.gaps.inc({ reason: start.gap.reason })
+    ctx.deps.metrics.countGap(start.gap.reason)
     log.warn({ gap: start.gap }, 'gap: history cannot fill this resume; the client is told')
     client.open({ [GAP_HEADER]: start.gap.reason }, start.after, { ...start.gap, streamId: client.streamId })
   } else {

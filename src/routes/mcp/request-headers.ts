@@ -3,7 +3,7 @@
  * headers of the upstream requests it makes on a request's behalf.
  */
 import type { FastifyRequest } from 'fastify'
-import { GatewayError } from '../../errors.js'
+import { errors } from '../../errors.js'
 import { headerValue } from '../../upstream/headers.js'
 import { upstreamHeadersFor } from '../forward.js'
 
@@ -21,7 +21,7 @@ export function sessionIdOf (request: FastifyRequest): string | undefined {
   if (raw === undefined) return undefined
   const value = headerValue(raw) as string
   if (Array.isArray(raw) || !SESSION_ID.test(value)) {
-    throw new GatewayError('MCPGW_BAD_SESSION_ID', 400, 'Bad Request: Mcp-Session-Id must be one value of visible ASCII characters.')
+    throw errors.badSessionId()
   }
   return value
 }

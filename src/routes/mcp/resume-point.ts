@@ -4,8 +4,10 @@
  */
 import type { EventPosition } from '../../protocol/event-id.js'
 import type { SessionRecord, StreamState } from '../../store/contract.js'
+import type { GapReason as AnyGapReason } from '../../gaps.js'
 
-export type GapReason = 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'
+/** The gaps a resume position shows by itself (see gaps.ts for every reason). */
+export type GapReason = Extract<AnyGapReason, 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'>
 
 /** How a lost response's JSON-RPC error says why, by gap reason. */
 export const LOST_PHRASES: Readonly<Record<GapReason, string>> = {

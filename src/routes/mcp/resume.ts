@@ -16,10 +16,11 @@ import type { SessionRecord, StreamState } from '../../store/contract.js'
 import type { McpContext } from './context.js'
 import { enterReplay, GAP_HEADER, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
 import { LOST_PHRASES, requestResumePosition, resumePoint, type GapReason } from './resume-point.js'
+import type { GapReason as AnyGapReason } from '../../gaps.js'
 import { sessionHash } from './session-guard.js'
 
 /** Gap reason (mcpgw_gaps_total) of a request stream ended for its dead recorder. */
-const RECORDER_LOST = 'recorder_lost'
+const RECORDER_LOST: AnyGapReason = 'recorder_lost'
 
 export async function resumeRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, resumeFrom: EventPosition): Promise<unknown> {
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: resumeFrom.streamId })
@@ -66,7 +67,7 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
     const requestId = requestIdOfStream(position.streamId)
     if (requestId !== undefined) return answerLostResponse(ctx, request, reply, proto, position, requestId, reason)
     metrics.resumes.inc({ outcome: 'unknown' })
-    metrics.gaps.inc({ reason })
+    metrics.countGap(reason)
     log.warn({ reason }, 'gap: resume of a stream whose history is gone')
     const client = ctx.clientStream(reply, log, 'resume', record.epoch, position.streamId, proto)
     client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
@@ -83,7 +84,7 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
   if (client.closed) return
   // The client waits for the rest: should the replica recording it die, end the stream with an answer.
   const unwatch = ctx.deps.leases.watchRequestStream(sessionId, position.streamId, orphanAnswer(position.streamId), () => {
-    metrics.gaps.inc({ reason: RECORDER_LOST })
+    metrics.countGap(RECORDER_LOST)
     log.warn({ reason: RECORDER_LOST }, 'gap: the replica recording this request stream died; ended it with the gateway\'s error answer')
   })
   client.onClose(unwatch)
@@ -93,7 +94,7 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
 function answerLostResponse (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, position: EventPosition, requestId: string | number, reason: GapReason): void {
   const log = request.log.child({ streamId: position.streamId })
   ctx.deps.metrics.resumes.inc({ outcome: 'unknown' })
-  ctx.deps.metrics.gaps.inc({ reason })
+  ctx.deps.metrics.countGap(reason)
   log.warn({ reason }, 'gap: resume of a stream whose history is gone; answering its request with an error')
   const client = ctx.clientStream(reply, log, 'resume', position.epoch, position.streamId, proto)
   client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })

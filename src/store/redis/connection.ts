@@ -1,6 +1,7 @@
 import { Cluster, Redis } from 'ioredis'
 import type { ClusterOptions, RedisOptions } from 'ioredis'
 import { redisUrlOptions } from './redis-url.js'
+import type { StoreLogger } from './notice-bus.js'
 
 export type Connection = Redis | Cluster
 
@@ -18,7 +19,7 @@ export type RedisTarget =
  * auto-pipelining; the command connection: with many busy streams, one
  * system call per append cost the gateway CPU, see bench/NOTES.md).
  */
-export function openConnection (target: RedisTarget, connectionName: string, redisOptions?: RedisOptions, batched = false): Connection {
+export function openConnection (target: RedisTarget, connectionName: string, redisOptions?: RedisOptions, batched = false, logger?: StoreLogger): Connection {
   const base: RedisOptions = { maxRetriesPerRequest: 3, ...(batched && { enableAutoPipelining: true }), ...redisOptions, connectionName }
   if ('url' in target) {
     const url = redisUrlOptions(target.url)
@@ -30,7 +31,15 @@ export function openConnection (target: RedisTarget, connectionName: string, red
     const clusterOptions: ClusterOptions = {
       redisOptions: { ...base, ...(password !== undefined && { password }), ...(tls !== undefined && { tls }) },
       // Commands issued together go out as one pipeline per node (lease ticks rely on it).
-      enableAutoPipelining: true
+      enableAutoPipelining: true,
+      // ioredis's own delay; logged, since ioredis retries silently. Without a reason
+      // from ioredis, it reconnects because the slot table came back empty or
+      // CLUSTER INFO said cluster_state:fail.
+      clusterRetryStrategy: (attempt: number, reason?: Error) => {
+        const retryInMs = Math.min(100 + attempt * 2, 2000)
+        logger?.warn({ connection: connectionName, attempt, reason: reason?.message ?? 'empty slot table or cluster_state:fail', retryInMs }, 'Redis Cluster: reconnecting')
+        return retryInMs
+      }
     }
     return new Cluster(target.cluster.map(({ host, port }) => ({ host, port })), clusterOptions)
   }

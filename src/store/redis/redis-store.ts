@@ -12,6 +12,7 @@ import type {
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { Appender } from './append.js'
 import { openConnection, quit, type Connection, type RedisTarget } from './connection.js'
+import { waitForClusterReady } from './cluster-ready.js'
 import { KeyLayout } from './key-layout.js'
 import { RedisLeaseBackend } from './lease-backend.js'
 import { defineCommands, isReply, ROLLED_BACK, type ScriptedConnection } from './lua.js'
@@ -110,8 +111,12 @@ export class RedisEventStore implements EventStore {
     const random = options.random ?? randomBytes
     const replicaId = options.replicaId ?? randomToken(12, random)
     // Names make the store's connections visible in CLIENT LIST.
-    const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, options.redisOptions, false)
-    const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, options.redisOptions)
+    if ('cluster' in options) {
+      const auth = { ...(options.password !== undefined && { password: options.password }), ...(options.tls === true && { tls: {} }) }
+      await waitForClusterReady(options.cluster, { ...options.redisOptions, ...auth }, options.logger)
+    }
+    const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, options.redisOptions, false, options.logger)
+    const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, options.redisOptions, false, options.logger)
     const store = new RedisEventStore({
       redis,
       subscriber,
