@@ -41,6 +41,7 @@ async function main (): Promise<void> {
   if (tracing !== undefined) log.info('tracing: spans exported over OTLP/HTTP as the OTEL_* variables say')
   const gateway = await buildGateway(config, { store, logger, ...(tracing !== undefined && { tracer: tracing.tracer }) })
   if (config.allowedOrigins === null) log.warn('ALLOWED_ORIGINS is not set: requests from any Origin are accepted')
+  if (config.sessionBindingKey === undefined) log.warn('SESSION_BINDING_KEY is not set: session ids are bound to their principal under a built-in key, against which whoever holds an id can test guesses of a weak credential offline')
 
   // The grace period covers the drain; close-with-grace exits non-zero if it runs out.
   closeWithGrace({ delay: config.shutdownGraceMs + 2000, logger: log }, async ({ signal, err }) => {

@@ -58,6 +58,9 @@ export interface GatewayConfig {
   readonly recoverLostSessions: boolean
   /** Paths (exact, or prefixes ending in /) proxied without a principal (PUBLIC_PATHS). */
   readonly publicPaths: readonly string[]
+  /** The key of the binding in session ids; undefined: the built-in key (see protocol/session-id.ts). */
+  readonly sessionBindingKey: string | undefined
+  readonly reestablishUpstreamSessions: boolean
   /** null: any Origin is accepted. */
   readonly allowedOrigins: ReadonlySet<string> | null
   /** Which Host values are served (DNS-rebinding protection). */
@@ -339,6 +342,8 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     jwt,
     recoverLostSessions: raw.RECOVER_LOST_SESSIONS,
     publicPaths: Object.freeze(publicPaths),
+    sessionBindingKey: raw.SESSION_BINDING_KEY,
+    reestablishUpstreamSessions: raw.REESTABLISH_UPSTREAM_SESSIONS,
     allowedOrigins,
     allowedHosts: Object.freeze(allowedHosts),
     adminAllowedHosts: Object.freeze(adminHostPolicy(allowedHosts, raw.ALLOWED_HOSTS !== undefined, raw.ADMIN_HOST)),

@@ -15,10 +15,60 @@ import type { EventInput, StoredEvent } from './events.js'
 
 export type { EventInput, FrameEvent, StoredEvent, TextEvent } from './events.js'
 
-export interface SessionRecord {
+/** Where a session lives upstream. */
+export interface UpstreamPlacement {
+  /**
+   * The id the upstream knows the session by now, used toward the upstream
+   * only (it changes when the gateway establishes the session again). A
+   * record written without one reads as the session's own id.
+   */
+  readonly upstreamSessionId: string
+  /** Which upstream endpoint holds the session, opaque to the store; undefined: the one upstream. */
+  readonly endpoint?: string
+}
+
+export interface SessionRecord extends UpstreamPlacement {
   readonly epoch: string
   /** Hash of the principal (auth header) that created the session. */
   readonly principal: string
+}
+
+/**
+ * What it takes to establish a session upstream again: the client's
+ * initialize, what its result promised, and the requests since that set
+ * session state, compacted (the last log level; the resources subscribed).
+ */
+export interface SessionRecipe {
+  /** The client's initialize request body (JSON text). */
+  readonly initialize: string
+  /** The result's protocolVersion and capabilities, canonical JSON (see protocol/initialize.ts). */
+  readonly initializeResult: string
+  /** The body of the last logging/setLevel request. */
+  readonly logLevel?: string
+  /** Resource URIs subscribed to, in the order of their first subscription. */
+  readonly subscriptions: readonly string[]
+  /** false: the subscriptions went past SUBSCRIPTIONS_MAX: the session cannot be established again. */
+  readonly complete: boolean
+}
+
+/** A request that set session state, as the recipe keeps it. */
+export type SessionStateChange =
+  | { readonly kind: 'log_level', readonly request: string }
+  | { readonly kind: 'subscribe', readonly uri: string }
+  | { readonly kind: 'unsubscribe', readonly uri: string }
+
+/**
+ * A recipe's bound on subscriptions: past it the recipe stops recording
+ * them and is marked incomplete (a client subscribing without end must not
+ * grow a record without end).
+ */
+export const SUBSCRIPTIONS_MAX = { count: 256, bytes: 64 * 1024 } as const
+
+export interface CreateSessionOptions {
+  /** Default: the session's own id, on the one upstream. */
+  readonly placement?: UpstreamPlacement
+  /** The recipe's initialize and its result; without one the session cannot be established again. */
+  readonly recipe?: { readonly initialize: string, readonly initializeResult: string }
 }
 
 export interface StreamState {
@@ -78,7 +128,7 @@ export interface EventStore {
   readonly kind: 'memory' | 'redis'
 
   /** Record a new session bound to `principal`; a fresh epoch is chosen. */
-  createSession (sessionId: string, principal: string): Promise<SessionRecord>
+  createSession (sessionId: string, principal: string, options?: CreateSessionOptions): Promise<SessionRecord>
   /** The session's record, refreshing its time to live; null when unknown or lost. */
   getSession (sessionId: string): Promise<SessionRecord | null>
   /** Drop every record of the session. Resolves only once they are gone. */
@@ -93,9 +143,22 @@ export interface EventStore {
   /**
    * Record the session unless the store has it already: returns the record it
    * has (whatever its principal), or a new one bound to `principal` with a
-   * fresh epoch. For sessions the store lost (see intactSince).
+   * fresh epoch, at `placement` (default: the session's own id). For
+   * sessions the store lost (see intactSince). An adopted session has no recipe.
    */
-  adoptSession (sessionId: string, principal: string): Promise<SessionRecord>
+  adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<SessionRecord>
+  /**
+   * Move the session to a new upstream placement, only if its upstream id is
+   * still `expected` (compare and set: a replica that re-established the
+   * session from a stale record cannot overwrite a newer one). Returns the
+   * record as it is after the call (check its upstreamSessionId to see which
+   * won); null when the session is unknown.
+   */
+  movePlacement (sessionId: string, expected: string, next: UpstreamPlacement): Promise<SessionRecord | null>
+  /** The session's recipe; null when the session is unknown or was recorded without one. */
+  recipe (sessionId: string): Promise<SessionRecipe | null>
+  /** Keep a request that set session state in the recipe (compacted; see SUBSCRIPTIONS_MAX). No-op without a recipe. */
+  recordSessionState (sessionId: string, change: SessionStateChange): Promise<void>
   /**
    * Since when (ms since the Unix epoch) this store holds everything it was
    * given: its own start (embedded store; 0 once its cap evicted a session,

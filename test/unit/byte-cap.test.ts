@@ -17,7 +17,7 @@ function makeCap (t: Test, maxBytes: number, records = { session: 0, stream: 0 }
 }
 
 function session (cap: ByteCap, sessions: SessionTable, id: string): MemorySession {
-  const s = sessions.add(id, { epoch: 'e', principal: 'p' })
+  const s = sessions.add(id, { epoch: 'e', principal: 'p', upstreamSessionId: id })
   cap.sessionAdded()
   return s
 }

@@ -8,7 +8,7 @@ import { LOST_PHRASES, requestResumePosition, resumePoint } from '../../src/rout
 import { orphanAnswer } from '../../src/routes/mcp/resume.js'
 import type { StreamState } from '../../src/store/contract.js'
 
-const record = { epoch: 'e1', principal: 'p' }
+const record = { epoch: 'e1', principal: 'p', upstreamSessionId: 'u' }
 const state = (over: Partial<StreamState> = {}): StreamState => ({ epoch: 'e1', firstSeq: 1, lastSeq: 10, ended: false, ...over })
 const at = (seq: number, epoch = 'e1', streamId = 's') => ({ epoch, streamId, seq })
 

@@ -5,7 +5,7 @@ import { SessionCache } from '../../src/routes/mcp/session-cache.js'
 t.test('SessionCache: fresh, then stale, then gone', async (t) => {
   let now = 0
   const cache = new SessionCache({ freshMs: 100, staleMs: 1000, maxEntries: 10, now: () => now })
-  const record = { epoch: 'e', principal: 'p' }
+  const record = { epoch: 'e', principal: 'p', upstreamSessionId: 's' }
   cache.set('s', record)
   t.equal(cache.fresh('s'), record)
   now = 100
@@ -20,7 +20,7 @@ t.test('SessionCache: fresh, then stale, then gone', async (t) => {
 
 t.test('SessionCache: bounded; the least recently verified go first, a check does not renew', async (t) => {
   const cache = new SessionCache({ freshMs: 100, staleMs: 1000, maxEntries: 2, now: () => 0 })
-  const record = { epoch: 'e', principal: 'p' }
+  const record = { epoch: 'e', principal: 'p', upstreamSessionId: 'u' }
   cache.set('a', record)
   cache.set('b', record)
   t.equal(cache.fresh('a'), record)

@@ -16,7 +16,7 @@ function makeTable (t: Test, sweepIntervalMs = 60_000): { table: SessionTable, d
 }
 
 const ids = (table: SessionTable): string[] => [...table].map(([id]) => id)
-const record = { epoch: 'e', principal: 'p' }
+const record = { epoch: 'e', principal: 'p', upstreamSessionId: 'u' }
 
 t.test('a session expires exactly at its TTL unless touched, and is released when dropped', async t => {
   const { table, dropped, advance } = makeTable(t)

@@ -2,9 +2,10 @@ import { randomBytes } from 'node:crypto'
 import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import type {
-  AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
-  SessionRecord, StoreUsage, StoredEvent, StreamState
+  AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  SessionRecipe, SessionRecord, SessionStateChange, StoreUsage, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
+import { applyStateChange } from '../session-recipe.js'
 import { EventBatch } from '../batch/event-batch.js'
 import { NumberedBatch } from '../batch/numbered-batch.js'
 import { BatchNotice } from '../batch/batch-notice.js'
@@ -84,22 +85,42 @@ export class MemoryEventStore implements EventStore {
     return { heldBytes: this.heldBytes, maxBytes: this.#cap.maxBytes, sessions: this.#sessions.size, evicted: this.#cap.evicted() }
   }
 
-  async createSession (sessionId: string, principal: string): Promise<SessionRecord> {
+  async createSession (sessionId: string, principal: string, options: CreateSessionOptions = {}): Promise<SessionRecord> {
     this.#sessions.drop(sessionId)
     this.#deleted.clear(sessionId)
-    const record = { epoch: randomToken(8, this.#random), principal }
-    const session = this.#sessions.add(sessionId, record)
+    const record = { epoch: randomToken(8, this.#random), principal, ...placementOf(sessionId, options.placement) }
+    const recipe = options.recipe === undefined ? undefined : { ...options.recipe, subscriptions: [], complete: true }
+    const session = this.#sessions.add(sessionId, record, recipe)
     this.#cap.sessionAdded()
     this.#cap.evict(undefined, session, this.#sessions)
     return record
   }
 
-  async adoptSession (sessionId: string, principal: string): Promise<SessionRecord> {
+  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<SessionRecord> {
     // No await between the look-up and the creation: two adoptions never both create.
     const session = this.#sessions.live(sessionId)
-    if (session === undefined) return await this.createSession(sessionId, principal)
+    if (session === undefined) return await this.createSession(sessionId, principal, placement === undefined ? {} : { placement })
     this.#sessions.touch(session)
     return session.record
+  }
+
+  async movePlacement (sessionId: string, expected: string, next: UpstreamPlacement): Promise<SessionRecord | null> {
+    const session = this.#sessions.live(sessionId)
+    if (session === undefined) return null
+    if (session.record.upstreamSessionId === expected) {
+      session.record = { epoch: session.record.epoch, principal: session.record.principal, ...placementOf(sessionId, next) }
+    }
+    this.#sessions.touch(session)
+    return session.record
+  }
+
+  async recipe (sessionId: string): Promise<SessionRecipe | null> {
+    return this.#sessions.live(sessionId)?.recipe ?? null
+  }
+
+  async recordSessionState (sessionId: string, change: SessionStateChange): Promise<void> {
+    const session = this.#sessions.live(sessionId)
+    if (session?.recipe !== undefined) session.recipe = applyStateChange(session.recipe, change)
   }
 
   /**
@@ -214,4 +235,10 @@ export class MemoryEventStore implements EventStore {
     }
     return stream
   }
+}
+
+/** A record's placement: the given one, or the session's own id on the one upstream. */
+function placementOf (sessionId: string, placement: UpstreamPlacement | undefined): UpstreamPlacement {
+  if (placement === undefined) return { upstreamSessionId: sessionId }
+  return placement.endpoint === undefined ? { upstreamSessionId: placement.upstreamSessionId } : { upstreamSessionId: placement.upstreamSessionId, endpoint: placement.endpoint }
 }

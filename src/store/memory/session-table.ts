@@ -1,13 +1,15 @@
 // The memory store's sessions: their records and streams, their expiry (lazy
 // on access, and a periodic sweep), and the order they were used in, which
 // the byte cap drops them by when records alone fill it.
-import type { RetentionLimits, SessionRecord } from '../contract.js'
+import type { RetentionLimits, SessionRecipe, SessionRecord } from '../contract.js'
 import { LruOrder } from './lru-order.js'
 import type { MemoryStream } from './memory-stream.js'
 
 export interface MemorySession {
   readonly id: string
-  readonly record: SessionRecord
+  /** Replaced whole when the session moves upstream (movePlacement). */
+  record: SessionRecord
+  recipe: SessionRecipe | undefined
   readonly streams: Map<string, MemoryStream>
   expiresAt: number
 }
@@ -40,8 +42,8 @@ export class SessionTable {
   get size (): number { return this.#sessions.size }
 
   /** A new session, most recently used; the id must not be held (drop() it first). */
-  add (sessionId: string, record: SessionRecord): MemorySession {
-    const session: MemorySession = { id: sessionId, record, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs }
+  add (sessionId: string, record: SessionRecord, recipe?: SessionRecipe): MemorySession {
+    const session: MemorySession = { id: sessionId, record, recipe, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs }
     this.#sessions.touch(sessionId, session)
     return session
   }

@@ -6,7 +6,8 @@
  *
  *   <tag>:m              session hash: epoch, principal, and per stream q: (lastSeq),
  *                        f: (firstSeq), b: (bytes), e: (ended), c: (cursor),
- *                        u: (upstream's last id), h: (held under a lease), w: (recorder)
+ *                        u: (upstream's last id), h: (held under a lease), w: (recorder);
+ *                        and the session's upstream placement and recipe (RECORD_FIELDS)
  *   <tag>:b:<stream>     the stream: one entry per appended batch, id <first seq>-<count>,
  *                        fields s (size), l (layout), b (bytes)
  *   <tag>:z:<stream>     its ledger: "<entry id> <size>" per entry, oldest first
@@ -22,6 +23,23 @@
  * The names, fields and one-letter field names are a stored format: a
  * running Redis keeps them across upgrades, so they do not change.
  */
+/**
+ * The session hash's fields for where the session lives upstream and how to
+ * establish it again (see SessionRecord, SessionRecipe); the Lua scripts
+ * spell them too. A record without `up` is on the upstream under its own id.
+ */
+export const RECORD_FIELDS = Object.freeze({
+  upstreamSessionId: 'up',
+  endpoint: 'ep',
+  initialize: 'ri',
+  initializeResult: 'rr',
+  logLevel: 'rl',
+  /** JSON array of resource URIs. */
+  subscriptions: 'rs',
+  /** Present: the subscriptions went past their bound. */
+  incomplete: 'rx'
+})
+
 export class KeyLayout {
   readonly #prefix: string
 

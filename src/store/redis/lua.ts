@@ -49,6 +49,8 @@ export const COMMANDS = Object.freeze({
   readPlan: command('read-plan-3'),
   touch: command('touch-3'),
   adopt: command('adopt-5'),
+  movePlacement: command('move-placement-1'),
+  sessionState: command('session-state-1'),
   intact: command('intact-1'),
   saveCursor: command('save-cursor-3'),
   reset: command('reset'),
@@ -81,6 +83,8 @@ export function isReply (err: unknown, prefix: string): boolean {
 type Args = Array<string | number | Buffer>
 type Reply<T> = Promise<T>
 type Entries = Array<[Buffer, Buffer[]]>
+/** A session record: epoch, principal, upstream session id, endpoint ('' for a field it lacks). */
+export type RecordReply = [string, string, string, string]
 
 /** The scripts as commands of a connection (defineCommands), with their replies' types. */
 export interface StoreCommands {
@@ -91,9 +95,11 @@ export interface StoreCommands {
   mcpgwReadBuffer: (...args: Args) => Reply<[Buffer, number, number, number, Entries] | null>
   /** READ's reply, or the same with the page's entries to read (first id, last id, count) instead of them. */
   mcpgwReadPlanBuffer: (...args: Args) => Reply<[Buffer, number, number, number, Entries] | [Buffer, number, number, number, [], Buffer, Buffer, number] | null>
-  mcpgwTouch: (...args: Args) => Reply<[string, string] | null>
+  mcpgwTouch: (...args: Args) => Reply<RecordReply | null>
   mcpgwSaveCursor: (...args: Args) => Reply<number>
-  mcpgwAdopt: (...args: Args) => Reply<[string, string]>
+  mcpgwAdopt: (...args: Args) => Reply<RecordReply>
+  mcpgwMovePlacement: (...args: Args) => Reply<RecordReply | null>
+  mcpgwSessionState: (...args: Args) => Reply<number>
   mcpgwIntact: (...args: Args) => Reply<string>
   mcpgwReset: (numberOfKeys: number, ...args: Args) => Reply<number>
   mcpgwLeaseAcquire: (...args: Args) => Reply<[number, (string | number)?, string?]>

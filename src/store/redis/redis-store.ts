@@ -2,20 +2,20 @@ import { randomBytes } from 'node:crypto'
 import type { RedisOptions } from 'ioredis'
 import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
-import { STANDALONE_STREAM } from '../contract.js'
+import { STANDALONE_STREAM, SUBSCRIPTIONS_MAX } from '../contract.js'
 import type { EventBatch } from '../batch/event-batch.js'
 import type { NumberedBatch } from '../batch/numbered-batch.js'
 import type {
-  AppendOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
-  SessionRecord, StoredEvent, StreamState
+  AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  SessionRecipe, SessionRecord, SessionStateChange, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { Appender } from './append.js'
 import { openConnection, quit, type Connection, type RedisTarget } from './connection.js'
 import { waitForClusterReady } from './cluster-ready.js'
-import { KeyLayout } from './key-layout.js'
+import { KeyLayout, RECORD_FIELDS } from './key-layout.js'
 import { RedisLeaseBackend } from './lease-backend.js'
-import { defineCommands, isReply, ROLLED_BACK, type ScriptedConnection } from './lua.js'
+import { defineCommands, isReply, ROLLED_BACK, type RecordReply, type ScriptedConnection } from './lua.js'
 import { AUDIENCE_REFRESH_MS, NoticeBus, type StoreLogger } from './notice-bus.js'
 import { Reader } from './read.js'
 
@@ -136,16 +136,53 @@ export class RedisEventStore implements EventStore {
     return store
   }
 
-  async createSession (sessionId: string, principal: string): Promise<SessionRecord> {
+  async createSession (sessionId: string, principal: string, options: CreateSessionOptions = {}): Promise<SessionRecord> {
     const epoch = randomToken(8, this.#random)
-    await this.#reset(sessionId, { epoch, principal }, { listStreams: false })
-    return { epoch, principal }
+    const fields: Record<string, string> = {}
+    const { placement, recipe } = options
+    if (placement !== undefined) {
+      fields[RECORD_FIELDS.upstreamSessionId] = placement.upstreamSessionId
+      if (placement.endpoint !== undefined) fields[RECORD_FIELDS.endpoint] = placement.endpoint
+    }
+    if (recipe !== undefined) {
+      fields[RECORD_FIELDS.initialize] = recipe.initialize
+      fields[RECORD_FIELDS.initializeResult] = recipe.initializeResult
+    }
+    await this.#reset(sessionId, { epoch, principal, fields }, { listStreams: false })
+    return recordOf(sessionId, [epoch, principal, placement?.upstreamSessionId ?? '', placement?.endpoint ?? ''])
   }
 
   async getSession (sessionId: string): Promise<SessionRecord | null> {
     const keys = this.#keys.session(sessionId)
     const reply = await this.#redis.mcpgwTouch(keys.meta, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM), this.#retention.ttlMs)
-    return reply === null ? null : { epoch: reply[0], principal: reply[1] }
+    return reply === null ? null : recordOf(sessionId, reply)
+  }
+
+  async movePlacement (sessionId: string, expected: string, next: UpstreamPlacement): Promise<SessionRecord | null> {
+    const keys = this.#keys.session(sessionId)
+    const reply = await this.#redis.mcpgwMovePlacement(keys.meta, sessionId, expected, next.upstreamSessionId, next.endpoint ?? '')
+    return reply === null ? null : recordOf(sessionId, reply)
+  }
+
+  async recipe (sessionId: string): Promise<SessionRecipe | null> {
+    const keys = this.#keys.session(sessionId)
+    const [initialize, initializeResult, logLevel, subscriptions, incomplete] = await this.#redis.hmget(keys.meta,
+      RECORD_FIELDS.initialize, RECORD_FIELDS.initializeResult, RECORD_FIELDS.logLevel, RECORD_FIELDS.subscriptions, RECORD_FIELDS.incomplete)
+    if (initialize == null || initializeResult == null) return null
+    const list: unknown = JSON.parse(subscriptions ?? '[]')
+    return {
+      initialize,
+      initializeResult,
+      ...(logLevel != null && { logLevel }),
+      subscriptions: Array.isArray(list) ? list.filter((uri): uri is string => typeof uri === 'string') : [],
+      complete: incomplete == null
+    }
+  }
+
+  async recordSessionState (sessionId: string, change: SessionStateChange): Promise<void> {
+    const keys = this.#keys.session(sessionId)
+    await this.#redis.mcpgwSessionState(keys.meta, change.kind, change.kind === 'log_level' ? change.request : change.uri,
+      SUBSCRIPTIONS_MAX.count, SUBSCRIPTIONS_MAX.bytes)
   }
 
   async deleteSession (sessionId: string): Promise<void> {
@@ -157,14 +194,14 @@ export class RedisEventStore implements EventStore {
     return await this.#redis.exists(this.#keys.session(sessionId).deleted) === 1
   }
 
-  async adoptSession (sessionId: string, principal: string): Promise<SessionRecord> {
+  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<SessionRecord> {
     const keys = this.#keys.session(sessionId)
     const epoch = randomToken(8, this.#random)
     const reply = await this.#redis.mcpgwAdopt(keys.meta, keys.lease, keys.attached, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM),
-      epoch, principal, this.#retention.ttlMs)
+      epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '')
     // A new record: what this replica knew of the session's writes is history.
     if (reply[0] === epoch) this.#appender.forget(sessionId)
-    return { epoch: reply[0], principal: reply[1] }
+    return recordOf(sessionId, reply)
   }
 
   /**
@@ -265,14 +302,17 @@ export class RedisEventStore implements EventStore {
     this.#subscriber.off('error', this.#onError)
   }
 
-  /** Start a new epoch for the session (same principal, empty streams): its history was lost. */
+  /** Start a new epoch for the session (same principal, placement and recipe, empty streams): its history was lost. */
   async #rotateEpoch (sessionId: string): Promise<void> {
     const keys = this.#keys.session(sessionId)
-    const principal = await this.#redis.hget(keys.meta, 'principal')
-    if (principal === null) throw new SessionGoneError(sessionId)
+    const kept = Object.values(RECORD_FIELDS)
+    const [principal, ...values] = await this.#redis.hmget(keys.meta, 'principal', ...kept)
+    if (principal == null) throw new SessionGoneError(sessionId)
+    const fields: Record<string, string> = {}
+    kept.forEach((field, i) => { const value = values[i]; if (value != null) fields[field] = value })
     const epoch = randomToken(8, this.#random)
     this.#logger?.error?.({ epoch }, 'event store: Redis lost acknowledged writes (restart from an older snapshot or failover to a lagging replica): the session starts a new epoch, resuming clients are told')
-    await this.#reset(sessionId, { epoch, principal }, { listStreams: true })
+    await this.#reset(sessionId, { epoch, principal, fields }, { listStreams: true })
   }
 
   /**
@@ -282,7 +322,7 @@ export class RedisEventStore implements EventStore {
    * `listStreams` (a new session, which has none but for a reused id) the
    * first try lists none without asking, a round trip less.
    */
-  async #reset (sessionId: string, record: SessionRecord | undefined, { listStreams }: { listStreams: boolean }): Promise<void> {
+  async #reset (sessionId: string, record: NewRecord | undefined, { listStreams }: { listStreams: boolean }): Promise<void> {
     const keys = this.#keys.session(sessionId)
     this.#appender.forget(sessionId)
     for (let attempt = 0; attempt < RESET_ATTEMPTS; attempt++) {
@@ -291,10 +331,23 @@ export class RedisEventStore implements EventStore {
         : (await this.#redis.hkeys(keys.meta)).filter((field) => field.startsWith('q:')).map((field) => field.slice(2))
       const done = await this.#redis.mcpgwReset(4 + 2 * streamIds.length,
         keys.meta, keys.lease, keys.attached, keys.deleted, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
-        record?.epoch ?? '', record?.principal ?? '', this.#retention.ttlMs, ...streamIds)
+        record?.epoch ?? '', record?.principal ?? '', this.#retention.ttlMs,
+        record === undefined || Object.keys(record.fields).length === 0 ? '' : JSON.stringify(record.fields), ...streamIds)
       if (done === 1) return
     }
     throw new Error(`event store: the streams of session ${sessionId.slice(0, 8)}... kept changing during a reset`)
+  }
+}
+
+/** A record as #reset writes it: epoch, principal, and the other fields of the session hash. */
+interface NewRecord { readonly epoch: string, readonly principal: string, readonly fields: Readonly<Record<string, string>> }
+
+function recordOf (sessionId: string, [epoch, principal, upstreamSessionId, endpoint]: RecordReply): SessionRecord {
+  return {
+    epoch,
+    principal,
+    upstreamSessionId: upstreamSessionId === '' ? sessionId : upstreamSessionId,
+    ...(endpoint !== '' && { endpoint })
   }
 }
 

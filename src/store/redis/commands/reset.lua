@@ -1,7 +1,8 @@
 -- KEYS: session hash, lease, attached marker, deletion mark, then the key of
 -- every stream the caller found in the hash, then their ledgers.
--- ARGV: new epoch ('' to only delete), principal, ttlMs, then the ids of
--- those streams.
+-- ARGV: new epoch ('' to only delete), principal, ttlMs, the record's other
+-- fields as a JSON object of strings ('' for none), then the ids of those
+-- streams.
 -- Deletes the session and, given an epoch, writes a fresh record; without one
 -- (a deletion) leaves the deletion mark for ttlMs, so a replica still reading
 -- one of the session's answers tells a deletion from a store that lost the
@@ -16,8 +17,8 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     count = count + 1
   end
 end
-if count ~= #ARGV - 3 or #KEYS ~= 4 + 2 * count then return 0 end
-for i = 4, #ARGV do
+if count ~= #ARGV - 4 or #KEYS ~= 4 + 2 * count then return 0 end
+for i = 5, #ARGV do
   if not known[ARGV[i]] then return 0 end
 end
 for i = 1, #KEYS, 500 do
@@ -25,6 +26,9 @@ for i = 1, #KEYS, 500 do
 end
 if ARGV[1] ~= '' then
   redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'principal', ARGV[2])
+  if ARGV[4] ~= '' then
+    for field, value in pairs(cjson.decode(ARGV[4])) do redis.call('HSET', KEYS[1], field, value) end
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 else
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
