@@ -18,6 +18,7 @@ import { SessionHub } from './relay/session-hub.js'
 import { PrincipalQuota } from './relay/principal-quota.js'
 import { registerAdminRoutes } from './routes/admin.js'
 import { forwardTransparently } from './routes/forward.js'
+import { SessionReestablisher } from './relay/reestablish.js'
 import { disguisesMcpPath, originForm, targetAuthority } from './routes/path.js'
 import { headerLines, requestAuthority } from './net/request-authority.js'
 import { headerValue } from './upstream/headers.js'
@@ -271,7 +272,10 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   await app.register(async mcp => {
     mcp.removeAllContentTypeParsers()
     mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
-    guard = registerMcpRoute(mcp, { maxBodyBytes: config.maxBodyBytes, config, store, hub, upstream, metrics, inflight, leases, random: deps.random })
+    const reestablisher = config.reestablishUpstreamSessions
+      ? new SessionReestablisher({ store, upstream, metrics, mcpPath: config.mcpPath, maxAnswerBytes: config.maxEventBytes })
+      : undefined
+    guard = registerMcpRoute(mcp, { maxBodyBytes: config.maxBodyBytes, config, store, hub, upstream, metrics, inflight, leases, reestablisher, random: deps.random })
   })
   const sessionGuard = guard as SessionGuard
 

@@ -13,7 +13,17 @@ const STREAM_KINDS = ['standalone', 'request', 'resume'] as const
 const CLOSE_OUTCOMES = ['completed', 'client_gone', 'slow_client', 'superseded', 'upstream_error', 'draining', 'session_deleted', 'write_timeout', 'buffers_full'] as const
 const RESUME_OUTCOMES = ['replayed', 'gap', 'unknown', 'refused'] as const
 const UNRECORDED_REASONS = ['too_large', 'store_error'] as const
-const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', 'adopt_session', 'delete_session', 'session_deleted', 'intact_since', 'open_stream', 'load_cursor', 'lease_acquire'] as const
+const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', 'adopt_session', 'delete_session', 'session_deleted', 'intact_since', 'open_stream', 'load_cursor', 'lease_acquire', 'move_placement', 'recipe', 'session_state', 'session_fence'] as const
+/**
+ * How a re-establishment of an upstream session ended: `reestablished` (here),
+ * `joined` (another request or replica did it meanwhile), `incompatible` (the
+ * new initialize result promises something else: the session ends),
+ * `unrecorded` (no complete recipe: an older or adopted session, or too many
+ * subscriptions), `failed` (the upstream did not establish it), `timed_out`
+ * (waited in vain for another replica's).
+ */
+export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'incompatible', 'unrecorded', 'failed', 'timed_out'] as const
+export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const
 const UPSTREAM_STREAM_KINDS = ['standalone', 'request'] as const
@@ -61,6 +71,7 @@ export class GatewayMetrics {
   readonly clientWriteTimeouts: Counter
   readonly clientBufferedBytes: Gauge
   readonly sessionsRecovered: Counter
+  readonly upstreamSessionsReestablished: Counter<'outcome'>
   readonly leaseTakeovers: Counter
   readonly buildInfo: Gauge<'version' | 'node_version' | 'store'>
   readonly requestsRefused: Counter<'status' | 'reason'>
@@ -113,6 +124,7 @@ export class GatewayMetrics {
       collect () { this.set(metrics.#clientBuffers?.waitingBytes ?? 0) }
     })
     this.sessionsRecovered = new Counter({ name: `${p}sessions_recovered_total`, help: 'Sessions the event store had lost (restarted empty), recorded again under a new epoch when a client came back with them (RECOVER_LOST_SESSIONS).', registers })
+    this.upstreamSessionsReestablished = new Counter({ name: `${p}upstream_sessions_reestablished_total`, help: 'Upstream sessions established again after the upstream lost them (404, or a connection failed before any answer), by outcome (REESTABLISH_UPSTREAM_SESSIONS).', labelNames: ['outcome'], registers })
     this.leaseTakeovers = new Counter({ name: `${p}lease_takeovers_total`, help: 'Upstream GET streams taken over from another replica.', registers })
     this.buildInfo = new Gauge({ name: `${p}build_info`, help: 'Gateway build information (always 1).', labelNames: ['version', 'node_version', 'store'], registers })
     this.buildInfo.set({ version: options.version, node_version: process.version, store: options.store }, 1)
@@ -135,6 +147,7 @@ export class GatewayMetrics {
       this.storeOperationDuration.zero({ op })
     }
     for (const outcome of RESEND_OUTCOMES) this.appendResends.inc({ outcome }, 0)
+    for (const outcome of REESTABLISH_OUTCOMES) this.upstreamSessionsReestablished.inc({ outcome }, 0)
     for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.inc({ kind }, 0)
     for (const kind of UPSTREAM_STREAM_KINDS) this.upstreamStreamsOpen.set({ kind }, 0)
     for (const { status, reason } of Object.values(REFUSALS)) this.requestsRefused.inc({ status: String(status), reason }, 0)

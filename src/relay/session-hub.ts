@@ -89,6 +89,19 @@ export class SessionHub {
     })
   }
 
+  /**
+   * The session was established upstream again: its upstream GET, if none
+   * runs here, is opened again under the new upstream id (with the headers
+   * of the last one), so what the new upstream session sends on it is not
+   * dropped. One still running here is on the old session: it ends with it,
+   * and its client's reconnect opens the new one.
+   */
+  reopen (sessionId: string): void {
+    const s = this.#sessions.get(sessionId)
+    if (s === undefined || s.pumping || s.opening !== undefined || s.headers === undefined) return
+    this.openEarly(sessionId, s.headers, s.log ?? this.#o.log)
+  }
+
   /** Did the upstream answer this session's GET with 405 (known here)? Its streams cannot be resumed upstream. */
   upstreamGetRefused (sessionId: string): boolean {
     return this.#refusedGets.has(sessionId)

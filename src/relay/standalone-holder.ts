@@ -120,6 +120,7 @@ export class StandaloneHolder {
       metrics: this.#o.metrics,
       log,
       sessionId,
+      placement: async () => await this.#o.metrics.timeStore('get_session', () => this.#o.store.getSession(sessionId)),
       path: this.#o.mcpPath,
       holdMs: this.#o.holdMs,
       earlyHoldMs: this.#o.earlyHoldMs,

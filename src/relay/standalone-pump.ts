@@ -2,7 +2,9 @@ import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { Lease } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
-import type { EventStore } from '../store/contract.js'
+import type { EventStore, UpstreamPlacement } from '../store/contract.js'
+import { errors } from '../errors.js'
+import { sessionRequest } from '../upstream/session-request.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
@@ -28,6 +30,8 @@ export interface PumpOptions {
   readonly metrics: GatewayMetrics
   readonly log: Logger
   readonly sessionId: string
+  /** Where the session lives upstream now (its record): read at each open and resume. Null: the session is gone. */
+  readonly placement: () => Promise<UpstreamPlacement | null>
   readonly path: string
   readonly holdMs: number
   /**
@@ -113,9 +117,14 @@ export class StandalonePump {
 
   async #request (headers: Record<string, string | string[]>): Promise<UpstreamResponse> {
     const { upstream, metrics } = this.#o
+    const placement = await this.#o.placement().catch((err: unknown) => { this.#stop('refused'); throw errors.storeUnavailable(err) })
+    if (placement === null) {
+      this.#stop('refused')
+      throw errors.sessionNotFound()
+    }
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
     try {
-      const res = await upstream.request({ method: 'GET', path: this.#o.path, headers, signal: this.#abort })
+      const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
       end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
       return res
     } catch (err) {
@@ -180,7 +189,9 @@ export class StandalonePump {
     const { upstream, metrics } = this.#o
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
     const headers = lastEventId === undefined ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }
-    const res = await upstream.request({ method: 'GET', path: this.#o.path, headers, signal: this.#abort })
+    const placement = await this.#o.placement()
+    if (placement === null) return undefined
+    const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
     end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
     if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
     discardBody(res.body)

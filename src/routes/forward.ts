@@ -4,7 +4,9 @@ import { errors } from '../errors.js'
 import type { Authority } from '../net/request-authority.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { statusClass } from '../metrics/metrics.js'
-import type { UpstreamClient, UpstreamResponse } from '../upstream/client.js'
+import type { UpstreamPlacement } from '../store/contract.js'
+import type { UpstreamClient, UpstreamRequest, UpstreamResponse } from '../upstream/client.js'
+import { sessionRequest } from '../upstream/session-request.js'
 import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/headers.js'
 
 export interface ForwardDeps {
@@ -58,9 +60,10 @@ export function sendUpstreamResponse (reply: FastifyReply, res: UpstreamResponse
 /**
  * Transparent streaming proxy: for paths other than the MCP endpoint and for
  * modern-era MCP requests. Closing the client connection aborts the upstream
- * request (there, disconnect means cancellation).
+ * request (there, disconnect means cancellation). `session`: the request named
+ * a session the gateway holds, addressed upstream where it lives.
  */
-export async function forwardTransparently (deps: ForwardDeps, request: FastifyRequest, reply: FastifyReply, body: Buffer | Readable | undefined): Promise<FastifyReply> {
+export async function forwardTransparently (deps: ForwardDeps, request: FastifyRequest, reply: FastifyReply, body: Buffer | Readable | undefined, session?: UpstreamPlacement): Promise<FastifyReply> {
   const abort = new AbortController()
   const onClose = (): void => { if (!reply.raw.writableFinished) abort.abort() }
   reply.raw.once('close', onClose)
@@ -73,13 +76,14 @@ export async function forwardTransparently (deps: ForwardDeps, request: FastifyR
   const end = deps.metrics.upstreamRequestDuration.startTimer({ method })
   let res: UpstreamResponse
   try {
-    res = await deps.upstream.request({
+    const upstreamRequest: UpstreamRequest = {
       method,
       path: request.url,
       headers: upstreamHeadersFor(request, !Buffer.isBuffer(body)),
       body: method === 'GET' || method === 'HEAD' ? undefined : body,
       signal: abort.signal
-    })
+    }
+    res = await deps.upstream.request(session === undefined ? upstreamRequest : sessionRequest(session, upstreamRequest))
   } catch (err) {
     end({ status_class: 'error' })
     deps.metrics.upstreamErrors.inc({ kind: 'request' })

@@ -155,6 +155,14 @@ export interface EventStore {
    * won); null when the session is unknown.
    */
   movePlacement (sessionId: string, expected: string, next: UpstreamPlacement): Promise<SessionRecord | null>
+  /**
+   * A short fence on one session, so that at most one replica at a time
+   * establishes it upstream again: taken with a token for `ttlMs` unless
+   * another holds it. True when taken.
+   */
+  acquireSessionFence (sessionId: string, token: string, ttlMs: number): Promise<boolean>
+  /** Release the fence if it is still held under `token`. */
+  releaseSessionFence (sessionId: string, token: string): Promise<void>
   /** The session's recipe; null when the session is unknown or was recorded without one. */
   recipe (sessionId: string): Promise<SessionRecipe | null>
   /** Keep a request that set session state in the recipe (compacted; see SUBSCRIPTIONS_MAX). No-op without a recipe. */

@@ -103,6 +103,8 @@ export function upstreamRequestHeaders (incoming: IncomingHttpHeaders, ctx: Forw
 /**
  * Headers of the upstream response to pass to the client: end-to-end fields,
  * minus those the gateway re-creates when it re-frames a body (length, type).
+ * Never the upstream's Mcp-Session-Id: clients hold the gateway's session ids
+ * only (protocol/session-id.ts), which the MCP route sets itself.
  */
 export function clientResponseHeaders (upstream: Record<string, string | string[] | undefined>, omit: readonly string[] = []): Record<string, string | string[]> {
   const connectionName = Object.keys(upstream).find(name => name.toLowerCase() === 'connection')
@@ -111,7 +113,7 @@ export function clientResponseHeaders (upstream: Record<string, string | string[
   for (const [name, value] of Object.entries(upstream)) {
     if (value === undefined) continue
     const lower = name.toLowerCase()
-    if (HOP_BY_HOP.has(lower) || drop.has(lower) || omit.includes(lower)) continue
+    if (HOP_BY_HOP.has(lower) || drop.has(lower) || lower === 'mcp-session-id' || omit.includes(lower)) continue
     out[lower] = value
   }
   return out

@@ -453,13 +453,16 @@ for (const kind of KINDS) {
       return mcp
     }
 
-    t.test('initialize via POST: the upstream answer with its Mcp-Session-Id', async t => {
+    t.test('initialize via POST: the upstream answer, under the gateway\'s session id', async t => {
       const mcp = new RawMcp(t, mcpUrl, '2025-06-18')
       const answer = await mcp.initialize()
       sessionIds.push(mcp.sessionId as string)
       t.equal(answer.status, 200)
       t.match(header(answer.headers, 'content-type') ?? '', /^text\/event-stream/)
-      t.match(mcp.sessionId, /^[0-9a-f-]{36}$/, 'the upstream\'s session id reaches the client')
+      t.match(mcp.sessionId, /^mg1\.[\w-]{22}\.[0-9a-f-]{36}$/, 'the gateway\'s id, around the upstream\'s first id')
+      const record = await gw.gateway.store.getSession(mcp.sessionId as string)
+      t.match(record?.upstreamSessionId, /^[0-9a-f-]{36}$/, 'the upstream\'s id is kept in the record')
+      t.ok((mcp.sessionId as string).endsWith(record?.upstreamSessionId as string), 'the same the id carries')
       t.ok(answer.ended, 'the initialize stream ends after its response')
       const result = responseTo(answer.events, 1)?.result as { protocolVersion?: string, serverInfo?: { name?: string } } | undefined
       t.equal(result?.protocolVersion, '2025-06-18')
@@ -697,7 +700,8 @@ for (const kind of KINDS) {
         t.ok(await call.reader.waitForEnd())
         const firstId = call.reader.messages[0]?.id as string
         // The upstream forgets the session behind the gateway's back (a restart, an expiry).
-        const direct = await send(upstream.url, { method: 'DELETE', headers: mcp.headers() })
+        const upstreamId = (await gw.gateway.store.getSession(mcp.sessionId as string))?.upstreamSessionId as string
+        const direct = await send(upstream.url, { method: 'DELETE', headers: { ...mcp.headers(), 'mcp-session-id': upstreamId } })
         t.equal(direct.status, 200, '(ended at the upstream directly)')
         const gone = await send(mcp.url, { method: 'POST', headers: mcp.headers(), body: '{"jsonrpc":"2.0","id":99,"method":"ping"}' })
         t.equal(gone.status, 404, 'the upstream\'s 404 passes through')
@@ -899,7 +903,8 @@ t.test('hand-written upstream (memory store)', async t => {
     t.ok(via.body.equals(Buffer.from(FAKE_INIT_BODY)), 'body bytes unchanged')
     t.equal(header(via.headers, 'content-type'), 'application/json')
     t.equal(header(via.headers, 'content-length'), String(Buffer.byteLength(FAKE_INIT_BODY)))
-    t.match(header(via.headers, 'mcp-session-id'), /^fake-session-\d+$/, 'Mcp-Session-Id passes')
+    t.match(header(direct.headers, 'mcp-session-id'), /^fake-session-\d+$/, '(the upstream issues a session)')
+    t.match(header(via.headers, 'mcp-session-id'), /^mg1\.[\w-]{22}\.fake-session-\d+$/, 'the client gets the gateway\'s session id for it')
     t.equal(header(via.headers, 'x-end-to-end'), 'kept', 'end-to-end headers pass')
     t.equal(header(direct.headers, 'x-custom'), 'hop-by-hop', '(the upstream does send X-Custom)')
     t.equal(header(via.headers, 'x-custom'), undefined, 'a header named in the upstream\'s Connection is dropped')

@@ -10,6 +10,8 @@ import { deleteKeys, useRedis } from '../fixtures/redis.js'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startGateway, startGatewayOnRedis } from '../fixtures/gateway.js'
 import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil } from '../fixtures/mcp-client.js'
+import { HeaderPrincipal } from '../../src/auth/principal.js'
+import { SessionIdIssuer } from '../../src/protocol/session-id.js'
 import { ACCEPT_BOTH, exchange, jsonRpcError, metricSum, metrics, rawInitialize, sseEvents } from '../fixtures/hardening.js'
 
 const RECONNECT = { initialReconnectionDelay: 200, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1.5, maxRetries: 20 }
@@ -64,15 +66,23 @@ t.test('a restarted gateway picks up the sessions its store lost; the upstream d
   t.same(echo.content, [{ type: 'text', text: 'same session' }], 'a tool call on the same session works')
   t.equal(mcp.sessionId, sessionId, 'no new initialize')
 
-  // A session id the upstream never issued: recorded for a moment, dropped on the upstream's 404.
-  const bogus = 'not-a-session-0123456789abcdef'
+  // A session id the gateway issued (bound to this principal, built-in key) for an
+  // upstream session that never existed: recorded for a moment, dropped on the upstream's 404.
+  const anonymous = new HeaderPrincipal('authorization').identify({}).principal as string
+  const ids = new SessionIdIssuer(undefined)
+  const bogus = ids.issue(anonymous, 'not-a-session-0123456789abcdef')
   const refused = await post(second.url, bogus, callTool(7, 'echo', { text: 'x' }))
   t.equal(refused.status, 404, 'a session the upstream does not know: 404, as the upstream answered')
   t.equal(await second.store.getSession(bogus), null, 'and nothing of it is left in the store')
   // Any answer but a 2xx leaves nothing either (here a 400: the upstream cannot parse the body).
-  const garbled = await post(second.url, 'another-unknown-session-42', '{"jsonrpc":')
+  const garbledId = ids.issue(anonymous, 'another-unknown-session-42')
+  const garbled = await post(second.url, garbledId, '{"jsonrpc":')
   t.equal(garbled.status, 400, 'a garbled request for an unknown session: the upstream\'s 400')
-  t.equal(await second.store.getSession('another-unknown-session-42'), null, 'not confirmed, not kept')
+  t.equal(await second.store.getSession(garbledId), null, 'not confirmed, not kept')
+  // An id the gateway did not issue (no binding): nothing tells who created it, never recorded again.
+  const unbound = await post(second.url, 'not-a-gateway-id-0123456789', callTool(10, 'echo', { text: 'x' }))
+  t.equal(unbound.status, 404, 'an id without a binding is never recovered')
+  t.match(jsonRpcError(unbound.text), { code: -32001 }, 'the gateway\'s own 404: it did not reach the upstream')
   t.equal(metricSum(await metrics(second.adminUrl), 'mcpgw_sessions_recovered_total'), 1, 'only the confirmed session is counted (mcpgw_sessions_recovered_total)')
 
   // A session recovered by one principal is not another's.

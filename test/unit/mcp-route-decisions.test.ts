@@ -3,7 +3,8 @@ import fc from 'fast-check'
 import type { FastifyRequest } from 'fastify'
 import { replayPagesFor } from '../../src/routes/mcp/context.js'
 import { sessionGone } from '../../src/routes/mcp/delete.js'
-import { acceptsEventStream, isSessionId, offeredVersion, sessionIdOf } from '../../src/routes/mcp/request-headers.js'
+import { acceptsEventStream, isUpstreamSessionId, offeredVersion, sessionIdOf } from '../../src/routes/mcp/request-headers.js'
+import { SESSION_ID_MAX } from '../../src/protocol/session-id.js'
 import { LOST_PHRASES, requestResumePosition, resumePoint } from '../../src/routes/mcp/resume-point.js'
 import { orphanAnswer } from '../../src/routes/mcp/resume.js'
 import type { StreamState } from '../../src/store/contract.js'
@@ -73,11 +74,13 @@ const requestWith = (headers: Record<string, string | string[]>): FastifyRequest
 t.test('sessionIdOf: one value of visible ASCII, else 400', async (t) => {
   t.equal(sessionIdOf(requestWith({})), undefined)
   t.equal(sessionIdOf(requestWith({ 'mcp-session-id': 'abc-123_!~' })), 'abc-123_!~')
-  for (const bad of ['', 'a b', 'é', 'x'.repeat(257), ['a', 'b']]) {
+  t.equal(sessionIdOf(requestWith({ 'mcp-session-id': 'x'.repeat(SESSION_ID_MAX) })), 'x'.repeat(SESSION_ID_MAX), 'up to the gateway\'s longest id')
+  for (const bad of ['', 'a b', 'é', 'x'.repeat(SESSION_ID_MAX + 1), ['a', 'b']]) {
     t.throws(() => sessionIdOf(requestWith({ 'mcp-session-id': bad })), { name: 'GatewayError', statusCode: 400, code: 'MCPGW_BAD_SESSION_ID' }, JSON.stringify(bad))
   }
-  t.ok(isSessionId('x'.repeat(256)))
-  t.notOk(isSessionId('a\tb'))
+  t.ok(isUpstreamSessionId('x'.repeat(256)), 'an upstream id up to 256 characters')
+  t.notOk(isUpstreamSessionId('x'.repeat(257)), 'longer: not recorded (the gateway\'s id around it would pass the bound)')
+  t.notOk(isUpstreamSessionId('a\tb'))
 })
 
 t.test('acceptsEventStream', async (t) => {

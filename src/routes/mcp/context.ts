@@ -11,10 +11,18 @@ import type { ClientBuffers } from '../../sse/client-buffers.js'
 import { ClientStream } from '../../sse/client-stream.js'
 import type { KeepAliveTicker } from '../../sse/keep-alive.js'
 import type { EventStore } from '../../store/contract.js'
-import type { UpstreamClient, UpstreamResponse } from '../../upstream/client.js'
 import type { ReplayLimiter } from './replay-limit.js'
+import type { SessionReestablisher } from '../../relay/reestablish.js'
+import { upstreamLostSession, upstreamUnreachable } from '../../relay/reestablish.js'
+import type { SessionRecord } from '../../store/contract.js'
+import { discardBody, type UpstreamClient, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
+import { sessionRequest } from '../../upstream/session-request.js'
+import { errors } from '../../errors.js'
+import type { FastifyRequest } from 'fastify'
 import type { SessionCache } from './session-cache.js'
 import type { SessionGuard } from './session-guard.js'
+import { sessionHash } from './session-guard.js'
+import { recordableHeaders } from './request-headers.js'
 
 export interface McpRouteDeps {
   readonly maxBodyBytes: number
@@ -26,6 +34,8 @@ export interface McpRouteDeps {
   readonly inflight: InFlight
   /** Request stream recorders across replicas: claimed here, watched while a resuming client waits. */
   readonly leases: LeaseCoordinator
+  /** Establishes sessions upstream again; undefined: REESTABLISH_UPSTREAM_SESSIONS=false. */
+  readonly reestablisher?: SessionReestablisher
   readonly random?: (size: number) => Uint8Array
 }
 
@@ -100,6 +110,53 @@ export class McpContext {
       end({ status_class: 'error' })
       this.deps.metrics.upstreamErrors.inc({ kind: 'request' })
       throw err
+    }
+  }
+
+  /**
+   * A request of a session, sent upstream where the session lives. When the
+   * upstream lost the session (404, or no answer at all: its process gone),
+   * the session is established there again and the request sent once more
+   * (the upstream never executed it; its body is a buffer). A session whose
+   * new initialize result promises something else ends: 404. Otherwise the
+   * first answer (or error) stands. The caller has checked the principal.
+   */
+  async sessionUpstream (request: FastifyRequest, sessionId: string, record: SessionRecord, method: string, upstreamRequest: UpstreamRequest): Promise<UpstreamResponse> {
+    const send = async (at: SessionRecord): Promise<UpstreamResponse> =>
+      await this.timedUpstream(method, () => this.deps.upstream.request(sessionRequest(at, upstreamRequest)))
+    let first: UpstreamResponse
+    try {
+      first = await send(record)
+    } catch (err) {
+      if (!upstreamUnreachable(err)) throw err
+      const moved = await this.reestablish(request, sessionId, record)
+      if (moved === undefined) throw err
+      return await send(moved)
+    }
+    if (!upstreamLostSession(first)) return first
+    const moved = await this.reestablish(request, sessionId, record)
+    if (moved === undefined) return first
+    discardBody(first.body)
+    return await send(moved)
+  }
+
+  /** The record to retry under once the session is established upstream again; undefined: the first answer stands. Throws 404 when the session cannot carry over. */
+  async reestablish (request: FastifyRequest, sessionId: string, record: SessionRecord): Promise<SessionRecord | undefined> {
+    const reestablisher = this.deps.reestablisher
+    if (reestablisher === undefined) return undefined
+    const log = request.log.child({ sessionHash: sessionHash(sessionId) })
+    const result = await reestablisher.reestablish(sessionId, record, recordableHeaders(request), log)
+    switch (result.outcome) {
+      case 'reestablished':
+      case 'joined':
+        this.sessions.set(sessionId, result.record)
+        this.deps.hub.reopen(sessionId)
+        return result.record
+      case 'incompatible':
+        await this.forgetSession(sessionId, log)
+        throw errors.sessionNotFound()
+      default:
+        return undefined
     }
   }
 

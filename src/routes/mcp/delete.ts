@@ -6,6 +6,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { errors } from '../../errors.js'
 import { discardBody, type UpstreamResponse } from '../../upstream/client.js'
+import { sessionRequest } from '../../upstream/session-request.js'
 import { forwardTransparently, sendUpstreamResponse, upstreamHeadersFor } from '../forward.js'
 import type { McpContext } from './context.js'
 import { sessionIdOf } from './request-headers.js'
@@ -20,13 +21,13 @@ export async function handleDelete (ctx: McpContext, request: FastifyRequest, re
   const { hub } = ctx.deps
   const sessionId = sessionIdOf(request)
   if (sessionId === undefined) return await forwardTransparently(ctx.deps, request, reply, undefined)
-  await guard.requireSession(sessionId, guard.principalOf(request), request)
+  const record = await guard.requireSession(sessionId, guard.principalOf(request), request)
   let res: UpstreamResponse
   hub.deleteForwarded(sessionId)
   try {
-    res = await ctx.timedUpstream('DELETE', () => ctx.deps.upstream.request({
+    res = await ctx.timedUpstream('DELETE', () => ctx.deps.upstream.request(sessionRequest(record, {
       method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
-    }))
+    })))
   } catch (err) {
     hub.deleteRefused(sessionId)
     await guard.settleRecovery(request, false)

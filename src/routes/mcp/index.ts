@@ -68,8 +68,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
       if (proto.era === 'modern' || !legacyMethod) {
         // Never a way around the principal binding: a session this gateway knows is
         // checked whatever the method or the protocol revision claimed.
-        if (sessionId !== undefined) await guard.requireKnownSessionOrStateless(sessionId, request)
-        return await forwardTransparently(deps, request, reply, request.body as Buffer | undefined)
+        const record = sessionId === undefined ? undefined : await guard.requireKnownSessionOrStateless(sessionId, request)
+        return await forwardTransparently(deps, request, reply, request.body as Buffer | undefined, record)
       }
       switch (request.method) {
         case 'POST': return await handlePost(ctx, request, reply, proto)

@@ -1,9 +1,9 @@
 /**
  * POST on the MCP endpoint: the request goes upstream, and an SSE answer is
  * recorded as a request stream while it is relayed, so a client that loses
- * the connection resumes it from the store. Initialize binds the session the
- * upstream issues to the request's principal and opens the session's
- * upstream GET at once.
+ * the connection resumes it from the store. Initialize gives the client the
+ * gateway's own id for the session the upstream issues, bound to the
+ * request's principal, and opens the session's upstream GET at once.
  */
 import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger, FastifyReply, FastifyRequest } from 'fastify'
@@ -13,12 +13,16 @@ import { randomToken } from '../../protocol/event-id.js'
 import { lostResponseError, makeRequestStreamId, requestIdOfBody } from '../../protocol/request-stream.js'
 import { StreamFollower } from '../../relay/follower.js'
 import { confirmWindow, recordUpstreamStream } from '../../relay/recorder.js'
-import { STANDALONE_STREAM, type StreamState } from '../../store/contract.js'
-import { discardBody, type UpstreamResponse } from '../../upstream/client.js'
+import { initializePromise } from '../../protocol/initialize.js'
+import { STANDALONE_STREAM, type CreateSessionOptions, type SessionRecord, type StreamState } from '../../store/contract.js'
+import { discardBody, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
+import { readJsonRpcAnswer } from '../../upstream/json-rpc-answer.js'
+import { sessionStateChange } from '../../protocol/session-state.js'
+import { sessionRequest } from '../../upstream/session-request.js'
 import { clientResponseHeaders, headerValue, mediaType } from '../../upstream/headers.js'
 import { sendUpstreamResponse } from '../forward.js'
 import type { McpContext } from './context.js'
-import { isSessionId, recordableHeaders, sessionIdOf, upstreamGetHeaders } from './request-headers.js'
+import { isUpstreamSessionId, recordableHeaders, sessionIdOf, upstreamGetHeaders } from './request-headers.js'
 import { sessionHash } from './session-guard.js'
 
 /** How long a request waits for its session's upstream GET, opening at initialize, to open. */
@@ -26,11 +30,12 @@ const EARLY_GET_WAIT_MS = 2000
 
 export async function handlePost (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
   const { guard } = ctx
-  const { hub, metrics } = ctx.deps
+  const { hub } = ctx.deps
   const sessionId = sessionIdOf(request)
   const principal = guard.principalOf(request)
+  let record: SessionRecord | undefined
   if (sessionId !== undefined) {
-    await guard.requireSession(sessionId, principal, request)
+    record = await guard.requireSession(sessionId, principal, request)
     // The session's upstream GET, opened at initialize, first: what this request
     // makes the upstream send on the standalone stream then finds it open.
     await hub.opened(sessionId, EARLY_GET_WAIT_MS)
@@ -38,36 +43,79 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
   // Not tied to the client connection: the answer is read to its end and recorded.
   let res: UpstreamResponse
   try {
-    res = await ctx.timedUpstream('POST', () => ctx.deps.upstream.request({
-      method: 'POST',
-      path: request.url,
-      headers: recordableHeaders(request),
-      body: request.body as Buffer | undefined,
-      newSession: sessionId === undefined
-    }))
+    const post: UpstreamRequest = { method: 'POST', path: request.url, headers: recordableHeaders(request), body: request.body as Buffer | undefined }
+    res = sessionId === undefined || record === undefined
+      ? await ctx.timedUpstream('POST', () => ctx.deps.upstream.request({ ...post, newSession: sessionId === undefined }))
+      : await ctx.sessionUpstream(request, sessionId, record, 'POST', post)
   } catch (err) {
     await guard.settleRecovery(request, false)
     throw err
   }
   await guard.settleRecovery(request, res.statusCode >= 200 && res.statusCode < 300)
-  const issued = headerValue(res.headers['mcp-session-id'])
+  if (sessionId !== undefined && res.statusCode >= 200 && res.statusCode < 300) await keepSessionState(ctx, request, sessionId)
   let recordSession = sessionId
-  if (sessionId === undefined && issued !== undefined && isSessionId(issued)) {
-    // initialize: the upstream issued a session; bind it to this principal.
-    try {
-      ctx.sessions.set(issued, await metrics.timeStore('create_session', () => ctx.deps.store.createSession(issued, principal)))
-    } catch (err) {
-      discardBody(res.body)
-      throw errors.storeUnavailable(err)
-    }
-    recordSession = issued
-    if (res.statusCode >= 200 && res.statusCode < 300) hub.openEarly(issued, upstreamGetHeaders(request, issued, 'offered'), request.log.child({ sessionHash: sessionHash(issued), streamId: STANDALONE_STREAM }))
+  const issued = headerValue(res.headers['mcp-session-id'])
+  if (sessionId === undefined && issued !== undefined && isUpstreamSessionId(issued)) {
+    const created = await createSession(ctx, request, principal, issued, res)
+    recordSession = created.sessionId
+    res = created.res
   }
   if (sessionId !== undefined && res.statusCode === 404) await ctx.forgetSession(sessionId, request.log)
+  // The client's id where the upstream named its own (an SDK client takes the id of any answer).
+  if (issued !== undefined && recordSession !== undefined) reply.header('mcp-session-id', recordSession)
   if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream' || recordSession === undefined) {
     return sendUpstreamResponse(reply, res)
   }
   return await serveRequestStream(ctx, request, reply, proto, recordSession, res)
+}
+
+/**
+ * initialize: the upstream issued a session. The client gets the gateway's
+ * own id for it, bound to this principal; the record keeps the upstream's id
+ * and the recipe to establish the session again: the client's initialize and
+ * what its result promised, read from the answer before it is passed on.
+ */
+async function createSession (ctx: McpContext, request: FastifyRequest, principal: string, issued: string, res: UpstreamResponse): Promise<{ sessionId: string, res: UpstreamResponse }> {
+  const { hub, metrics, config } = ctx.deps
+  const sessionId = ctx.guard.ids.issue(principal, issued)
+  const body = request.body as Buffer | undefined
+  const ok = res.statusCode >= 200 && res.statusCode < 300
+  let recipe: CreateSessionOptions['recipe']
+  const requestId = requestIdOfBody(body)
+  const kind = answerKind(res)
+  if (ok && body !== undefined && requestId !== undefined && kind !== undefined) {
+    const answer = await readJsonRpcAnswer(res.body, kind, requestId, config.maxEventBytes)
+    res = { ...res, body: answer.body }
+    const promised = initializePromise(answer.response?.result)
+    if (promised !== undefined) recipe = { initialize: body.toString('utf8'), initializeResult: promised }
+  }
+  try {
+    ctx.sessions.set(sessionId, await metrics.timeStore('create_session', () =>
+      ctx.deps.store.createSession(sessionId, principal, { placement: { upstreamSessionId: issued }, ...(recipe !== undefined && { recipe }) })))
+  } catch (err) {
+    discardBody(res.body)
+    throw errors.storeUnavailable(err)
+  }
+  if (ok) hub.openEarly(sessionId, upstreamGetHeaders(request, 'offered'), request.log.child({ sessionHash: sessionHash(sessionId), streamId: STANDALONE_STREAM }))
+  request.log.debug({ sessionHash: sessionHash(sessionId), recipe: recipe !== undefined }, 'session created')
+  return { sessionId, res }
+}
+
+/**
+ * A request that set session state the client expects to keep, answered:
+ * kept in the session's recipe, to be sent again if the session must be
+ * established upstream again. A failure only costs that.
+ */
+async function keepSessionState (ctx: McpContext, request: FastifyRequest, sessionId: string): Promise<void> {
+  const change = sessionStateChange(request.body as Buffer | undefined)
+  if (change === undefined) return
+  await ctx.deps.metrics.timeStore('session_state', () => ctx.deps.store.recordSessionState(sessionId, change))
+    .catch((err: unknown) => request.log.warn({ err }, 'could not keep a session-state request in the session\'s recipe'))
+}
+
+function answerKind (res: UpstreamResponse): 'json' | 'sse' | undefined {
+  const type = mediaType(res.headers['content-type'])
+  return type === 'text/event-stream' ? 'sse' : type === 'application/json' ? 'json' : undefined
 }
 
 /**
@@ -160,10 +208,14 @@ async function serveRequestStream (ctx: McpContext, request: FastifyRequest, rep
 
 /** Resumes a POST's SSE answer that the upstream ended early (SEP-1699 polling): GET with its Last-Event-ID. */
 function resumeRequestUpstream (ctx: McpContext, request: FastifyRequest, sessionId: string): (lastEventId: string | undefined) => Promise<Readable | undefined> {
-  const headers = upstreamGetHeaders(request, sessionId, 'keep')
+  const headers = upstreamGetHeaders(request, 'keep')
   return async lastEventId => {
     if (lastEventId === undefined) return undefined
-    const res = await ctx.timedUpstream('GET', () => ctx.deps.upstream.request({ method: 'GET', path: request.url, headers: { ...headers, 'last-event-id': lastEventId } }))
+    // Under the session's upstream id as it is now (the record, shared by every replica).
+    const record = await ctx.deps.store.getSession(sessionId)
+    if (record === null) return undefined
+    const get: UpstreamRequest = { method: 'GET', path: request.url, headers: { ...headers, 'last-event-id': lastEventId } }
+    const res = await ctx.timedUpstream('GET', () => ctx.deps.upstream.request(sessionRequest(record, get)))
     if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
     discardBody(res.body)
     return undefined

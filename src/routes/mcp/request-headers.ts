@@ -4,15 +4,16 @@
  */
 import type { FastifyRequest } from 'fastify'
 import { errors } from '../../errors.js'
+import { SESSION_ID_MAX, UPSTREAM_SESSION_ID_MAX } from '../../protocol/session-id.js'
 import { headerValue } from '../../upstream/headers.js'
 import { upstreamHeadersFor } from '../forward.js'
 
 /** Transports spec: session ids are visible ASCII (0x21-0x7E). */
-const SESSION_ID = /^[\x21-\x7e]{1,256}$/
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/
 
-/** Whether `value` may be a session id (one the upstream issues is recorded only then). */
-export function isSessionId (value: string): boolean {
-  return SESSION_ID.test(value)
+/** Whether an id the upstream issued may stand behind a session (it is recorded only then). */
+export function isUpstreamSessionId (value: string): boolean {
+  return value.length <= UPSTREAM_SESSION_ID_MAX && VISIBLE_ASCII.test(value)
 }
 
 /** The request's Mcp-Session-Id; throws 400 for several values or one that is not visible ASCII. */
@@ -20,7 +21,7 @@ export function sessionIdOf (request: FastifyRequest): string | undefined {
   const raw = request.headers['mcp-session-id']
   if (raw === undefined) return undefined
   const value = headerValue(raw) as string
-  if (Array.isArray(raw) || !SESSION_ID.test(value)) {
+  if (Array.isArray(raw) || value.length > SESSION_ID_MAX || !VISIBLE_ASCII.test(value)) {
     throw errors.badSessionId()
   }
   return value
@@ -51,22 +52,22 @@ export function recordableHeaders (request: FastifyRequest): Record<string, stri
 
 /**
  * An upstream GET of the session on behalf of a POST: its auth and other
- * end-to-end headers. The GET opened at initialize carries the version the
+ * end-to-end headers, without the session id (upstream/session-request.ts
+ * adds the one the upstream knows). The GET opened at initialize carries the version the
  * client offered: the negotiated one is in the answer's body, and is the
  * offered one whenever the server supports it (lifecycle spec); a server
  * that does not refuses the GET, and the client's own GET opens it later.
  * The version matters: servers send priming events (ids to resume from)
  * only from 2025-11-25 on.
  */
-export function upstreamGetHeaders (request: FastifyRequest, sessionId: string, version: 'keep' | 'offered'): Record<string, string | string[]> {
+export function upstreamGetHeaders (request: FastifyRequest, version: 'keep' | 'offered'): Record<string, string | string[]> {
   const headers = recordableHeaders(request)
-  for (const name of ['content-type', 'content-length', 'content-encoding', 'last-event-id']) delete headers[name]
+  for (const name of ['content-type', 'content-length', 'content-encoding', 'last-event-id', 'mcp-session-id']) delete headers[name]
   if (version === 'offered') {
     delete headers['mcp-protocol-version']
     const offered = offeredVersion(request.body as Buffer | undefined)
     if (offered !== undefined) headers['mcp-protocol-version'] = offered
   }
   headers.accept = 'text/event-stream'
-  headers['mcp-session-id'] = sessionId
   return headers
 }

@@ -5,6 +5,7 @@ import { HeaderPrincipal, type Identity, type PrincipalResolver } from '../../au
 import type { GatewayConfig } from '../../config/load.js'
 import { errors } from '../../errors.js'
 import type { GatewayMetrics } from '../../metrics/metrics.js'
+import { parseSessionId, SessionIdIssuer } from '../../protocol/session-id.js'
 import type { EventStore, SessionRecord } from '../../store/contract.js'
 import type { SessionCache } from './session-cache.js'
 
@@ -40,6 +41,8 @@ export class SessionGuard {
   readonly #metrics: GatewayMetrics
   readonly #sessions: SessionCache
   readonly #principals: PrincipalResolver
+  /** Issues the session ids clients see, and checks their binding. */
+  readonly ids: SessionIdIssuer
   /** Identities resolved before the handler runs (a JWT's verification is asynchronous). */
   readonly #identities = new WeakMap<FastifyRequest, Identity>()
   /** Lost sessions a request recorded again, until the upstream's answer settles them. */
@@ -51,6 +54,7 @@ export class SessionGuard {
     this.#metrics = options.metrics
     this.#sessions = options.sessions
     this.#principals = options.principals ?? createPrincipalResolver(options.config)
+    this.ids = new SessionIdIssuer(options.config.sessionBindingKey)
   }
 
   /**
@@ -87,6 +91,9 @@ export class SessionGuard {
    * store lost (settleRecovery).
    */
   async requireSession (sessionId: string, principal: string, recoverFor?: FastifyRequest): Promise<SessionRecord> {
+    // The id's own binding first, before the store: it holds whether or not
+    // the store has the session's records (see protocol/session-id.ts).
+    if (!this.boundTo(sessionId, principal)) throw errors.sessionNotFound()
     const sessions = this.#sessions
     let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
     if (record === undefined) {
@@ -111,15 +118,27 @@ export class SessionGuard {
   }
 
   /**
+   * Whether `principal` may act on the session id: the creator of an id the
+   * gateway issued; anyone, as far as the id alone tells, for an id without a
+   * binding (recorded before the gateway issued its own ids: its record decides).
+   */
+  boundTo (sessionId: string, principal: string): boolean {
+    const parsed = parseSessionId(sessionId)
+    return parsed.kind === 'unbound' || this.ids.verify(parsed, principal)
+  }
+
+  /**
    * A session the store does not know, from a client that had it. When the
    * store lost its records since then (Redis restarted empty, the embedded
    * store's process restarted) and no longer ago than a session lives, it is
    * recorded again, under a new epoch, bound to this request's principal: the
    * client's old ids then read as a gap. The request goes on to the upstream,
    * which decides whether the session still exists: see settleRecovery.
-   * A session this replica verified within its lifetime is recovered only for
-   * the principal it was bound to: whoever learnt its id and comes back first
-   * after the loss gets 404, as before it.
+   * Only a session id the gateway issued is recovered, and only for the
+   * principal its binding names (checked before, in requireSession): whoever
+   * learnt the id gets 404, before or after the loss. An id without a binding
+   * is never recovered: after a loss nothing tells who created it. The
+   * record goes on toward the upstream session the id names.
    */
   async recoverLostSession (sessionId: string, principal: string, request: FastifyRequest): Promise<SessionRecord | null> {
     try {
@@ -158,13 +177,15 @@ export class SessionGuard {
   /** Record a lost session again (see recoverLostSession): the store's record, or null when it was not lost, or too long ago. */
   async #adoptLost (sessionId: string, principal: string): Promise<{ record: SessionRecord, intactSince: number } | null> {
     if (!this.#config.recoverLostSessions) return null
+    const parsed = parseSessionId(sessionId)
+    if (parsed.kind !== 'bound' || !this.ids.verify(parsed, principal)) return null
     const known = this.#sessions.stale(sessionId)
     if (known !== undefined && known.principal !== principal) return null
     const intactSince = await this.#metrics.timeStore('intact_since', () => this.#store.intactSince())
     const lostFor = Date.now() - Math.min(intactSince, Date.now())
     // A mark that is not a time (written by something else) reads as intact: no recovery.
     if (!Number.isFinite(lostFor) || lostFor >= this.#config.retention.ttlMs) return null
-    const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal))
+    const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, { upstreamSessionId: parsed.firstUpstreamId }))
     return { record, intactSince }
   }
 
@@ -201,8 +222,8 @@ export class SessionGuard {
    * honour, and a session id whose record expired must not pass under any
    * principal. No recovery here (these are not the session's own methods).
    */
-  async requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest): Promise<void> {
+  async requireKnownSessionOrStateless (sessionId: string, request: FastifyRequest): Promise<SessionRecord> {
     const principal = this.principalOf(request)
-    await this.requireSession(sessionId, principal)
+    return await this.requireSession(sessionId, principal)
   }
 }

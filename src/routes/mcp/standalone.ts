@@ -9,7 +9,8 @@ import type { ProtocolInfo } from '../../protocol/era.js'
 import type { EventPosition } from '../../protocol/event-id.js'
 import { StreamFollower } from '../../relay/follower.js'
 import { STANDALONE_STREAM, type SessionRecord, type StreamState } from '../../store/contract.js'
-import type { UpstreamResponse } from '../../upstream/client.js'
+import { discardBody, type UpstreamResponse } from '../../upstream/client.js'
+import { upstreamLostSession, upstreamUnreachable } from '../../relay/reestablish.js'
 import { sendUpstreamResponse } from '../forward.js'
 import type { McpContext } from './context.js'
 import { enterReplay, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
@@ -17,16 +18,39 @@ import { recordableHeaders } from './request-headers.js'
 import { resumePoint } from './resume-point.js'
 import { sessionHash } from './session-guard.js'
 
+/**
+ * The session's upstream GET held (see SessionHub.ensurePump). When the
+ * upstream lost the session (404, or no answer: its process gone), the
+ * session is established there again and the GET opened once more under
+ * the new upstream id, which the pump reads from the record.
+ */
+async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: string, record: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<UpstreamResponse | null> {
+  const { hub } = ctx.deps
+  let refusal: UpstreamResponse | null
+  try {
+    refusal = await hub.ensurePump(sessionId, headers, log)
+  } catch (err) {
+    if (!upstreamUnreachable(err) || await ctx.reestablish(request, sessionId, record) === undefined) throw err
+    return await hub.ensurePump(sessionId, headers, log)
+  }
+  if (refusal === null || !upstreamLostSession(refusal)) return refusal
+  if (await ctx.reestablish(request, sessionId, record) === undefined) return refusal
+  discardBody(refusal.body)
+  return await hub.ensurePump(sessionId, headers, log)
+}
+
 export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
   const { guard } = ctx
   const { hub } = ctx.deps
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: STANDALONE_STREAM })
   const headers = recordableHeaders(request)
-  // The gateway's ids mean nothing upstream; the upstream GET starts fresh.
+  // The gateway's ids mean nothing upstream; the upstream GET starts fresh, under
+  // the session's upstream id (the pump addresses it).
   delete headers['last-event-id']
+  delete headers['mcp-session-id']
   let refusal: UpstreamResponse | null
   try {
-    refusal = await hub.ensurePump(sessionId, headers, log)
+    refusal = await ensurePump(ctx, request, sessionId, record, headers, log)
   } catch (err) {
     await guard.settleRecovery(request, false)
     throw err

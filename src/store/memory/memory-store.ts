@@ -55,6 +55,8 @@ export class MemoryEventStore implements EventStore {
   readonly #sessions: SessionTable
   readonly #listeners = new NoticeListeners()
   readonly #deleted: Tombstones
+  /** Re-establishment fences by session: few, short-lived, each released by its taker. */
+  readonly #fences = new Map<string, { readonly token: string, readonly until: number }>()
 
   constructor (options: MemoryStoreOptions) {
     this.#retention = options.retention
@@ -112,6 +114,17 @@ export class MemoryEventStore implements EventStore {
     }
     this.#sessions.touch(session)
     return session.record
+  }
+
+  async acquireSessionFence (sessionId: string, token: string, ttlMs: number): Promise<boolean> {
+    const held = this.#fences.get(sessionId)
+    if (held !== undefined && held.until > this.#now()) return false
+    this.#fences.set(sessionId, { token, until: this.#now() + ttlMs })
+    return true
+  }
+
+  async releaseSessionFence (sessionId: string, token: string): Promise<void> {
+    if (this.#fences.get(sessionId)?.token === token) this.#fences.delete(sessionId)
   }
 
   async recipe (sessionId: string): Promise<SessionRecipe | null> {

@@ -17,6 +17,7 @@
  *   <tag>:del            the session was deleted (for RETENTION_TTL after)
  *   <tag>:aud            the replicas subscribed to the channel
  *   <tag>:aside          a stream put aside within one append transaction
+ *   <tag>:re             the token of the replica establishing the session upstream again
  *   <prefix>intact       when the store was first found without this key
  *   <prefix>r:<id>:alive a replica's liveness
  *
@@ -79,6 +80,7 @@ export class SessionKeys {
   get attached (): string { return `${this.#tag}:att` }
   get deleted (): string { return `${this.#tag}:del` }
   get audience (): string { return `${this.#tag}:aud` }
+  get fence (): string { return `${this.#tag}:re` }
   stream (streamId: string): string { return `${this.#tag}:b:${streamId}` }
   ledger (streamId: string): string { return `${this.#tag}:z:${streamId}` }
   /** Where append-split-6 puts a stream aside, only within its transaction. */

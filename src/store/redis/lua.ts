@@ -51,6 +51,7 @@ export const COMMANDS = Object.freeze({
   adopt: command('adopt-5'),
   movePlacement: command('move-placement-1'),
   sessionState: command('session-state-1'),
+  fenceRelease: command('fence-release-1'),
   intact: command('intact-1'),
   saveCursor: command('save-cursor-3'),
   reset: command('reset'),
@@ -100,6 +101,7 @@ export interface StoreCommands {
   mcpgwAdopt: (...args: Args) => Reply<RecordReply>
   mcpgwMovePlacement: (...args: Args) => Reply<RecordReply | null>
   mcpgwSessionState: (...args: Args) => Reply<number>
+  mcpgwFenceRelease: (...args: Args) => Reply<number>
   mcpgwIntact: (...args: Args) => Reply<string>
   mcpgwReset: (numberOfKeys: number, ...args: Args) => Reply<number>
   mcpgwLeaseAcquire: (...args: Args) => Reply<[number, (string | number)?, string?]>

@@ -164,6 +164,14 @@ export class RedisEventStore implements EventStore {
     return reply === null ? null : recordOf(sessionId, reply)
   }
 
+  async acquireSessionFence (sessionId: string, token: string, ttlMs: number): Promise<boolean> {
+    return await this.#redis.set(this.#keys.session(sessionId).fence, token, 'PX', ttlMs, 'NX') === 'OK'
+  }
+
+  async releaseSessionFence (sessionId: string, token: string): Promise<void> {
+    await this.#redis.mcpgwFenceRelease(this.#keys.session(sessionId).fence, token)
+  }
+
   async recipe (sessionId: string): Promise<SessionRecipe | null> {
     const keys = this.#keys.session(sessionId)
     const [initialize, initializeResult, logLevel, subscriptions, incomplete] = await this.#redis.hmget(keys.meta,

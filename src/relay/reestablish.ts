@@ -1,0 +1,220 @@
+/**
+ * Establishing a session upstream again, when the upstream lost it (it
+ * answered 404 for a session the gateway holds, or its process is gone and
+ * a new one listens): the client's recorded initialize is sent again, then
+ * notifications/initialized and the session-state requests the recipe kept;
+ * the session's record then points at the new upstream session, for every
+ * replica. The client keeps its session id and never sees the new upstream
+ * one. At most one replica does it at a time per session (a fence in the
+ * store); the others wait for the record to move and use it.
+ */
+import { randomBytes } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyBaseLogger as Logger } from 'fastify'
+import type { GatewayMetrics, ReestablishOutcome } from '../metrics/metrics.js'
+import { initializePromise } from '../protocol/initialize.js'
+import type { EventStore, SessionRecipe, SessionRecord } from '../store/contract.js'
+import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
+import { headerValue, mediaType } from '../upstream/headers.js'
+import { readJsonRpcAnswer, type JsonRpcResponse } from '../upstream/json-rpc-answer.js'
+import { sessionRequest } from '../upstream/session-request.js'
+
+export interface ReestablishOptions {
+  readonly store: EventStore
+  readonly upstream: UpstreamClient
+  readonly metrics: GatewayMetrics
+  readonly mcpPath: string
+  /** Bound on an answer read for its JSON-RPC response (MAX_EVENT_BYTES). */
+  readonly maxAnswerBytes: number
+  /** How long the fence holds, and how long a replica waits for another's re-establishment. */
+  readonly fenceMs?: number
+}
+
+/** How a re-establishment ended: the record to go on with, or why there is none. */
+export type Reestablished =
+  | { readonly outcome: 'reestablished' | 'joined', readonly record: SessionRecord }
+  | { readonly outcome: Exclude<ReestablishOutcome, 'reestablished' | 'joined'> }
+
+const FENCE_MS = 10_000
+const WAIT_STEP_MS = 50
+
+/** An upstream answer that says the upstream lost the session: 404 to a request naming it. */
+export function upstreamLostSession (res: UpstreamResponse): boolean {
+  return res.statusCode === 404
+}
+
+/** A failure before any answer that says the upstream's process may be gone (connection refused or reset). */
+export function upstreamUnreachable (err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'MCPGW_UPSTREAM_UNAVAILABLE'
+}
+
+export class SessionReestablisher {
+  readonly #o: ReestablishOptions
+  readonly #fenceMs: number
+  /** Re-establishments running in this process, by session: a second request joins the first. */
+  readonly #running = new Map<string, Promise<Reestablished>>()
+
+  constructor (options: ReestablishOptions) {
+    this.#o = options
+    this.#fenceMs = options.fenceMs ?? FENCE_MS
+  }
+
+  /**
+   * Establish the session upstream again, if `stale` (the record the failed
+   * request was sent under) is still where the session lives; else the
+   * record it moved to. `headers`: the failed request's (its auth).
+   */
+  async reestablish (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
+    let running = this.#running.get(sessionId)
+    if (running === undefined) {
+      running = this.#run(sessionId, stale, headers, log).finally(() => this.#running.delete(sessionId))
+      this.#running.set(sessionId, running)
+      return await running
+    }
+    const result = await running
+    return result.outcome === 'reestablished' ? { outcome: 'joined', record: result.record } : result
+  }
+
+  async #run (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
+    const { store, metrics } = this.#o
+    const startedAt = performance.now()
+    const token = randomBytes(12).toString('base64url')
+    let result: Reestablished
+    try {
+      if (await metrics.timeStore('session_fence', () => store.acquireSessionFence(sessionId, token, this.#fenceMs))) {
+        try {
+          result = await this.#underFence(sessionId, stale, headers, log)
+        } finally {
+          await store.releaseSessionFence(sessionId, token).catch(() => {})
+        }
+      } else {
+        result = await this.#awaitOther(sessionId, stale)
+      }
+    } catch (err) {
+      log.warn({ err }, 'could not establish the session upstream again')
+      result = { outcome: 'failed' }
+    }
+    metrics.upstreamSessionsReestablished.inc({ outcome: result.outcome })
+    log.info({ outcome: result.outcome, durationMs: Math.round(performance.now() - startedAt) }, 'upstream session re-establishment')
+    return result
+  }
+
+  /** Another replica holds the fence: wait for the record to move (or the fence to go, then try again). */
+  async #awaitOther (sessionId: string, stale: SessionRecord): Promise<Reestablished> {
+    const deadline = Date.now() + this.#fenceMs
+    while (Date.now() < deadline) {
+      await sleep(WAIT_STEP_MS)
+      const record = await this.#o.metrics.timeStore('get_session', () => this.#o.store.getSession(sessionId))
+      if (record === null) return { outcome: 'incompatible' }
+      if (record.upstreamSessionId !== stale.upstreamSessionId) return { outcome: 'joined', record }
+    }
+    return { outcome: 'timed_out' }
+  }
+
+  async #underFence (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
+    const { store, metrics } = this.#o
+    const [current, recipe] = await Promise.all([
+      metrics.timeStore('get_session', () => store.getSession(sessionId)),
+      metrics.timeStore('recipe', () => store.recipe(sessionId))
+    ])
+    if (current === null) return { outcome: 'incompatible' }
+    // Another replica did it just before this one took the fence.
+    if (current.upstreamSessionId !== stale.upstreamSessionId) return { outcome: 'joined', record: current }
+    if (recipe === null || !recipe.complete) return { outcome: 'unrecorded' }
+    const established = await this.#initialize(recipe, baseHeaders(headers), log)
+    if (established === null) return { outcome: 'failed' }
+    if (established === 'incompatible') return { outcome: 'incompatible' }
+    const { upstreamSessionId, version } = established
+    const sessionHeaders = { ...baseHeaders(headers), 'mcp-protocol-version': version }
+    const placement = { upstreamSessionId, ...(current.endpoint !== undefined && { endpoint: current.endpoint }) }
+    await this.#notify(placement, sessionHeaders)
+    for (const request of stateRequests(recipe)) {
+      const response = await this.#call(placement, sessionHeaders, request)
+      if (response?.error !== undefined) log.warn({ method: request.method, error: response.error }, 'the upstream refused a session-state request replayed on re-establishment; going on without it')
+    }
+    const moved = await metrics.timeStore('move_placement', () => store.movePlacement(sessionId, stale.upstreamSessionId, placement))
+    if (moved === null) return { outcome: 'incompatible' }
+    return moved.upstreamSessionId === upstreamSessionId ? { outcome: 'reestablished', record: moved } : { outcome: 'joined', record: moved }
+  }
+
+  /** POST the recorded initialize; the new session's id and version, 'incompatible', or null when the upstream did not establish one. */
+  async #initialize (recipe: SessionRecipe, headers: Record<string, string | string[]>, log: Logger): Promise<{ upstreamSessionId: string, version: string } | 'incompatible' | null> {
+    const id = `mcpgw-reinit-${randomBytes(6).toString('base64url')}`
+    const body = withId(recipe.initialize, id)
+    if (body === undefined) return null
+    const res = await this.#post(headers, body)
+    const upstreamSessionId = headerValue(res.headers['mcp-session-id'])
+    const response = await this.#response(res, id)
+    if (res.statusCode !== 200 || upstreamSessionId === undefined || response?.result === undefined) {
+      log.warn({ status: res.statusCode, sessionIssued: upstreamSessionId !== undefined }, 'the upstream did not establish the session again')
+      return null
+    }
+    const promised = initializePromise(response.result)
+    if (promised !== recipe.initializeResult) return 'incompatible'
+    return { upstreamSessionId, version: (response.result as { protocolVersion: string }).protocolVersion }
+  }
+
+  async #notify (placement: { upstreamSessionId: string }, headers: Record<string, string | string[]>): Promise<void> {
+    const res = await this.#post(headers, Buffer.from('{"jsonrpc":"2.0","method":"notifications/initialized"}'), placement)
+    discardBody(res.body)
+  }
+
+  async #call (placement: { upstreamSessionId: string }, headers: Record<string, string | string[]>, request: { method: string, body: string }): Promise<JsonRpcResponse | undefined> {
+    const id = `mcpgw-restate-${randomBytes(6).toString('base64url')}`
+    const body = withId(request.body, id)
+    if (body === undefined) return undefined
+    return await this.#response(await this.#post(headers, body, placement), id)
+  }
+
+  async #post (headers: Record<string, string | string[]>, body: Buffer, placement?: { upstreamSessionId: string }): Promise<UpstreamResponse> {
+    const post = { method: 'POST', path: this.#o.mcpPath, headers, body }
+    return await this.#o.upstream.request(placement === undefined ? post : sessionRequest(placement, post))
+  }
+
+  /** The JSON-RPC response in an answer (JSON or SSE), the rest of it dropped. */
+  async #response (res: UpstreamResponse, id: string): Promise<JsonRpcResponse | undefined> {
+    const type = mediaType(res.headers['content-type'])
+    const kind = type === 'text/event-stream' ? 'sse' : type === 'application/json' ? 'json' : undefined
+    if (kind === undefined) {
+      discardBody(res.body)
+      return undefined
+    }
+    const answer = await readJsonRpcAnswer(res.body, kind, id, this.#o.maxAnswerBytes)
+    discardBody(answer.body)
+    return answer.response
+  }
+}
+
+/** The failed request's end-to-end headers (its auth), for requests of the gateway's own: no session, no resume id, JSON in. */
+function baseHeaders (headers: Record<string, string | string[]>): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(headers)) {
+    if (name === 'mcp-session-id' || name === 'last-event-id' || name === 'content-length' || name === 'content-encoding' || name === 'mcp-protocol-version') continue
+    out[name] = value
+  }
+  out['content-type'] = 'application/json'
+  out.accept = 'application/json, text/event-stream'
+  out['accept-encoding'] = 'identity'
+  return out
+}
+
+/** The recipe's session-state requests, in the order they are replayed: the log level, then each subscription. */
+function stateRequests (recipe: SessionRecipe): Array<{ method: string, body: string }> {
+  const requests: Array<{ method: string, body: string }> = []
+  if (recipe.logLevel !== undefined) requests.push({ method: 'logging/setLevel', body: recipe.logLevel })
+  for (const uri of recipe.subscriptions) {
+    requests.push({ method: 'resources/subscribe', body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'resources/subscribe', params: { uri } }) })
+  }
+  return requests
+}
+
+/** A recorded request under a new JSON-RPC id (the upstream's new session has seen none of the old ones). */
+function withId (body: string, id: string): Buffer | undefined {
+  try {
+    const message = JSON.parse(body) as Record<string, unknown>
+    if (message === null || typeof message !== 'object' || Array.isArray(message)) return undefined
+    return Buffer.from(JSON.stringify({ ...message, id }))
+  } catch {
+    return undefined
+  }
+}

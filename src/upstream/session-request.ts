@@ -1,0 +1,13 @@
+/**
+ * The one place a request for a session is addressed to the upstream: under
+ * the id the upstream knows the session by now (the session's record), never
+ * the id the client holds. Every upstream request of a session goes through
+ * here: POSTs, the standalone GET and its resumes, the resumes of request
+ * streams, DELETE, and requests proxied transparently that name a session.
+ */
+import type { UpstreamPlacement } from '../store/contract.js'
+import type { UpstreamRequest } from './client.js'
+
+export function sessionRequest (placement: UpstreamPlacement, request: UpstreamRequest): UpstreamRequest {
+  return { ...request, headers: { ...request.headers, 'mcp-session-id': placement.upstreamSessionId } }
+}

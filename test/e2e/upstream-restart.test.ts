@@ -1,0 +1,87 @@
+// Sessions that survive the upstream (src/relay/reestablish.ts): a store-less SDK
+// server restarted behind the gateway (a new server with fresh state on the same
+// port) while the official SDK client, with its default options, holds a session.
+// The gateway establishes the session upstream again from what it recorded; the
+// client keeps its session id and never notices.
+import t, { type Test } from 'tap'
+import { startGateway, startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
+import { metricSum, metrics } from '../fixtures/hardening.js'
+import { connectClient, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
+import { useRedis } from '../fixtures/redis.js'
+import { startRestartableUpstream, type RestartableUpstream } from '../fixtures/restartable-upstream.js'
+
+async function echo (mcp: McpTestClient, text: string): Promise<unknown> {
+  return (await mcp.client.callTool({ name: 'echo', arguments: { text } })).content
+}
+
+function standaloneTexts (mcp: McpTestClient): unknown[] {
+  return mcp.notifications.filter(n => n.method === 'notifications/message' && (n.params as { logger?: string }).logger === 'standalone').map(n => (n.params as { data: unknown }).data)
+}
+
+async function gatewayFor (t: Test, kind: 'memory' | 'redis', upstream: RestartableUpstream, env: Record<string, string> = {}): Promise<RunningGateway> {
+  if (kind === 'memory') return await startGateway(t, 'memory', upstream.url, env)
+  return await startGatewayOnRedis(t, await useRedis(t, 'restart-up'), upstream.url, env)
+}
+
+for (const kind of ['memory', 'redis'] as const) {
+  t.test(`${kind} store: the upstream restarted twice during one session`, async t => {
+    const upstream = await startRestartableUpstream()
+    t.teardown(() => upstream.close())
+    const gw = await gatewayFor(t, kind, upstream)
+    const mcp = await connectClient(`${gw.url}/mcp`)
+    t.teardown(() => mcp.close())
+    const sessionId = mcp.sessionId as string
+    t.ok(await waitUntil(() => mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'the standalone GET is open')
+    await mcp.client.setLoggingLevel('warning')
+    t.same(upstream.life.levels, ['warning'], 'the upstream got the log level')
+    t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+    const firstUpstreamId = upstream.life.initialized[0] as string
+    t.not(sessionId, firstUpstreamId, 'the client holds the gateway\'s id, not the upstream\'s')
+
+    for (const round of [1, 2]) {
+      await upstream.restart()
+      t.same(await echo(mcp, `after restart ${round}`), [{ type: 'text', text: `after restart ${round}` }], `restart ${round}: the next call succeeds`)
+      t.equal(mcp.sessionId, sessionId, `restart ${round}: the same client session`)
+      t.equal(upstream.life.initialized.length, 1, `restart ${round}: the new upstream got one initialize`)
+      t.same(upstream.life.levels, ['warning'], `restart ${round}: the log level set before is set again`)
+      const upstreamId = upstream.life.initialized[0] as string
+      t.equal((await gw.store.getSession(sessionId))?.upstreamSessionId, upstreamId, `restart ${round}: the record points at the new upstream session`)
+      t.notOk(mcp.exchanges.some(e => JSON.stringify(e).includes(upstreamId)), `restart ${round}: the new upstream id never reached the client`)
+      for (let i = 0; i < 3; i++) t.same(await echo(mcp, `call ${i}`), [{ type: 'text', text: `call ${i}` }], `restart ${round}: call ${i}`)
+      // The client's GET was cut with the old upstream; it reconnects to the new session's stream.
+      const text = `standalone after restart ${round}`
+      t.ok(await waitUntil(() => upstream.life.requests.some(r => r.method === 'GET' && r.sessionId === upstreamId), 10_000), `restart ${round}: the standalone GET is open on the new upstream session`)
+      await mcp.client.callTool({ name: 'notify_standalone', arguments: { text } })
+      t.ok(await waitUntil(() => standaloneTexts(mcp).includes(text), 10_000), `restart ${round}: a notification the new upstream session sends on its standalone stream reaches the client's GET`)
+    }
+    const text = await metrics(gw.adminUrl)
+    t.equal(metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'reestablished' }), 2, 'two re-establishments counted')
+    t.equal(metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'failed' }), 0, 'none failed')
+  })
+}
+
+t.test('a restarted upstream whose initialize result has other capabilities: 404, the session ends', async t => {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const gw = await gatewayFor(t, 'memory', upstream)
+  const mcp = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => mcp.close())
+  const sessionId = mcp.sessionId as string
+  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  await upstream.restart({ capabilities: { experimental: { somethingNew: {} } } })
+  await t.rejects(echo(mcp, 'after'), /404|Session not found/, 'the client gets 404')
+  t.equal(await gw.store.getSession(sessionId), null, 'the gateway dropped the session')
+  t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'incompatible' }), 1, 'counted as incompatible')
+})
+
+t.test('REESTABLISH_UPSTREAM_SESSIONS=false: the upstream\'s 404, as before', async t => {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const gw = await gatewayFor(t, 'memory', upstream, { REESTABLISH_UPSTREAM_SESSIONS: 'false' })
+  const mcp = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => mcp.close())
+  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  await upstream.restart()
+  await t.rejects(echo(mcp, 'after'), /404|Session not found/, 'the client gets the upstream\'s 404')
+  t.equal(upstream.life.initialized.length, 0, 'nothing was initialized again')
+})
