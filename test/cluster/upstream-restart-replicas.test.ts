@@ -1,0 +1,50 @@
+// Two gateway replicas on one Redis, no stickiness (each request to the next
+// replica), a store-less SDK upstream restarted under a session: the session is
+// established upstream again once (the fence in the store), and both replicas
+// go on with the new upstream session from the shared record.
+import t from 'tap'
+import { startBalancer } from '../fixtures/balancer.js'
+import { startGatewayOnRedis } from '../fixtures/gateway.js'
+import { metricSum, metrics } from '../fixtures/hardening.js'
+import { connectClient, type McpTestClient } from '../fixtures/mcp-client.js'
+import { useRedis } from '../fixtures/redis.js'
+import { startRestartableUpstream } from '../fixtures/restartable-upstream.js'
+
+async function echo (mcp: McpTestClient, text: string): Promise<unknown> {
+  return (await mcp.client.callTool({ name: 'echo', arguments: { text } })).content
+}
+
+t.test('two replicas, requests alternating, upstream restarted: one re-establishment, both replicas use it', async t => {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const redis = await useRedis(t, 'reest')
+  const a = await startGatewayOnRedis(t, redis, upstream.url)
+  const b = await startGatewayOnRedis(t, redis, upstream.url)
+  const balancer = await startBalancer([a.port, b.port])
+  t.teardown(() => balancer.close())
+  // A new connection per request: the balancer alternates them between the replicas.
+  const mcp = await connectClient(balancer.url('/mcp'), { agentOptions: { pipelining: 0 } })
+  t.teardown(() => mcp.close())
+  const sessionId = mcp.sessionId as string
+  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+
+  await upstream.restart()
+  const before = balancer.history.length
+  // Two calls at once, on two replicas: both meet the upstream's 404.
+  const answers = await Promise.all(['x', 'y', 'z', 'w'].map(async text => await echo(mcp, text)))
+  t.same(answers, ['x', 'y', 'z', 'w'].map(text => [{ type: 'text', text }]), 'every call after the restart succeeds')
+  for (let i = 0; i < 4; i++) t.same(await echo(mcp, `then ${i}`), [{ type: 'text', text: `then ${i}` }], `call ${i} after`)
+  const after = balancer.history.slice(before)
+  t.ok(after.includes(a.port) && after.includes(b.port), 'requests went to both replicas after the restart')
+  t.equal(upstream.life.initialized.length, 1, 'the new upstream got one initialize for the session')
+  const upstreamId = upstream.life.initialized[0]
+  t.equal((await a.store.getSession(sessionId))?.upstreamSessionId, upstreamId, 'the shared record points at it')
+  const calls = upstream.life.requests.filter(r => r.method === 'tools/call')
+  t.equal(calls.filter(r => r.sessionId === upstreamId).length, 8, 'each call executed once, on the new upstream session, from either replica')
+  t.ok(calls.filter(r => r.sessionId !== upstreamId).length <= 4, 'the old upstream id only on the calls that met the 404 (at most the first four)')
+  const counts = await Promise.all([a, b].map(async gw => await metrics(gw.adminUrl)))
+  const sum = (outcome: string): number => counts.reduce((n, text) => n + metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome }), 0)
+  t.equal(sum('reestablished'), 1, 'one re-establishment across both replicas')
+  t.equal(sum('failed') + sum('timed_out') + sum('incompatible'), 0, 'none failed')
+  t.equal(mcp.sessionId, sessionId, 'the same client session')
+})
