@@ -694,7 +694,7 @@ for (const kind of KINDS) {
         isJsonRpcError(t, await send(mcp.url, { headers: mcp.getHeaders(lastId) }), 404, 'resume after DELETE')
       })
 
-      t.test('an upstream 404 for the session passes through and drops its records', async t => {
+      t.test('an upstream 404 for the session: established upstream again, the request answered, the history kept', async t => {
         const mcp = await session(t, '2025-11-25')
         const call = await mcp.callTool('stream_notifications', { count: 2, intervalMs: 0 })
         t.ok(await call.reader.waitForEnd())
@@ -703,12 +703,14 @@ for (const kind of KINDS) {
         const upstreamId = (await gw.gateway.store.getSession(mcp.sessionId as string))?.upstreamSessionId as string
         const direct = await send(upstream.url, { method: 'DELETE', headers: { ...mcp.headers(), 'mcp-session-id': upstreamId } })
         t.equal(direct.status, 200, '(ended at the upstream directly)')
-        const gone = await send(mcp.url, { method: 'POST', headers: mcp.headers(), body: '{"jsonrpc":"2.0","id":99,"method":"ping"}' })
-        t.equal(gone.status, 404, 'the upstream\'s 404 passes through')
-        t.match(JSON.parse(gone.text), { error: { message: 'Session not found' } }, 'with the upstream\'s body')
-        t.equal(await gw.gateway.store.getSession(mcp.sessionId as string), null, 'the store holds no record of the session')
-        isJsonRpcError(t, await send(mcp.url, { headers: mcp.getHeaders() }), 404, 'a standalone GET afterwards')
-        isJsonRpcError(t, await send(mcp.url, { headers: mcp.getHeaders(firstId) }), 404, 'a resume afterwards')
+        const answered = await send(mcp.url, { method: 'POST', headers: mcp.headers(), body: '{"jsonrpc":"2.0","id":99,"method":"ping"}' })
+        t.equal(answered.status, 200, 'the request is answered, on a new upstream session')
+        const moved = (await gw.gateway.store.getSession(mcp.sessionId as string))?.upstreamSessionId
+        t.ok(moved !== undefined && moved !== upstreamId, 'the record points at the new upstream session')
+        t.equal(header(answered.headers, 'mcp-session-id') ?? mcp.sessionId, mcp.sessionId, 'the client\'s session id is unchanged')
+        const resumed = await mcp.get(firstId)
+        t.ok(await resumed.waitForEnd(), 'a resume of the earlier answer is still served from the store')
+        t.ok(resumed.messages.length >= 1, 'with its events')
       })
 
       t.test('unknown session: 404 with a JSON-RPC error', async t => {

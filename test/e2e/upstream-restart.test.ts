@@ -84,4 +84,5 @@ t.test('REESTABLISH_UPSTREAM_SESSIONS=false: the upstream\'s 404, as before', as
   await upstream.restart()
   await t.rejects(echo(mcp, 'after'), /404|Session not found/, 'the client gets the upstream\'s 404')
   t.equal(upstream.life.initialized.length, 0, 'nothing was initialized again')
+  t.equal(await gw.store.getSession(mcp.sessionId as string), null, 'and the gateway dropped the session\'s records')
 })
