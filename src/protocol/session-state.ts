@@ -4,7 +4,11 @@
  * session upstream again: logging/setLevel (the last one counts) and
  * resources/subscribe and resources/unsubscribe (a set of URIs).
  */
-import type { SessionStateChange } from '../store/contract.js'
+/** A request that set session state, as the session's recipe keeps it. */
+export type SessionStateChange =
+  | { readonly kind: 'log_level', readonly request: string }
+  | { readonly kind: 'subscribe', readonly uri: string }
+  | { readonly kind: 'unsubscribe', readonly uri: string }
 
 const METHODS = ['logging/setLevel', 'resources/subscribe', 'resources/unsubscribe'] as const
 

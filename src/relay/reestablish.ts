@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { GatewayMetrics, ReestablishOutcome } from '../metrics/metrics.js'
 import { initializePromise } from '../protocol/initialize.js'
-import type { EventStore, SessionRecipe, SessionRecord } from '../store/contract.js'
+import type { EventStore, SessionRecipe, SessionRecord, UpstreamPlacement } from '../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { headerValue, mediaType } from '../upstream/headers.js'
 import { readJsonRpcAnswer, type JsonRpcResponse } from '../upstream/json-rpc-answer.js'
@@ -43,9 +43,14 @@ export function upstreamLostSession (res: UpstreamResponse): boolean {
   return res.statusCode === 404
 }
 
-/** A failure before any answer that says the upstream's process may be gone (connection refused or reset). */
+/**
+ * A failure before any answer that says the session's upstream process may be
+ * gone: the connection refused or reset, or the endpoint holding the session
+ * left the set or was set aside.
+ */
 export function upstreamUnreachable (err: unknown): boolean {
-  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'MCPGW_UPSTREAM_UNAVAILABLE'
+  const code = typeof err === 'object' && err !== null ? (err as { code?: unknown }).code : undefined
+  return code === 'MCPGW_UPSTREAM_UNAVAILABLE' || code === 'MCPGW_UPSTREAM_ENDPOINT_GONE'
 }
 
 export class SessionReestablisher {
@@ -124,9 +129,10 @@ export class SessionReestablisher {
     const established = await this.#initialize(recipe, baseHeaders(headers), log)
     if (established === null) return { outcome: 'failed' }
     if (established === 'incompatible') return { outcome: 'incompatible' }
-    const { upstreamSessionId, version } = established
+    const { upstreamSessionId, version, endpoint } = established
     const sessionHeaders = { ...baseHeaders(headers), 'mcp-protocol-version': version }
-    const placement = { upstreamSessionId, ...(current.endpoint !== undefined && { endpoint: current.endpoint }) }
+    // Where the upstream placed the new session (with several endpoints, maybe not where the old one was).
+    const placement: UpstreamPlacement = { upstreamSessionId, ...(endpoint !== undefined && { endpoint }) }
     await this.#notify(placement, sessionHeaders)
     for (const request of stateRequests(recipe)) {
       const response = await this.#call(placement, sessionHeaders, request)
@@ -138,7 +144,7 @@ export class SessionReestablisher {
   }
 
   /** POST the recorded initialize; the new session's id and version, 'incompatible', or null when the upstream did not establish one. */
-  async #initialize (recipe: SessionRecipe, headers: Record<string, string | string[]>, log: Logger): Promise<{ upstreamSessionId: string, version: string } | 'incompatible' | null> {
+  async #initialize (recipe: SessionRecipe, headers: Record<string, string | string[]>, log: Logger): Promise<{ upstreamSessionId: string, version: string, endpoint: string | undefined } | 'incompatible' | null> {
     const id = `mcpgw-reinit-${randomBytes(6).toString('base64url')}`
     const body = withId(recipe.initialize, id)
     if (body === undefined) return null
@@ -151,24 +157,25 @@ export class SessionReestablisher {
     }
     const promised = initializePromise(response.result)
     if (promised !== recipe.initializeResult) return 'incompatible'
-    return { upstreamSessionId, version: (response.result as { protocolVersion: string }).protocolVersion }
+    return { upstreamSessionId, version: (response.result as { protocolVersion: string }).protocolVersion, endpoint: res.endpoint }
   }
 
-  async #notify (placement: { upstreamSessionId: string }, headers: Record<string, string | string[]>): Promise<void> {
+  async #notify (placement: UpstreamPlacement, headers: Record<string, string | string[]>): Promise<void> {
     const res = await this.#post(headers, Buffer.from('{"jsonrpc":"2.0","method":"notifications/initialized"}'), placement)
     discardBody(res.body)
   }
 
-  async #call (placement: { upstreamSessionId: string }, headers: Record<string, string | string[]>, request: { method: string, body: string }): Promise<JsonRpcResponse | undefined> {
+  async #call (placement: UpstreamPlacement, headers: Record<string, string | string[]>, request: { method: string, body: string }): Promise<JsonRpcResponse | undefined> {
     const id = `mcpgw-restate-${randomBytes(6).toString('base64url')}`
     const body = withId(request.body, id)
     if (body === undefined) return undefined
     return await this.#response(await this.#post(headers, body, placement), id)
   }
 
-  async #post (headers: Record<string, string | string[]>, body: Buffer, placement?: { upstreamSessionId: string }): Promise<UpstreamResponse> {
+  /** A request of the new session (`placement`), or without one: an initialize, placed as a new session is. */
+  async #post (headers: Record<string, string | string[]>, body: Buffer, placement?: UpstreamPlacement): Promise<UpstreamResponse> {
     const post = { method: 'POST', path: this.#o.mcpPath, headers, body }
-    return await this.#o.upstream.request(placement === undefined ? post : sessionRequest(placement, post))
+    return await this.#o.upstream.request(placement === undefined ? { ...post, newSession: true } : sessionRequest(placement, post))
   }
 
   /** The JSON-RPC response in an answer (JSON or SSE), the rest of it dropped. */

@@ -12,6 +12,7 @@ import type { LeaseBackend } from '../cluster/lease.js'
 import type { EventBatch } from './batch/event-batch.js'
 import type { NumberedBatch } from './batch/numbered-batch.js'
 import type { EventInput, StoredEvent } from './events.js'
+import type { SessionStateChange } from '../protocol/session-state.js'
 
 export type { EventInput, FrameEvent, StoredEvent, TextEvent } from './events.js'
 
@@ -51,11 +52,7 @@ export interface SessionRecipe {
   readonly complete: boolean
 }
 
-/** A request that set session state, as the recipe keeps it. */
-export type SessionStateChange =
-  | { readonly kind: 'log_level', readonly request: string }
-  | { readonly kind: 'subscribe', readonly uri: string }
-  | { readonly kind: 'unsubscribe', readonly uri: string }
+export type { SessionStateChange } from '../protocol/session-state.js'
 
 /**
  * A recipe's bound on subscriptions: past it the recipe stops recording

@@ -1,7 +1,7 @@
 /**
  * The one place a request for a session is addressed to the upstream: under
- * the id the upstream knows the session by now (the session's record), never
- * the id the client holds. Every upstream request of a session goes through
+ * the id the upstream knows the session by now, at the endpoint that holds it
+ * (both from the session's record), never the id the client holds. Every upstream request of a session goes through
  * here: POSTs, the standalone GET and its resumes, the resumes of request
  * streams, DELETE, and requests proxied transparently that name a session.
  */
@@ -9,5 +9,10 @@ import type { UpstreamPlacement } from '../store/contract.js'
 import type { UpstreamRequest } from './client.js'
 
 export function sessionRequest (placement: UpstreamPlacement, request: UpstreamRequest): UpstreamRequest {
-  return { ...request, headers: { ...request.headers, 'mcp-session-id': placement.upstreamSessionId } }
+  return {
+    ...request,
+    headers: { ...request.headers, 'mcp-session-id': placement.upstreamSessionId },
+    // The endpoint that holds the session, for every replica (the record's).
+    ...(placement.endpoint !== undefined && { endpoint: placement.endpoint })
+  }
 }

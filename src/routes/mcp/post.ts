@@ -91,7 +91,7 @@ async function createSession (ctx: McpContext, request: FastifyRequest, principa
   }
   try {
     ctx.sessions.set(sessionId, await metrics.timeStore('create_session', () =>
-      ctx.deps.store.createSession(sessionId, principal, { placement: { upstreamSessionId: issued }, ...(recipe !== undefined && { recipe }) })))
+      ctx.deps.store.createSession(sessionId, principal, { placement: { upstreamSessionId: issued, ...(res.endpoint !== undefined && { endpoint: res.endpoint }) }, ...(recipe !== undefined && { recipe }) })))
   } catch (err) {
     discardBody(res.body)
     throw errors.storeUnavailable(err)
