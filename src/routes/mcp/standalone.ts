@@ -41,7 +41,6 @@ async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: 
 
 export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
   const { guard } = ctx
-  const { hub } = ctx.deps
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: STANDALONE_STREAM })
   const headers = recordableHeaders(request)
   // The gateway's ids mean nothing upstream; the upstream GET starts fresh, under
