@@ -120,7 +120,8 @@ t.test('a list of three endpoints: sessions spread and kept, requests without a 
 
   const before = others.map(u => u.sessions.size)
   const fresh = await sessions(t, gw.url, 6, 2)
-  t.equal(others.reduce((n, u) => n + u.sessions.size, 0) - before.reduce((a, b) => a + b), 6, 'new sessions all on the two others')
+  // At least the six new ones: the stopped endpoint's sessions may be established there again meanwhile.
+  t.ok(others.reduce((n, u) => n + u.sessions.size, 0) - before.reduce((a, b) => a + b) >= 6, 'new sessions all on the two others')
   t.ok(fresh.every(c => others.some(u => holds(u, c))))
   const kept = clients.filter(c => others.some(u => holds(u, c)))
   const results = await Promise.allSettled(kept.map(async c => await c.client.callTool({ name: 'echo', arguments: { text: 'still' } })))
