@@ -29,7 +29,7 @@ import { registerMcpRoute } from './routes/mcp/index.js'
 import { sessionHash, type SessionGuard } from './routes/mcp/session-guard.js'
 import { isPublicPath, pathTrick } from './net/request-path.js'
 import { traceRequests } from './tracing/spans.js'
-import type { EventStore } from './store/contract.js'
+import type { EventStore, SessionRecord } from './store/contract.js'
 import { UpstreamClient } from './upstream/client.js'
 import { systemResolver, UpstreamDiscovery, type HostResolver } from './upstream/discovery.js'
 import { EndpointSet } from './upstream/endpoint-set.js'
@@ -296,12 +296,14 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
         if (disguisesMcpPath(request.url, config.mcpPath)) throw errors.nonCanonicalMcpPath(config.mcpPath)
         const sessionId = request.headers['mcp-session-id']
         // PUBLIC_PATHS (OAuth metadata: fetched before a token exists) need no
-        // principal; a request naming a session needs its own, on any path.
+        // principal; a request naming a session needs its own, on any path, and
+        // goes upstream under the id the upstream knows it by, like the MCP path's.
+        let session: SessionRecord | undefined
         if (sessionId !== undefined || !isPublicPath(request.url, config.publicPaths)) {
           await sessionGuard.verifiedPrincipalOf(request)
-          if (sessionId !== undefined) await sessionGuard.requireKnownSessionOrStateless(String(sessionId), request)
+          if (sessionId !== undefined) session = await sessionGuard.requireKnownSessionOrStateless(String(sessionId), request)
         }
-        return await forwardTransparently({ upstream, metrics, maxBodyBytes: config.maxBodyBytes }, request, reply, request.body as Readable | undefined)
+        return await forwardTransparently({ upstream, metrics, maxBodyBytes: config.maxBodyBytes }, request, reply, request.body as Readable | undefined, session)
       }
     })
   })

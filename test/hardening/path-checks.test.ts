@@ -52,6 +52,11 @@ t.test('with AUTH_JWT_*: no path reaches the upstream around the token check or 
   t.equal((await send(gw.port, 'POST', '/other', { ...MCP_HEADERS, ...alice }, CALL)).status, 200, 'a token: forwarded')
   t.equal((await send(gw.port, 'POST', '/other', { ...MCP_HEADERS, ...alice, 'mcp-session-id': session }, CALL)).status, 200, 'alice on her own session: forwarded')
   t.same(upstream.seen.slice(before).map(s => s.url), ['/.well-known/oauth-protected-resource', '/other', '/other'])
+  // The gateway's id is the client's only: the upstream gets the id it issued (the one the
+  // gateway's own GET of the session carried), on any path.
+  const upstreamId = upstream.seen.find(s => s.method === 'GET' && s.url === '/mcp')?.headers['mcp-session-id']
+  t.ok(upstreamId !== undefined && upstreamId !== session, 'the upstream knows the session by its own id')
+  t.equal(upstream.seen.at(-1)?.headers['mcp-session-id'], upstreamId, 'alice\'s session on another path goes upstream under that id')
 })
 
 t.test('with the header binding: another path naming a session needs the principal that created it', async t => {
