@@ -43,11 +43,13 @@ for (const kind of ['memory'] as StoreKind[]) {
     const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': VERSION }
     const init = await request(`${url}/mcp`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: VERSION, capabilities: {}, clientInfo: { name: 'c', version: '1' } } }) })
     await init.body.text()
+    // The gateway's own session id, which the client gets at initialize.
+    const sessionId = String(init.headers['mcp-session-id'])
     t.ok(await waitUntil(() => gets.length >= 1, 3000), 'the gateway opened the session\'s upstream GET, and got 405')
     // Past the hub's forget delay (10 s) for a session with no client and no stream.
     await sleep(10_500)
 
-    const call = await request(`${url}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': 'sess-405' }, body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'slow', arguments: {} } }) })
+    const call = await request(`${url}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': sessionId }, body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'slow', arguments: {} } }) })
     const text = await call.body.text()
     t.match(text, /"id":2/, 'the request gets its answer')
     t.match(text, /-32000/, 'the gateway\'s error: the upstream answer broke off')

@@ -96,7 +96,8 @@ t.test('traceparent continued to the upstream; spans for the request, the upstre
   }
   const init = await exchange(`${url}/mcp`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '0' } } }) })
   t.equal(init.status, 200)
-  const sessionHeaders = { ...headers, 'mcp-session-id': 'traced-session' }
+  // The gateway's own session id, which the client gets at initialize.
+  const sessionHeaders = { ...headers, 'mcp-session-id': init.headers['mcp-session-id'] ?? 'none issued' }
   const listed = await exchange(`${url}/mcp`, { method: 'POST', headers: sessionHeaders, body: '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' })
   t.equal(listed.status, 200)
   const priming = sseEvents(listed.text).find(e => e.id !== undefined)?.id
@@ -105,7 +106,7 @@ t.test('traceparent continued to the upstream; spans for the request, the upstre
   // A resume in a trace of its own: the replay reads the store.
   const resumeTrace = '0af7651916cd43dd8448eb211c80319c'
   const resume = await exchange(`${url}/mcp`, {
-    headers: { accept: 'text/event-stream', 'mcp-protocol-version': '2025-11-25', 'mcp-session-id': 'traced-session', 'last-event-id': priming as string, traceparent: `00-${resumeTrace}-b7ad6b7169203331-01` }
+    headers: { accept: 'text/event-stream', 'mcp-protocol-version': '2025-11-25', 'mcp-session-id': sessionHeaders['mcp-session-id'], 'last-event-id': priming as string, traceparent: `00-${resumeTrace}-b7ad6b7169203331-01` }
   })
   t.equal(resume.status, 200)
   t.match(resume.text, /"id":2/, 'the answer replayed')

@@ -34,9 +34,11 @@ for (const kind of ['memory', 'redis'] as StoreKind[]) {
       const init = await request(`${url}/mcp`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'c', version: '1' } } }) })
       await init.body.text()
       t.equal(init.statusCode, 200)
+      // The gateway's own session id, which the client gets at initialize.
+      const sessionId = String(init.headers['mcp-session-id'])
       t.ok(await waitUntil(() => gets.length >= 1, 3000), 'the upstream GET was opened')
       for (let i = 0; i < 3; i++) {
-        const res = await request(`${url}/mcp`, { method: 'GET', headers: { accept: 'text/event-stream', 'mcp-session-id': 'sess-1', 'mcp-protocol-version': '2025-06-18' } })
+        const res = await request(`${url}/mcp`, { method: 'GET', headers: { accept: 'text/event-stream', 'mcp-session-id': sessionId, 'mcp-protocol-version': '2025-06-18' } })
         t.equal(res.statusCode, 200, `client GET ${i + 1}: the standalone stream opens`)
         res.body.on('error', () => {}).destroy()
       }
