@@ -85,45 +85,57 @@ async function exampleSessionOnRedis (t: Test, redisUrl: string): Promise<{ gw: 
   return { gw, mcp }
 }
 
-t.test('upstream restart mid-stream', async t => {
-  let upstream: ExampleServer = await startExampleServer()
-  t.teardown(() => upstream.close())
-  const port = Number(new URL(upstream.url).port)
-  const gw = await startGateway(t, 'memory', upstream.url, QUICK_CLOSE)
-  const mcp = await connectClient(`${gw.url}/mcp`, { reconnectionOptions: { ...RECONNECT, maxRetries: 3 } })
-  t.teardown(() => mcp.close())
-  t.ok(await standaloneOpen(mcp), 'the standalone stream is open')
-  const sessionId = mcp.sessionId as string
+// With re-establishment (the default) the session goes on upstream; without it the
+// client is told the session is gone. Either way the call the restart cut gets the
+// gateway's error answer, never silence.
+for (const reestablish of [true, false]) {
+  t.test(`upstream restart mid-stream, REESTABLISH_UPSTREAM_SESSIONS=${reestablish}`, async t => {
+    let upstream: ExampleServer = await startExampleServer()
+    t.teardown(() => upstream.close())
+    const port = Number(new URL(upstream.url).port)
+    const gw = await startGateway(t, 'memory', upstream.url, { ...QUICK_CLOSE, REESTABLISH_UPSTREAM_SESSIONS: String(reestablish) })
+    const mcp = await connectClient(`${gw.url}/mcp`, { reconnectionOptions: { ...RECONNECT, maxRetries: 3 } })
+    t.teardown(() => mcp.close())
+    t.ok(await standaloneOpen(mcp), 'the standalone stream is open')
+    const sessionId = mcp.sessionId as string
 
-  const started = Date.now()
-  const call = mcp.client.callTool({ name: 'stream_notifications', arguments: { count: 1000, intervalMs: 10 } }, undefined, { timeout: 60_000 })
-  call.catch(() => {})
-  t.ok(await waitUntil(() => sequencesOf(mcp.notifications, 'stream_notifications').length >= 20, 10_000), 'the tool call is streaming')
-  const gets = mcp.exchanges.filter(e => e.method === 'GET').length
-  await upstream.close()
-  upstream = await startExampleServer({ port })
-  const restartedAt = Date.now()
+    const started = Date.now()
+    const call = mcp.client.callTool({ name: 'stream_notifications', arguments: { count: 1000, intervalMs: 10 } }, undefined, { timeout: 60_000 })
+    call.catch(() => {})
+    t.ok(await waitUntil(() => sequencesOf(mcp.notifications, 'stream_notifications').length >= 20, 10_000), 'the tool call is streaming')
+    const gets = mcp.exchanges.filter(e => e.method === 'GET').length
+    await upstream.close()
+    upstream = await startExampleServer({ port })
+    const restartedAt = Date.now()
 
-  const outcome = await call.then(() => 'resolved', (err: unknown) => err)
-  const elapsed = Date.now() - started
-  t.type(outcome, McpError, 'the call fails with a JSON-RPC error')
-  t.match((outcome as Error).message, /MCP gateway: the response to this request was lost/, 'the gateway\'s error answer')
-  t.ok(Date.now() - restartedAt < 5000, `it fails fast (${elapsed} ms after the call began), not at the 60 s timeout`)
-  t.comment(`upstream restart: the call failed with "${(outcome as Error).message}"`)
+    const outcome = await call.then(() => 'resolved', (err: unknown) => err)
+    const elapsed = Date.now() - started
+    t.type(outcome, McpError, 'the call fails with a JSON-RPC error')
+    t.match((outcome as Error).message, /MCP gateway: the response to this request was lost/, 'the gateway\'s error answer')
+    t.ok(Date.now() - restartedAt < 5000, `it fails fast (${elapsed} ms after the call began), not at the 60 s timeout`)
+    t.comment(`upstream restart: the call failed with "${(outcome as Error).message}"`)
 
-  // The standalone stream: closed with a retry hint when its upstream GET ended; the client reconnects.
-  const reconnects = (): typeof mcp.exchanges => mcp.exchanges.filter(e => e.method === 'GET').slice(gets).filter(e => e.lastEventId?.includes('.s.') === true)
-  t.ok(await waitUntil(() => reconnects().some(e => e.status !== undefined), 8000), 'the standalone stream reconnects with Last-Event-ID')
-  t.comment(`standalone reconnects after the restart: ${reconnects().map(e => `${e.status ?? e.error ?? '?'}`).join(', ')}`)
-  t.ok(reconnects().every(e => e.status === undefined || e.status < 500), 'never a 5xx: the restarted upstream does not know the session, and says so (404 passes through)')
-  t.ok(reconnects().some(e => e.status === 404), 'the client is told the session is gone (404), so it can start a new one')
-  t.equal(await gw.gateway.store.getSession(sessionId), null, 'the records of the session the upstream no longer knows are dropped')
+    // The standalone stream: closed with a retry hint when its upstream GET ended; the client reconnects.
+    const reconnects = (): typeof mcp.exchanges => mcp.exchanges.filter(e => e.method === 'GET').slice(gets).filter(e => e.lastEventId?.includes('.s.') === true)
+    t.ok(await waitUntil(() => reconnects().some(e => e.status !== undefined), 8000), 'the standalone stream reconnects with Last-Event-ID')
+    t.comment(`standalone reconnects after the restart: ${reconnects().map(e => `${e.status ?? e.error ?? '?'}`).join(', ')}`)
+    t.ok(reconnects().every(e => e.status === undefined || e.status < 500), 'never a 5xx')
+    if (reestablish) {
+      t.ok(await waitUntil(() => reconnects().some(e => e.status === 200), 8000), 'the standalone stream opens again: the session was established upstream again')
+      t.not(await gw.gateway.store.getSession(sessionId), null, 'the session\'s records stay')
+      const echo = await mcp.client.callTool({ name: 'echo', arguments: { text: 'same session' } })
+      t.same(echo.content, [{ type: 'text', text: 'same session' }], 'the same session goes on after the restart')
+      return
+    }
+    t.ok(reconnects().some(e => e.status === 404), 'the client is told the session is gone (404), so it can start a new one')
+    t.equal(await gw.gateway.store.getSession(sessionId), null, 'the records of the session the upstream no longer knows are dropped')
 
-  const fresh = await connectClient(`${gw.url}/mcp`)
-  t.teardown(() => fresh.close())
-  const echo = await fresh.client.callTool({ name: 'echo', arguments: { text: 'after restart' } })
-  t.same(echo.content, [{ type: 'text', text: 'after restart' }], 'a new session works through the gateway')
-})
+    const fresh = await connectClient(`${gw.url}/mcp`)
+    t.teardown(() => fresh.close())
+    const echo = await fresh.client.callTool({ name: 'echo', arguments: { text: 'after restart' } })
+    t.same(echo.content, [{ type: 'text', text: 'after restart' }], 'a new session works through the gateway')
+  })
+}
 
 t.test('an upstream that hangs', async t => {
   t.test('accepts connections and never answers: 504 with a JSON-RPC error after UPSTREAM_HEADERS_TIMEOUT_SECONDS', async t => {

@@ -166,7 +166,7 @@ t.test('hostile input', async t => {
     const unknown = { ...alice.getHeaders(), 'mcp-session-id': 'no-such-session' }
     await runTable(t, [
       { name: 'unknown session: GET', send: async () => await exchange(mcpUrl, { headers: unknown }, 600), status: 404, body: 'gateway' },
-      { name: 'unknown session: POST', send: async () => await exchange(mcpUrl, { method: 'POST', headers: { ...alice.headers(), 'mcp-session-id': 'no-such-session' }, body: '{"jsonrpc":"2.0","id":1,"method":"ping"}' }), status: 404, body: 'gateway' },
+      { name: 'unknown session: POST', send: async () => await exchange(mcpUrl, { method: 'POST', headers: { ...alice.headers(), 'mcp-session-id': 'no-such-session' }, body: '{"jsonrpc":"2.0","id":1,"method":"ping"}' }), status: 404, body: 'gateway', id: 1 },
       { name: 'unknown session: DELETE', send: async () => await exchange(mcpUrl, { method: 'DELETE', headers: { ...alice.headers(), 'mcp-session-id': 'no-such-session' } }), status: 404, body: 'gateway' },
       { name: 'a Redis hash-tag session id {x}', send: async () => await exchange(mcpUrl, { headers: { ...unknown, 'mcp-session-id': '{x}' } }, 600), status: 404, body: 'gateway' },
       { name: 'session id with a space', send: async () => await exchange(mcpUrl, { headers: { ...unknown, 'mcp-session-id': 'a b' } }, 600), status: 400, body: 'gateway' },
