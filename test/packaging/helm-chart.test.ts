@@ -44,7 +44,8 @@ const helmTool = await externalTool('helm')
 const NEEDS_HELM = { skip: helmTool.skip }
 const NAMESPACE = 'mcp'
 /** Variables the chart sets itself; `config` must not set them. */
-const MANAGED_BY_CHART = ['PORT', 'ADMIN_PORT', 'ADMIN_HOST', 'SHUTDOWN_GRACE_SECONDS', 'REDIS_URL', 'REDIS_PASSWORD']
+// SESSION_BINDING_KEY is a secret: given through extraEnv from a Secret, never the ConfigMap.
+const MANAGED_BY_CHART = ['PORT', 'ADMIN_PORT', 'ADMIN_HOST', 'SHUTDOWN_GRACE_SECONDS', 'REDIS_URL', 'REDIS_PASSWORD', 'SESSION_BINDING_KEY']
 
 type Values = Record<string, unknown>
 type K8sObject = Values & { apiVersion: string, kind: string, metadata: { name: string, namespace?: string, labels?: Record<string, string>, annotations?: Record<string, string> }, spec?: Values, data?: Record<string, string> }
