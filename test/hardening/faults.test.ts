@@ -4,6 +4,7 @@
 // raw sockets where the client must misbehave (stop reading) or come in
 // numbers (1,000 reconnects).
 import t from 'tap'
+import { parseSessionId } from '../../src/protocol/session-id.js'
 import type { Test } from 'tap'
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
@@ -623,11 +624,19 @@ t.test('1,000 clients reconnecting at once', async t => {
     upstream.closeAllConnections()
     await new Promise(resolve => upstream.close(resolve))
   })
+  /** `sessionId`: the client's (the gateway's); the upstream holds the stream under the id it issued, which the gateway's carries. */
   const emit = (sessionId: string, n: number): void => {
-    streams.get(sessionId)?.write(`data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: { n } } })}\n\n`)
+    const parsed = parseSessionId(sessionId)
+    streams.get(parsed.kind === 'bound' ? parsed.firstUpstreamId : sessionId)?.write(`data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: { n } } })}\n\n`)
   }
   // Every client connects from 127.0.0.1: above the default per-address connection cap.
-  const gw = await startGateway(t, 'memory', `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`, { ...QUICK_CLOSE, MAX_CONNECTIONS_PER_ADDRESS: String(N * 3) })
+  const gw = await startGateway(t, 'memory', `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`, {
+    ...QUICK_CLOSE,
+    MAX_CONNECTIONS_PER_ADDRESS: String(N * 3),
+    // N sessions from one address and one (anonymous) principal: a reconnect storm, not an initialize flood.
+    INITIALIZES_PER_MINUTE_PER_ADDRESS: String(N * 2),
+    MAX_SESSIONS_PER_PRINCIPAL: String(N * 2)
+  })
   const agent = new Agent({ connections: 32 })
   t.teardown(() => agent.close())
 
