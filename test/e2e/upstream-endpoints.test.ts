@@ -10,6 +10,7 @@ import { startExampleServer, type ExampleServer, type ExampleServerLogger } from
 import { buildGateway } from '../../src/server.js'
 import type { ResolvedAddress } from '../../src/upstream/discovery.js'
 import { makeStore, testConfig } from '../fixtures/gateway.js'
+import { prng } from '../fixtures/hardening.js'
 import { connectClient, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
 import { freePort } from '../fixtures/net.js'
 
@@ -38,22 +39,10 @@ function holds (upstream: Upstream, client: McpTestClient): boolean {
   return [...upstream.sessions].some(id => (client.sessionId as string).endsWith(`.${id}`))
 }
 
-/** mulberry32: placements the same at every run. */
-function seeded (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6D2B79F5) >>> 0
-    let x = a
-    x = Math.imul(x ^ (x >>> 15), x | 1)
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
-
 async function startGateway (t: Test, upstreamUrl: string, resolveHost?: (name: string) => Promise<readonly ResolvedAddress[]>): Promise<{ url: string, adminUrl: string }> {
   const config = testConfig(upstreamUrl, { UPSTREAM_SET_ASIDE_SECONDS: '60' })
   const store = await makeStore(t, 'memory', config)
-  const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }), placementRandom: seeded(7), ...(resolveHost !== undefined && { resolveHost }) })
+  const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }), placementRandom: prng(7), ...(resolveHost !== undefined && { resolveHost }) })
   t.teardown(() => gateway.close())
   return await gateway.listen()
 }

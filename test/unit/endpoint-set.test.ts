@@ -8,18 +8,7 @@ import { isConnectFailure } from '../../src/upstream/connect-failure.js'
 import { EndpointSet } from '../../src/upstream/endpoint-set.js'
 import { LEAVING_MAX_MS, SET_ASIDE_MAX_FACTOR } from '../../src/upstream/endpoint-state.js'
 import { targetOfUrl, type UpstreamTarget } from '../../src/upstream/upstream-url.js'
-
-/** mulberry32: a small seeded PRNG. */
-function seeded (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6D2B79F5) >>> 0
-    let x = a
-    x = Math.imul(x ^ (x >>> 15), x | 1)
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
+import { prng } from '../fixtures/hardening.js'
 
 const refusal = Object.assign(new Error('connect ECONNREFUSED 10.0.0.1:3000'), { code: 'ECONNREFUSED' })
 const target = (url: string): UpstreamTarget => targetOfUrl(new URL(url))
@@ -31,7 +20,7 @@ function clock (): { now: () => number, advance: (ms: number) => void } {
 }
 
 t.test('betterOfTwo: the draw with fewer sessions; every candidate reachable; one candidate, none', async t => {
-  const random = seeded(1)
+  const random = prng(1)
   const candidates = [{ id: 'a', placed: 5 }, { id: 'b', placed: 0 }, { id: 'c', placed: 5 }]
   const wins = new Map<string, number>()
   for (let i = 0; i < 3000; i++) {
@@ -54,7 +43,7 @@ t.test('RoundRobin: in turn, over a list that changes', async t => {
 
 t.test('place: new sessions spread evenly over the endpoints, the same for the same seed', async t => {
   const run = (seed: number): number[] => {
-    const set = new EndpointSet(three, { setAsideMs: 1000, random: seeded(seed) })
+    const set = new EndpointSet(three, { setAsideMs: 1000, random: prng(seed) })
     for (let i = 0; i < 300; i++) set.sessionPlaced(set.place())
     return set.snapshot().map(v => v.sessionsPlaced)
   }
@@ -71,7 +60,7 @@ t.test('pick: round robin over the endpoints in rotation', async t => {
 
 t.test('a refused connection sets the endpoint aside: no sessions, no requests, its sessions sent elsewhere; then on trial; backoff doubles', async t => {
   const c = clock()
-  const set = new EndpointSet(three, { setAsideMs: 1000, now: c.now, random: seeded(7) })
+  const set = new EndpointSet(three, { setAsideMs: 1000, now: c.now, random: prng(7) })
   const dead = 'http://10.0.0.2:3000'
   t.ok(set.resolve(dead), 'reachable at first')
   t.equal(set.reportFailure(dead, new Error('socket hang up')), false, 'any other error: not set aside (the request may have run)')
@@ -122,7 +111,7 @@ t.test('a lone endpoint is never set aside: there is nowhere else to go', async 
 t.test('a name: connected as written until it resolves; each address an endpoint, with the name as Host; addresses leaving and joining', async t => {
   const c = clock()
   const name = target('http://mcp.ns.svc.cluster.local:3000/mcp')
-  const set = new EndpointSet([name], { setAsideMs: 1000, now: c.now, random: seeded(3) })
+  const set = new EndpointSet([name], { setAsideMs: 1000, now: c.now, random: prng(3) })
   t.same(set.snapshot().map(v => v.endpoint), ['http://mcp.ns.svc.cluster.local:3000'], 'the name as written before any answer')
   set.update(name, ['10.0.0.7', '10.0.0.8'])
   t.same(set.snapshot().map(v => [v.endpoint, v.state]), [
