@@ -138,9 +138,10 @@ t.test('one name with three loopback addresses: each address an endpoint, the na
 
   answer = addresses.slice(0, 2)
   t.ok(await waitUntil(() => asked.length >= 2, 5000), 'resolved again once the TTL ran out')
-  await new Promise(resolve => setTimeout(resolve, 50))
-  const after = (await upstreamz(gw.adminUrl)).endpoints
-  t.equal(after.find(e => e.endpoint === `http://127.0.0.3:${port}`)?.state, 'leaving', 'an address the answer no longer lists is leaving')
+  // The resolver was asked; its answer is applied once the lookup settles.
+  const stateOfThird = async (): Promise<string | undefined> => (await upstreamz(gw.adminUrl)).endpoints.find(e => e.endpoint === `http://127.0.0.3:${port}`)?.state
+  for (const deadline = Date.now() + 5000; await stateOfThird() !== 'leaving' && Date.now() < deadline;) await new Promise(resolve => setTimeout(resolve, 20))
+  t.equal(await stateOfThird(), 'leaving', 'an address the answer no longer lists is leaving')
   t.match(await (await fetch(`${gw.adminUrl}/metrics`)).text(), /^mcpgw_upstream_endpoints\{state="leaving"\} 1$/m)
   const before = upstreams.map(u => u.sessions.size)
   await sessions(t, gw.url, 4, 1)
