@@ -4,7 +4,7 @@ import { STANDALONE_STREAM } from '../store/contract.js'
 import type { CloseOutcome } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
 import { discardBody, type UpstreamResponse } from '../upstream/client.js'
-import { LocalSessions } from './local-session.js'
+import { LocalSessions, type Opened } from './local-session.js'
 import { ReadAheadBudget } from './read-ahead.js'
 import { RefusedGets } from './refused-gets.js'
 import { StandaloneHolder, type StandaloneHolderOptions } from './standalone-holder.js'
@@ -51,18 +51,17 @@ export class SessionHub {
    */
   async ensurePump (sessionId: string, headers: Record<string, string | string[]>, log: Logger): Promise<UpstreamResponse | null> {
     const s = this.#sessions.local(sessionId)
-    s.headers = headers
-    s.log = log
+    s.standaloneGet(headers, log)
     if (s.pumping) return null
     if (s.opening !== undefined) return await s.opening
     // Another replica holds it (we watch), or we are draining: the client follows the store.
-    if (s.unwatch !== undefined || this.#drain.draining) return null
+    if (s.watching || this.#drain.draining) return null
     if (this.#holder.full) throw errors.tooManySessions()
-    s.opening = this.#holder.claim(s, sessionId, log)
+    // Idle (nothing above applies), so the opening starts.
+    const opened = s.open(async () => await this.#holder.claim(s, sessionId, log)) as Opened
     try {
-      return await s.opening
+      return await opened
     } finally {
-      s.opening = undefined
       if (!s.pumping) this.#o.admission?.release(sessionId)
       // The client attaches next (keeping the headers a takeover needs); if it never does, forget later.
       setTimeout(() => this.#sessions.forget(sessionId), FORGET_AFTER_MS).unref()
@@ -151,17 +150,12 @@ export class SessionHub {
 
   /** A DELETE of the session goes upstream: until it is answered, the end of the session's upstream GET is the DELETE's. */
   deleteForwarded (sessionId: string): void {
-    this.#markDeleting(sessionId, true)
+    this.#sessions.get(sessionId)?.deleteForwarded()
   }
 
   /** The upstream answered the DELETE without ending the session (or did not answer). */
   deleteRefused (sessionId: string): void {
-    this.#markDeleting(sessionId, false)
-  }
-
-  #markDeleting (sessionId: string, deleting: boolean): void {
-    const s = this.#sessions.get(sessionId)
-    if (s !== undefined) s.deleting = deleting
+    this.#sessions.get(sessionId)?.deleteRefused()
   }
 
   /** The session is gone (DELETE, upstream 404): release its upstream GET and close its clients. */

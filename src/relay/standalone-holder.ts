@@ -5,7 +5,7 @@ import { errors } from '../errors.js'
 import type { EventStore } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
-import type { LocalSession, LocalSessions } from './local-session.js'
+import type { LocalSession, LocalSessions, Opened } from './local-session.js'
 import type { PumpAdmission } from './principal-quota.js'
 import type { ReadAheadBudget } from './read-ahead.js'
 import type { ResumeBounds } from './upstream-resume.js'
@@ -99,18 +99,19 @@ export class StandaloneHolder {
 
   /** A client is attached here and another replica holds the stream: take it over if the holder goes. */
   watch (s: LocalSession, sessionId: string): void {
-    if (s.unwatch !== undefined || this.#drain.draining || s.opening !== undefined || s.pumping) return
-    s.unwatch = this.#o.leases.watch(sessionId, {
+    if (this.#drain.draining) return
+    // Only from idle: not while watching already, opening or holding the stream here.
+    s.watch(() => this.#o.leases.watch(sessionId, {
       onGrant: lease => {
-        s.unwatch = undefined
+        s.watchEnded()
         this.#takeover(s, sessionId, lease)
       },
       onGone: () => {
-        s.unwatch = undefined
+        s.watchEnded()
         // The store lost the session: the client reconnects and is told (404).
         s.standaloneClient?.close('session_deleted')
       }
-    })
+    }))
   }
 
   async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger): Promise<UpstreamResponse | null> {
@@ -131,20 +132,19 @@ export class StandaloneHolder {
       clients: s,
       onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome)
     })
+    s.pumpStarted(pump)
     lease.onHandoverRequest = () => {
       log.info('draining: another replica asked for the upstream GET stream; handing it over')
       pump.handOver()
     }
     this.#pumps++
-    s.pump = pump
-    s.stopWatching()
     return await pump.open(s.headers ?? {})
   }
 
   #pumpStopped (s: LocalSession, sessionId: string, pump: StandalonePump, outcome: PumpOutcome): void {
     this.#pumps--
     this.#o.admission?.release(sessionId)
-    if (s.pump === pump) s.pump = undefined
+    s.pumpStopped(pump)
     const local = s.standaloneClient
     switch (outcome) {
       case 'refused':
@@ -167,7 +167,7 @@ export class StandaloneHolder {
   /** This replica got the lease of a session another replica held: reopen the upstream GET here. */
   #takeover (s: LocalSession, sessionId: string, lease: Lease): void {
     const log = s.log ?? this.#o.log
-    const busy = s.opening !== undefined || s.pumping
+    const busy = s.kind !== 'idle'
     const draining = this.#drain.draining
     if (busy || draining || s.standaloneClient === undefined || s.headers === undefined || this.full) {
       log.info({ busy, draining }, 'takeover declined: the lease goes back')
@@ -176,7 +176,7 @@ export class StandaloneHolder {
       return
     }
     log.info({ takeover: lease.takeover }, 'took the upstream GET stream over from another replica')
-    s.opening = (async () => {
+    const opened = s.open(async () => {
       for (let attempt = 1; ; attempt++) {
         let res: UpstreamResponse | null | undefined
         try {
@@ -195,10 +195,7 @@ export class StandaloneHolder {
         }
         await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
       }
-    })()
-    s.opening.catch(() => null).finally(() => {
-      s.opening = undefined
-      this.#sessions.forget(sessionId)
-    }).catch(() => {})
+    }) as Opened
+    opened.catch(() => null).finally(() => this.#sessions.forget(sessionId)).catch(() => {})
   }
 }
