@@ -1,8 +1,8 @@
 import type { Server } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { InFlight } from '../relay/inflight.js'
-import type { SessionHub } from '../relay/session-hub.js'
+import type { InFlight } from '../recording/inflight.js'
+import type { SessionHub } from '../sessions/session-hub.js'
 
 export interface DrainOptions {
   readonly hub: SessionHub

@@ -2,7 +2,7 @@
 // socket and the embedded store: pages start small and double up to their
 // largest size, and a page cut by its bytes is not mistaken for the end.
 import t, { type Test } from 'tap'
-import { StreamFollower } from '../../src/relay/follower.js'
+import { StreamFollower } from '../../src/sessions/follower.js'
 import { serveClientStream } from '../fixtures/client-stream-app.js'
 import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
 import type { EventInput } from '../../src/store/contract.js'

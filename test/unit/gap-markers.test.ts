@@ -1,6 +1,6 @@
 // The gap markers a recorder stores where events are missing (src/relay/gap-markers.ts).
 import t from 'tap'
-import { epochGap, eventTooLargeGap, storeUnavailableGap, upstreamHandoverGap } from '../../src/relay/gap-markers.js'
+import { epochGap, eventTooLargeGap, storeUnavailableGap, upstreamHandoverGap } from '../../src/recording/gap-markers.js'
 import type { TextEvent } from '../../src/store/contract.js'
 import { GAP_EVENT } from '../../src/sse/frame.js'
 

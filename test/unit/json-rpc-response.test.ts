@@ -2,7 +2,7 @@
 // (src/relay/json-rpc-response.ts): an answer that ends without it is repaired.
 import t from 'tap'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
-import { isResponseTo, respondsTo } from '../../src/relay/json-rpc-response.js'
+import { isResponseTo, respondsTo } from '../../src/recording/json-rpc-response.js'
 
 t.test('the response to a request, and nothing else', async t => {
   t.ok(isResponseTo({ data: '{"jsonrpc":"2.0","id":7,"result":{}}' }, 7), 'a result')

@@ -1,7 +1,7 @@
 // Each gateway has its own read-ahead budget: streams waiting in one gateway
 // do not shrink what another gateway in the same process lets its streams read.
 import t from 'tap'
-import { READ_AHEAD_BUDGET_BYTES, READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, ReadAheadBudget } from '../../src/relay/read-ahead.js'
+import { READ_AHEAD_BUDGET_BYTES, READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, ReadAheadBudget } from '../../src/recording/read-ahead.js'
 
 t.test('two budgets share nothing', async t => {
   const busy = new ReadAheadBudget()

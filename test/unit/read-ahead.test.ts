@@ -4,7 +4,7 @@
 import t from 'tap'
 import { PassThrough } from 'node:stream'
 import { setImmediate as nextTurn } from 'node:timers/promises'
-import { READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, readAhead, TURN_BYTES, ReadAheadBudget, type ReadAheadSink } from '../../src/relay/read-ahead.js'
+import { READ_AHEAD_BYTES, READ_AHEAD_MAX_BYTES, readAhead, TURN_BYTES, ReadAheadBudget, type ReadAheadSink } from '../../src/recording/read-ahead.js'
 
 /** One gateway's budget, shared by the streams of these tests. */
 const budget = new ReadAheadBudget()

@@ -1,6 +1,6 @@
 // Why recording an upstream answer stopped, from the error that stopped it (src/relay/record-outcome.ts).
 import t from 'tap'
-import { failureOutcome } from '../../src/relay/record-outcome.js'
+import { failureOutcome } from '../../src/recording/record-outcome.js'
 import { LeaseLostError, SessionGoneError } from '../../src/errors.js'
 import { EventTooLargeError } from '../../src/sse/event-too-large.js'
 

@@ -1,9 +1,9 @@
 // A session's standalone stream as this process sees it (src/relay/local-session.ts):
 // each allowed move of its state, and each one refused or ignored elsewhere.
 import t from 'tap'
-import { LocalSession, LocalSessions, type Opened, type StandaloneState } from '../../src/relay/local-session.js'
+import { LocalSession, LocalSessions, type Opened, type StandaloneState } from '../../src/sessions/local-session.js'
 import type { ClientStream } from '../../src/sse/client-stream.js'
-import type { StandalonePump } from '../../src/relay/standalone-pump.js'
+import type { StandalonePump } from '../../src/sessions/standalone-pump.js'
 import type { UpstreamResponse } from '../../src/upstream/client.js'
 
 type Kind = StandaloneState['kind']

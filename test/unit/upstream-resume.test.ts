@@ -2,7 +2,7 @@
 // the upstream's position across its answers, the wait before each resume,
 // and when to stop asking.
 import t from 'tap'
-import { MAX_UPSTREAM_RETRY_MS, RESUME_BACKOFF_FIRST_MS, RESUME_BACKOFF_MAX_MS, UpstreamResumes } from '../../src/relay/upstream-resume.js'
+import { MAX_UPSTREAM_RETRY_MS, RESUME_BACKOFF_FIRST_MS, RESUME_BACKOFF_MAX_MS, UpstreamResumes } from '../../src/recording/upstream-resume.js'
 
 const BOUNDS = { withoutProgress: 5, maxMs: 60_000 }
 

@@ -5,7 +5,7 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { errors } from '../../errors.js'
 import type { EventPosition } from '../../protocol/event-id.js'
-import { nextPageBytes } from '../../relay/follower.js'
+import { nextPageBytes } from '../../sessions/follower.js'
 import type { ClientStream } from '../../sse/client-stream.js'
 import type { ReadResult } from '../../store/contract.js'
 import type { McpContext, ReplayPages } from './context.js'

@@ -7,8 +7,8 @@ import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import type { LocalSession, LocalSessions, Opened } from './local-session.js'
 import type { PumpAdmission } from './principal-quota.js'
-import type { ReadAheadBudget } from './read-ahead.js'
-import type { ResumeBounds } from './upstream-resume.js'
+import type { ReadAheadBudget } from '../recording/read-ahead.js'
+import type { ResumeBounds } from '../recording/upstream-resume.js'
 import { StandalonePump, type PumpOutcome } from './standalone-pump.js'
 
 export interface StandaloneHolderOptions {
