@@ -1,4 +1,4 @@
-// Sessions that survive the upstream (src/relay/reestablish.ts): a store-less SDK
+// Sessions that survive the upstream (src/sessions/reestablish.ts): a store-less SDK
 // server restarted behind the gateway (a new server with fresh state on the same
 // port) while the official SDK client, with its default options, holds a session.
 // The gateway establishes the session upstream again from what it recorded; the

@@ -1,6 +1,6 @@
 // A session DELETEd while the upstream is still answering one of its requests:
 // the recorder then finds the session's records gone. It must not take that
-// for a store loss (src/relay/stream-appender.ts recoverSession): nothing is
+// for a store loss (src/recording/stream-appender.ts recoverSession): nothing is
 // recorded again, no store error and no recovered session are counted. The
 // deletion mark is written by the store's deletion itself (EventStore
 // sessionDeleted), so on Redis a second replica's DELETE is seen too.

@@ -438,7 +438,7 @@ async function redisOutage (t: Test, redis: { url: string, stop: () => Promise<v
   const atStop = received().length
   t.ok(await until(async () => await readiness(gw.adminUrl) === 503, 6000), `readiness turns 503 (after ${Date.now() - stoppedAt} ms)`)
   // Past the recorder's confirm window (a failed append is resent for 2 s before its
-  // events are passed on unrecorded, src/relay/stream-appender.ts), degraded mode: each failed
+  // events are passed on unrecorded, src/recording/stream-appender.ts), degraded mode: each failed
   // append waits for ioredis' reconnect attempts (maxRetriesPerRequest 3, its backoff
   // growing) before the next read, so live events arrive in bursts, seconds apart.
   const flowing = await waitUntil(() => received().length - atStop >= 10, 10_000)
@@ -560,7 +560,7 @@ async function answerEndsDuringOutage (t: Test, longOutage: boolean): Promise<vo
   await redis.stop()
   pending?.end('data: {"jsonrpc":"2.0","id":5,"result":{"content":[]}}\n\n')
   const text = async (): Promise<string> => await metrics(gw.adminUrl)
-  // Once degraded, an append attempt asks the store where the stream stands first (src/relay/stream-appender.ts, reconcile).
+  // Once degraded, an append attempt asks the store where the stream stands first (src/recording/stream-appender.ts, reconcile).
   const appendErrors = async (): Promise<number> => {
     const m = await text()
     return metricSum(m, 'mcpgw_store_errors_total', { op: 'append' }) + metricSum(m, 'mcpgw_store_errors_total', { op: 'state' })

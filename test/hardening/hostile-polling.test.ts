@@ -1,6 +1,6 @@
 // A hostile upstream that cuts every SSE answer and answers each resume with a
 // new id on an empty priming event (`retry: 0`): the gateway's upstream
-// resumption (src/relay/upstream-resume.ts) must back off, stop after a few
+// resumption (src/recording/upstream-resume.ts) must back off, stop after a few
 // resumes that bring nothing (the client then gets an error response, never
 // silence), and stop at once when the session is deleted. Both stores.
 import t from 'tap'

@@ -1,7 +1,7 @@
 // Redis restarted empty (or flushed) while a tool call streams its answer, for
 // a client without a standalone GET: nothing else recovers the session, so the
 // request stream's recorder records it again under a new epoch and goes on
-// (src/relay/stream-appender.ts recoverSession). The official SDK client with its
+// (src/recording/stream-appender.ts recoverSession). The official SDK client with its
 // default options gets the result; its resume is told of the gap (epoch) and
 // is never answered 404.
 import t from 'tap'

@@ -1,4 +1,4 @@
-// Catching a client up from the store (src/relay/follower.ts), over a real
+// Catching a client up from the store (src/sessions/follower.ts), over a real
 // socket and the embedded store: pages start small and double up to their
 // largest size, and a page cut by its bytes is not mistaken for the end.
 import t, { type Test } from 'tap'

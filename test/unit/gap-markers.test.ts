@@ -1,4 +1,4 @@
-// The gap markers a recorder stores where events are missing (src/relay/gap-markers.ts).
+// The gap markers a recorder stores where events are missing (src/recording/gap-markers.ts).
 import t from 'tap'
 import { epochGap, eventTooLargeGap, storeUnavailableGap, upstreamHandoverGap } from '../../src/recording/gap-markers.js'
 import type { TextEvent } from '../../src/store/contract.js'

@@ -1,5 +1,5 @@
 // Spotting the JSON-RPC response a request stream waits for
-// (src/relay/json-rpc-response.ts): an answer that ends without it is repaired.
+// (src/recording/json-rpc-response.ts): an answer that ends without it is repaired.
 import t from 'tap'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { isResponseTo, respondsTo } from '../../src/recording/json-rpc-response.js'

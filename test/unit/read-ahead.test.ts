@@ -1,4 +1,4 @@
-// The recorder's read-ahead (src/relay/read-ahead.ts): upstream reads that
+// The recorder's read-ahead (src/recording/read-ahead.ts): upstream reads that
 // arrive while an append is at the store are decoded and handed over together
 // as the next batch, in order, with a bound on what waits.
 import t from 'tap'

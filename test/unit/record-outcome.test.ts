@@ -1,4 +1,4 @@
-// Why recording an upstream answer stopped, from the error that stopped it (src/relay/record-outcome.ts).
+// Why recording an upstream answer stopped, from the error that stopped it (src/recording/record-outcome.ts).
 import t from 'tap'
 import { failureOutcome } from '../../src/recording/record-outcome.js'
 import { LeaseLostError, SessionGoneError } from '../../src/errors.js'

@@ -1,4 +1,4 @@
-// A session's standalone stream as this process sees it (src/relay/local-session.ts):
+// A session's standalone stream as this process sees it (src/sessions/local-session.ts):
 // each allowed move of its state, and each one refused or ignored elsewhere.
 import t from 'tap'
 import { LocalSession, LocalSessions, type Opened, type StandaloneState } from '../../src/sessions/local-session.js'

@@ -1,4 +1,4 @@
-// Resuming an upstream answer that ended early (src/relay/upstream-resume.ts):
+// Resuming an upstream answer that ended early (src/recording/upstream-resume.ts):
 // the upstream's position across its answers, the wait before each resume,
 // and when to stop asking.
 import t from 'tap'
