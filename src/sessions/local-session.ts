@@ -132,7 +132,7 @@ export class LocalSession implements PumpClients {
     // Moves first: every caller awaiting `opened` finds the state settled.
     const done = (): void => this.#settled(opened)
     opened.then(done, done)
-    // In the state before `start` runs: it may start a pump synchronously.
+    // Opening before `start` runs: a takeover starts its first pump synchronously.
     try {
       settle(start())
     } catch (err) {
