@@ -22,6 +22,9 @@
 // needs root): on a shared machine it keeps other load from swamping latency.
 // --quick shrinks everything to about a minute (smoke check); results then go
 // to <out>/quick.* unless --name is given. Needs a build (npm run build).
+// A round in which a path delivered no events is an error, not a figure: it is
+// left out of the report, listed under its errors, and the run exits non-zero.
+// Every table states the Node version, the cores and the load average.
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs'
 import { execFileSync } from 'node:child_process'
 import os from 'node:os'
@@ -115,7 +118,8 @@ const errors = []
 let nginxBin
 
 // A hard bound on the whole run: whatever happens, everything is stopped.
-const HARD_LIMIT_MS = (QUICK ? 5 : 20) * 60_000
+// A quick run takes 3-4 minutes on a busy 2-core machine (load average 20); a full one about 12.
+const HARD_LIMIT_MS = (QUICK ? 10 : 20) * 60_000
 const hardStop = setTimeout(() => {
   log(`run exceeded ${HARD_LIMIT_MS / 60_000} minutes: stopping everything`)
   cleanup().finally(() => process.exit(3))
@@ -157,6 +161,9 @@ async function interleaved (name, paths, rounds, fn) {
     for (const path of order) {
       try {
         const value = await fn(path, r)
+        // A path that delivered nothing measured nothing (a stream never started, a
+        // proxy that stopped forwarding): its round is an error, never a figure.
+        if (value.eventsPerSec !== undefined && !(value.eventsPerSec > 0)) throw new Error(`delivered ${value.eventsPerSec} events/s: nothing measured, not reported`)
         perPath[path.id].push(value)
         log(`${name} round ${r + 1}/${rounds} ${path.id}: ${brief(value)}`)
       } catch (err) {
@@ -245,9 +252,11 @@ async function main () {
     for (const path of paths) {
       try {
         const value = await throughputRound(ctx, path, 100, { ...CFG.thr, fillEvents: 0 })
+        if (!(value.eventsPerSec > 0)) throw new Error(`delivered ${value.eventsPerSec} events/s: nothing measured, not reported`)
         results.firstFlood[path.id] = value
         log(`first flood (warm-up) ${path.id}: ${brief(value)}`)
       } catch (err) {
+        errors.push({ scenario: 'first flood', path: path.id, error: err.message })
         log(`first flood (warm-up) ${path.id}: ${err.message}`)
       }
     }
@@ -409,6 +418,7 @@ function machine () {
     gatewayMain: gatewayMain.replace(root + '/', ''),
     ...(gatewayMainB === undefined ? {} : { gatewayB: gatewayMainB.replace(root + '/', ''), gatewayBLabel: args['label-b'] ?? 'B' }),
     loadAtStart,
+    loadAtEnd: os.loadavg().map(v => v.toFixed(1)).join(' '),
     busyPctMean: meanBusy(),
     damon: damon()
   }

@@ -201,6 +201,13 @@ function targetValue (t) {
   return t.value.toFixed(2)
 }
 
+/** The conditions a table was measured in, stated with every table: a shared machine's load moves every figure. */
+function conditions (report) {
+  const m = report.machine
+  const busy = m.busyPctMean === undefined ? '' : `, ${m.busyPctMean.toFixed(0)}% busy in the measurement windows`
+  return `Node ${m.node}, ${m.cores} cores, load average (1, 5, 15 min) ${m.loadAtStart ?? 'n/a'} at the start and ${m.loadAtEnd ?? 'n/a'} at the end${busy}.`
+}
+
 const mark = met => (met === true ? 'MET' : met === false ? 'NOT MET' : met === 'inconclusive' ? 'INCONCLUSIVE' : 'not measured')
 
 function markdown (report, tbl) {
@@ -216,11 +223,15 @@ function markdown (report, tbl) {
     '',
     '## Targets',
     '',
+    conditions(report),
+    '',
     '| target | value | result |',
     '| --- | ---: | --- |',
     ...report.targets.map(t => `| ${t.target} | ${targetValue(t)} | ${mark(t.met)}${t.note === undefined ? '' : ` (${t.note})`} |`),
     '',
     '## Results',
+    '',
+    conditions(report),
     '',
     mdTable(tbl),
     '',
@@ -250,7 +261,7 @@ function svgChart (report) {
   const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="DejaVu Sans, sans-serif">`,
     `<rect width="${W}" height="${H}" fill="#ffffff"/>`,
     `<text x="20" y="32" font-size="20" font-weight="bold">MCP resumable gateway vs nginx pass-through (${esc(report.name)})</text>`,
-    `<text x="20" y="54" font-size="12" fill="#555">${esc(`${report.date.slice(0, 16)}Z · ${report.machine.cores} x ${report.machine.cpu} · Node ${report.machine.node} · nginx ${report.machine.nginx ?? 'n/a'} · Redis ${report.machine.redis ?? 'n/a'} · gateway ${report.machine.gatewayCommit}${report.machine.gatewayDirty ? '+' : ''}`)}</text>`]
+    `<text x="20" y="54" font-size="12" fill="#555">${esc(`${report.date.slice(0, 16)}Z · ${report.machine.cores} x ${report.machine.cpu} · Node ${report.machine.node} · load ${report.machine.loadAtStart ?? 'n/a'} → ${report.machine.loadAtEnd ?? 'n/a'} · nginx ${report.machine.nginx ?? 'n/a'} · Redis ${report.machine.redis ?? 'n/a'} · gateway ${report.machine.gatewayCommit}${report.machine.gatewayDirty ? '+' : ''}`)}</text>`]
 
   // Panel 1: throughput ratio to nginx.
   const p1 = { x: 70, y: 90, w: 440, h: 300 }
@@ -354,7 +365,7 @@ function toPng (svgPath, pngPath, log) {
 export async function writeReports (report, dir, name, log) {
   const present = PATHS.filter(id => ['thr1', 'thr100', 'lat1k', 'lat10k', 'idle', 'replay', 'fair'].some(g => report.summary[g]?.[id] != null))
   const tbl = table(report.summary, present)
-  process.stdout.write(`\nNode ${report.machine.node}, load average at start ${report.machine.loadAtStart}${report.machine.busyPctMean === undefined ? '' : `, machine ${report.machine.busyPctMean.toFixed(0)}% busy in the windows`} (a shared machine: figures are noisy)\n${textTable(tbl)}\n\nTargets:\n`)
+  process.stdout.write(`\n${conditions(report)} A shared machine: figures are noisy.\n${textTable(tbl)}\n\nTargets (${conditions(report)}):\n`)
   for (const t of report.targets) process.stdout.write(`  ${mark(t.met).padEnd(12)} ${t.target}: ${targetValue(t)}${t.note === undefined ? '' : ` (${t.note})`}\n`)
   process.stdout.write('\n')
   const files = []

@@ -358,3 +358,26 @@ t.test('a turn of the event loop handles TURN_BYTES of all streams\' reads: past
   t.same(taken, [perStream, perStream], 'later turns take the rest of both, nothing lost')
   for (const body of bodies) body.end()
 })
+
+t.test('the count starts again every turn: a stream that reads under TURN_BYTES in each turn is never paused, however much it reads in all', async t => {
+  const shared = new ReadAheadBudget()
+  const kb = `data: ${'x'.repeat(1016)}\n\n` // 1 KB events
+  let taken = 0
+  const body = new PassThrough()
+  readAhead(body, new SseDecoder(4096), {
+    batch: async (events: EventBatch) => { taken += events.length; return false },
+    end: () => {},
+    fail: () => {}
+  }, shared)
+  const perTurn = TURN_BYTES / 1024 / 4
+  const turns = 12
+  const pausedIn: number[] = []
+  for (let turn = 0; turn < turns; turn++) {
+    for (let k = 0; k < perTurn; k++) body.write(kb)
+    if (body.isPaused()) pausedIn.push(turn)
+    await nextTurn()
+  }
+  t.same(pausedIn, [], `a quarter of TURN_BYTES per turn, ${turns / 4} times TURN_BYTES in all: never paused`)
+  t.equal(taken, perTurn * turns, 'every event handed over')
+  body.end()
+})
