@@ -40,6 +40,9 @@ export const MAX_UPSTREAM_RETRY_MS = 60_000
  */
 export type ResumeVerdict = 'resume' | 'unresumable_id' | 'stalled' | 'expired'
 
+/** One clock shared by every stream's resumes (not a bound function per stream). */
+const monotonicNow = (): number => performance.now()
+
 /**
  * The upstream's position across the answers of one recorded stream (the
  * first and each resume of it), and the bounds on resuming it when it ends
@@ -60,7 +63,7 @@ export class UpstreamResumes {
   #heldMs = 0
   #firstEndAt: number | undefined
 
-  constructor (bounds: ResumeBounds, deadline: boolean, now: () => number = performance.now.bind(performance)) {
+  constructor (bounds: ResumeBounds, deadline: boolean, now: () => number = monotonicNow) {
     this.#bounds = bounds
     this.#deadline = deadline
     this.#now = now

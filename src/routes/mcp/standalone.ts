@@ -49,7 +49,8 @@ export async function attachStandalone (ctx: McpContext, request: FastifyRequest
   delete headers['mcp-session-id']
   let refusal: UpstreamResponse | null
   try {
-    refusal = await ensurePump(ctx, request, sessionId, record, headers, log)
+    // A copy: the deletes left the object in dictionary mode, and the session keeps it.
+    refusal = await ensurePump(ctx, request, sessionId, record, { ...headers }, log)
   } catch (err) {
     await guard.settleRecovery(request, false)
     throw err
