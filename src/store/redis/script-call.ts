@@ -75,6 +75,15 @@ export class ScriptCall {
     return this.#command(args, numberOfKeys)
   }
 
+  /**
+   * The call as EVAL with the script's text whatever the connection has
+   * loaded, as a command to send as part of something larger: for a script
+   * in a MULTI whose NOSCRIPT nothing could follow up.
+   */
+  evalCommand (args: readonly ScriptArg[], numberOfKeys = this.#numberOfKeys): Command {
+    return bufferCommand('eval', [this.#lua, numberOfKeys, ...args])
+  }
+
   /** The script is no longer loaded on `connection` (a NOSCRIPT reply): EVAL next time. */
   forget (connection: Redis): void {
     const socket: unknown = connection.stream
