@@ -16,6 +16,12 @@ import { bufferCommand, ScriptCall, transaction, type ScriptArg } from './script
  * - `ioredis`: ioredis's public API (a defined command, multi()), for an
  *   ioredis release that breaks the first. The store contract suite runs on
  *   both (test/store/redis-store.test.ts).
+ * On a connection cut after Redis ran an append, the two behave alike, and
+ * test/hardening/append-confirm.test.ts's resent append runs on both:
+ * ioredis's script command is what ScriptCall copies (EVAL first on a socket,
+ * EVALSHA after, once more after NOSCRIPT), ioredis resends either after a
+ * reconnect or fails it, and the recorder's resend of the same batch is
+ * recognised by append-5 as applied whichever way it came.
  */
 export type AppendWrite = 'zero-copy' | 'ioredis'
 

@@ -205,7 +205,7 @@ export class RedisEventStore implements EventStore {
     await this.#reset(sessionId, undefined, { listStreams: true })
   }
 
-  /** The deletion mark reset.lua leaves for RETENTION_TTL. */
+  /** The deletion mark reset.lua leaves for RETENTION_TTL_SECONDS. */
   async sessionDeleted (sessionId: string): Promise<boolean> {
     return await this.#redis.exists(this.#keys.session(sessionId).deleted) === 1
   }
