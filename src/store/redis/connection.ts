@@ -1,8 +1,8 @@
 import { Cluster, Redis } from 'ioredis'
 import type { ClusterOptions, RedisOptions } from 'ioredis'
+import type { BaseLogger } from 'pino'
 import { redisUrlOptions } from './redis-url.js'
 import { VARIABLE_KEY_COMMANDS, type ScriptedConnection, type StoreCommands } from './lua.js'
-import type { BaseLogger } from 'pino'
 
 export type Connection = Redis | Cluster
 

@@ -1,3 +1,4 @@
+import type { Redis } from 'ioredis'
 import type {
   AcquireResult, ControlKind, ControlListener, ControlSubscription, LeaseBackend, OrphanAnswer, RenewResult, TickRequest, TickResult
 } from '../../cluster/lease.js'
@@ -6,7 +7,6 @@ import { STANDALONE_STREAM } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
 import type { StoreConnections } from './connection.js'
 import type { ScriptedConnection, StoreCommands } from './lua.js'
-import type { Redis } from 'ioredis'
 import { controlMessage, type NoticeBus } from './notice-bus.js'
 
 /** Leases renewed per script call (the call's run time in Redis stays around a millisecond). */

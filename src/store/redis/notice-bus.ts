@@ -12,8 +12,6 @@ export const AUDIENCE_REFRESH_MS = 30_000
 /** Audiences refreshed in one script call (standalone and Sentinel; Cluster: one each). */
 const JOIN_PER_CALL = 200
 
-export type { StoreLogger } from './connection.js'
-
 /** Where a stream stands: the catch-up after a (re)subscription reads it. */
 export type StreamStanding = readonly [epoch: string, toSeq: number, ended: boolean]
 
