@@ -48,7 +48,8 @@ const APPEND_SPLIT_CALL = new ScriptCall(COMMANDS.appendSplit.lua, 6)
 const UNPARK_CALL = new ScriptCall(COMMANDS.unpark.lua, 2)
 
 const zeroCopy: AppendWriter = {
-  append: async (redis, args) => await APPEND_CALL.call(redis, args) as AppendReply | null,
+  // Not an async function: the append's promise as ScriptCall made it, no second one per append.
+  append: (redis, args) => APPEND_CALL.call(redis, args) as Promise<AppendReply | null>,
   async split (redis, splitArgs, aside, entries, unparkArgs, reload) {
     if (reload) APPEND_SPLIT_CALL.forget(redis)
     // unpark-2 as EVAL, never EVALSHA: a NOSCRIPT there would leave the stream aside.
