@@ -17,7 +17,7 @@ import { pino } from 'pino'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { buildGateway } from '../../src/server.js'
 import { decodeEventId } from '../../src/protocol/event-id.js'
-import { RedisEventStore } from '../../src/store/redis/redis-store.js'
+import { RedisEventStore, type AppendWrite } from '../../src/store/redis/redis-store.js'
 import { dataOf, eventOf } from '../fixtures/events.js'
 import { testConfig } from '../fixtures/gateway.js'
 import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil, type McpTestClient, type SseEventRecord } from '../fixtures/mcp-client.js'
@@ -53,14 +53,14 @@ function seqOf (data: string, tool: Tool): number | undefined {
 
 /** Run the tool through a gateway whose store connection is cut once, at the append carrying its notifications. */
 /** `first`: cut the first append carrying the tool's notifications (for the standalone stream, the first of its upstream GET). */
-async function run (t: Test, tool: Tool, point: CutPoint, downMs: number, intervalMs = 10, first = false): Promise<Run> {
+async function run (t: Test, tool: Tool, point: CutPoint, downMs: number, intervalMs = 10, first = false, appendWrite: AppendWrite = 'zero-copy'): Promise<Run> {
   const { url: redisUrl, prefix } = await useRedis(t, 'append-confirm')
   const cut = await startRedisCut(redisUrl)
   t.teardown(() => cut.close())
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
   const config = testConfig(upstream.url, { REDIS_URL: cut.url, REDIS_KEY_PREFIX: prefix, SSE_RETRY_MS: '200' })
-  const store = await RedisEventStore.connect({ url: cut.url, keyPrefix: prefix, retention: config.retention })
+  const store = await RedisEventStore.connect({ url: cut.url, keyPrefix: prefix, retention: config.retention, appendWrite })
   const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) })
   const { url, adminUrl } = await gateway.listen()
   t.teardown(() => gateway.close())
@@ -105,10 +105,11 @@ function summary (r: Run, tool: Tool): string {
   return `received ${report.received}, lost [${formatRanges(report.lost)}], duplicated [${formatRanges(report.duplicated)}], without id ${r.copies.filter(e => e.id === undefined).length}, gap events ${r.gapEvents.map(e => e.data).join(' ') || 'none'}`
 }
 
-for (const tool of ['broadcast', 'stream_notifications'] as const) {
-  t.test(`${tool}: an append applied but reported failed is resent, not passed on unrecorded`, async t => {
+// Both ways appends reach Redis (src/store/redis/append-writes.ts): they send the same commands.
+for (const [tool, appendWrite] of [['broadcast', 'zero-copy'], ['stream_notifications', 'zero-copy'], ['broadcast', 'ioredis'], ['stream_notifications', 'ioredis']] as const) {
+  t.test(`${tool} (appends: ${appendWrite}): an append applied but reported failed is resent, not passed on unrecorded`, async t => {
     // 1 s refused: ioredis fails the command after its 3 reconnect attempts (~0.5 s), well inside the confirm window.
-    const r = await run(t, tool, 'after', 1000)
+    const r = await run(t, tool, 'after', 1000, 10, false, appendWrite)
     t.comment(`${tool}, reply lost: ${summary(r, tool)}`)
     const report = checkDelivery(sequencesOf(r.mcp.notifications, tool), COUNT)
     t.ok(report.ok, `every notification exactly once, in order (duplicated: ${formatRanges(report.duplicated) || 'none'})`)

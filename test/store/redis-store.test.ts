@@ -6,7 +6,7 @@ import type { Test } from 'tap'
 import { Redis } from 'ioredis'
 import { LeaseLostError, SessionGoneError } from '../../src/errors.js'
 import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
-import { ENTRY_MAX_BYTES, RedisEventStore, SPLIT_MIN_BYTES } from '../../src/store/redis/redis-store.js'
+import { ENTRY_MAX_BYTES, RedisEventStore, SPLIT_MIN_BYTES, type AppendWrite } from '../../src/store/redis/redis-store.js'
 import { prefixPattern, scanKeys, startRedisServer, useRedis } from '../fixtures/redis.js'
 import type { TestRedis } from '../fixtures/redis.js'
 import { storeContract } from '../fixtures/store-contract.js'
@@ -16,19 +16,22 @@ import { startRedisCut, type RedisCut } from '../fixtures/redis-cut.js'
 
 const RETENTION: RetentionLimits = { maxEvents: 1000, maxBytes: 1024 * 1024, ttlMs: 60_000 }
 
-storeContract(t, 'redis', async (t, retention) => {
-  const { url, prefix, redis } = await useRedis(t, 'contract')
-  const open = (): Promise<RedisEventStore> => RedisEventStore.connect({ url, keyPrefix: prefix, retention })
-  return {
-    store: await open(),
-    replica: open,
-    // The deletion mark is what a deletion leaves on purpose (sessionDeleted).
-    sessionKeys: async (sessionId) => (await scanKeys(redis, prefixPattern(`${prefix}{${sessionId}}`))).filter(key => !key.endsWith('}:del'))
-  }
-})
+// Both ways appends reach Redis (src/store/redis/append-writes.ts) keep the contract.
+for (const appendWrite of ['zero-copy', 'ioredis'] as const) {
+  storeContract(t, `redis (appends: ${appendWrite})`, async (t, retention) => {
+    const { url, prefix, redis } = await useRedis(t, 'contract')
+    const open = (): Promise<RedisEventStore> => RedisEventStore.connect({ url, keyPrefix: prefix, retention, appendWrite })
+    return {
+      store: await open(),
+      replica: open,
+      // The deletion mark is what a deletion leaves on purpose (sessionDeleted).
+      sessionKeys: async (sessionId) => (await scanKeys(redis, prefixPattern(`${prefix}{${sessionId}}`))).filter(key => !key.endsWith('}:del'))
+    }
+  })
+}
 
-async function storeFor (t: Test, env: TestRedis, retention: RetentionLimits = RETENTION): Promise<RedisEventStore> {
-  const store = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention })
+async function storeFor (t: Test, env: TestRedis, retention: RetentionLimits = RETENTION, appendWrite: AppendWrite = 'zero-copy'): Promise<RedisEventStore> {
+  const store = await RedisEventStore.connect({ url: env.url, keyPrefix: env.prefix, retention, appendWrite })
   t.teardown(() => store.close())
   return store
 }
@@ -136,44 +139,46 @@ function frames (tag: string, count: number): Array<{ frame: Buffer }> {
 }
 const tagsOf = (r: Awaited<ReturnType<RedisEventStore['read']>>): string[] => r?.events.map(e => e.frame?.toString().slice(6, e.frame.indexOf('.')) ?? '') ?? []
 
-t.test('redis: a batch past Lua (APPEND_SPLIT) is refused without a trace, and the stream stays where it was', async (t) => {
-  const env = await useRedis(t, 'split')
-  const store = await storeFor(t, env)
-  const stream = `${env.prefix}{sess}:b:s`
-  const aside = `${env.prefix}{sess}:aside`
-  await store.createSession('sess', 'p')
-  await store.append('sess', 's', frames('a', 50), { fence: 'A' })
-  await store.append('sess', 's', frames('b', 50), { fence: 'A' })
-  t.same(await env.redis.xrange(stream, '-', '+').then(rows => rows.map(([id]) => id)), ['1-50', '51-50'], 'the second batch, known to follow the first, went past Lua: an entry with the id the store chose')
-  const before = await env.redis.xrange(stream, '-', '+')
-  const ttl = await env.redis.pttl(stream)
+for (const appendWrite of ['zero-copy', 'ioredis'] as const) {
+  t.test(`redis (appends: ${appendWrite}): a batch past Lua (APPEND_SPLIT) is refused without a trace, and the stream stays where it was`, async (t) => {
+    const env = await useRedis(t, 'split')
+    const store = await storeFor(t, env, RETENTION, appendWrite)
+    const stream = `${env.prefix}{sess}:b:s`
+    const aside = `${env.prefix}{sess}:aside`
+    await store.createSession('sess', 'p')
+    await store.append('sess', 's', frames('a', 50), { fence: 'A' })
+    await store.append('sess', 's', frames('b', 50), { fence: 'A' })
+    t.same(await env.redis.xrange(stream, '-', '+').then(rows => rows.map(([id]) => id)), ['1-50', '51-50'], 'the second batch, known to follow the first, went past Lua: an entry with the id the store chose')
+    const before = await env.redis.xrange(stream, '-', '+')
+    const ttl = await env.redis.pttl(stream)
 
-  // Fenced: another replica holds the lease.
-  await env.redis.set(`${env.prefix}{sess}:lease`, 'B')
-  await t.rejects(store.append('sess', 's', frames('c', 50), { fence: 'A' }), LeaseLostError, 'a stale token is fenced off')
-  t.same(await env.redis.xrange(stream, '-', '+'), before, 'nothing written by the XADDs that followed the refusal')
-  t.equal(await env.redis.exists(aside), 0, 'the stream is under its name')
-  t.ok(await env.redis.pttl(stream) > 0 && await env.redis.pttl(stream) <= ttl, 'with its expiry')
-  t.same(await store.state('sess', 's'), { epoch: (await store.getSession('sess'))?.epoch, lastSeq: 100, firstSeq: 1, ended: false }, 'and its state')
-  await env.redis.del(`${env.prefix}{sess}:lease`)
+    // Fenced: another replica holds the lease.
+    await env.redis.set(`${env.prefix}{sess}:lease`, 'B')
+    await t.rejects(store.append('sess', 's', frames('c', 50), { fence: 'A' }), LeaseLostError, 'a stale token is fenced off')
+    t.same(await env.redis.xrange(stream, '-', '+'), before, 'nothing written by the XADDs that followed the refusal')
+    t.equal(await env.redis.exists(aside), 0, 'the stream is under its name')
+    t.ok(await env.redis.pttl(stream) > 0 && await env.redis.pttl(stream) <= ttl, 'with its expiry')
+    t.same(await store.state('sess', 's'), { epoch: (await store.getSession('sess'))?.epoch, lastSeq: 100, firstSeq: 1, ended: false }, 'and its state')
+    await env.redis.del(`${env.prefix}{sess}:lease`)
 
-  // The script not loaded any more (SCRIPT FLUSH): refused as NOSCRIPT, then sent again with EVAL.
-  await env.redis.script('FLUSH')
-  t.same((await store.append('sess', 's', frames('d', 50), { fence: 'A' })).map(e => e.seq), Array.from({ length: 50 }, (_, i) => 101 + i), 'after NOSCRIPT, appended once')
-  t.same((await env.redis.xrange(stream, '-', '+')).map(([id]) => id), ['1-50', '51-50', '101-50'], 'one entry, not two')
+    // The script not loaded any more (SCRIPT FLUSH): refused as NOSCRIPT, then sent again with EVAL.
+    await env.redis.script('FLUSH')
+    t.same((await store.append('sess', 's', frames('d', 50), { fence: 'A' })).map(e => e.seq), Array.from({ length: 50 }, (_, i) => 101 + i), 'after NOSCRIPT, appended once')
+    t.same((await env.redis.xrange(stream, '-', '+')).map(([id]) => id), ['1-50', '51-50', '101-50'], 'one entry, not two')
 
-  // Another writer appended meanwhile (no fence): not where this store expects: through APPEND.
-  const other = await storeFor(t, env)
-  await other.append('sess', 's', frames('e', 50))
-  t.same((await store.append('sess', 's', frames('f', 50))).map(e => e.seq)[0], 201, 'numbered after the other writer\'s batch')
-  t.same(tagsOf(await store.read('sess', 's', 0, 1000)).filter((tag, i, all) => i === 0 || all[i - 1]?.[0] !== tag[0]), ['a0', 'b0', 'd0', 'e0', 'f0'], 'every batch once, in order')
+    // Another writer appended meanwhile (no fence): not where this store expects: through APPEND.
+    const other = await storeFor(t, env, RETENTION, appendWrite)
+    await other.append('sess', 's', frames('e', 50))
+    t.same((await store.append('sess', 's', frames('f', 50))).map(e => e.seq)[0], 201, 'numbered after the other writer\'s batch')
+    t.same(tagsOf(await store.read('sess', 's', 0, 1000)).filter((tag, i, all) => i === 0 || all[i - 1]?.[0] !== tag[0]), ['a0', 'b0', 'd0', 'e0', 'f0'], 'every batch once, in order')
 
-  // The session gone: nothing written, no stream key made.
-  await env.redis.del(`${env.prefix}{sess}:m`)
-  await t.rejects(store.append('sess', 's', frames('g', 50)), SessionGoneError)
-  t.equal((await env.redis.xrange(stream, '-', '+')).length, 5, 'no entry added to what the session left')
-  t.equal(await env.redis.exists(aside), 0)
-})
+    // The session gone: nothing written, no stream key made.
+    await env.redis.del(`${env.prefix}{sess}:m`)
+    await t.rejects(store.append('sess', 's', frames('g', 50)), SessionGoneError)
+    t.equal((await env.redis.xrange(stream, '-', '+')).length, 5, 'no entry added to what the session left')
+    t.equal(await env.redis.exists(aside), 0)
+  })
+}
 
 t.test('redis: a page of large entries is read past Lua (READ_PLAN, then a plain XRANGE); small ones in one round trip', async (t) => {
   const env = await useRedis(t, 'read-plan')

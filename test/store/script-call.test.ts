@@ -2,12 +2,15 @@
 // (src/store/redis/script-call.ts, which relies on ioredis's Command#toWritable
 // and the connection's socket, under an exact version pin): the same bytes as
 // ioredis would write, and the script loaded again when Redis has lost it.
-// These fail when an ioredis release changes what that module relies on. Runs on a private
-// redis-server: SCRIPT FLUSH would disturb other tests' connections.
+// And its transaction() on a connection lost mid-way: what ioredis does with the
+// commands it had sent depends on their pipelineIndex and inTransaction, set by hand
+// there. These fail when an ioredis release changes what that module relies on. Runs
+// on a private redis-server: SCRIPT FLUSH would disturb other tests' connections.
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net'
 import t from 'tap'
 import type { Test } from 'tap'
 import { Command, Redis } from 'ioredis'
-import { ScriptCall, writeCommand } from '../../src/store/redis/script-call.js'
+import { ScriptCall, transaction, writeCommand } from '../../src/store/redis/script-call.js'
 import { countWritevs } from '../fixtures/net.js'
 import { startRedisServer } from '../fixtures/redis.js'
 
@@ -68,4 +71,64 @@ t.test('EVAL on a new connection, EVALSHA after, and EVAL again after NOSCRIPT',
   const counted = countWritevs(socket)
   t.same(await Promise.all([script.call(redis, ['k1', 'a', 'x']), script.call(redis, ['k2', 'b', 'yy'])]), [['k1', 'a', 1], ['k2', 'b', 2]], 'two calls in one turn')
   t.equal(counted(), 1, 'two calls in one turn leave in one write')
+})
+
+/**
+ * A relay to Redis that, once armed, passes the reply to the next MULTI on
+ * only as far as MULTI's own +OK and then closes the connection: Redis ran
+ * the whole transaction, the client heard only that it began. Connections
+ * after that pass unchanged.
+ */
+async function replyCutAfterMulti (t: Test, redisUrl: string): Promise<{ url: string, arm: () => void }> {
+  const target = new URL(redisUrl)
+  let armed = false
+  const sockets = new Set<Socket>()
+  const server = createServer((client) => {
+    const redis = connect({ port: Number(target.port), host: target.hostname })
+    for (const socket of [client, redis]) {
+      sockets.add(socket)
+      socket.on('close', () => sockets.delete(socket))
+      socket.on('error', () => {})
+    }
+    client.on('close', () => redis.destroy())
+    redis.on('close', () => client.destroy())
+    let cutting = false
+    client.on('data', (chunk: Buffer) => {
+      if (armed && chunk.includes('multi')) {
+        armed = false
+        cutting = true
+      }
+      redis.write(chunk)
+    })
+    redis.on('data', (chunk: Buffer) => {
+      if (!cutting) { client.write(chunk); return }
+      client.end(chunk.subarray(0, '+OK\r\n'.length))
+      redis.destroy()
+    })
+  })
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(async () => {
+    for (const socket of sockets) socket.destroy()
+    await new Promise(resolve => server.close(resolve))
+  })
+  return { url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`, arm: () => { armed = true } }
+}
+
+t.test('transaction(): a connection lost before EXEC\'s reply rejects it, and nothing of it is sent again outside MULTI', async t => {
+  const server = await startRedisServer()
+  t.teardown(() => server.stop())
+  const relay = await replyCutAfterMulti(t, server.url)
+  const direct = new Redis(server.url)
+  t.teardown(() => direct.disconnect())
+  const redis = new Redis(relay.url)
+  t.teardown(() => redis.disconnect())
+  redis.on('error', () => {})
+  t.same(await transaction(redis, [new Command('incr', ['n']), new Command('incr', ['n'])], 'utf8'), [1, 2], 'a transaction answers with its commands\' replies')
+
+  relay.arm()
+  const sent = transaction(redis, [new Command('incr', ['n']), new Command('incr', ['n'])], 'utf8')
+  await t.rejects(sent, /aborted|closed/i, 'rejected: the client cannot know whether Redis ran it')
+  await redis.ping() // reconnected: what ioredis kept to resend has been sent
+  t.equal(await direct.get('n'), '4', 'Redis ran the transaction once, and its commands were not resent on their own')
+  t.same(await transaction(redis, [new Command('incr', ['n'])], 'utf8'), [5], 'the connection serves transactions again')
 })

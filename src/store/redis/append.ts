@@ -1,4 +1,4 @@
-import { Command, Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { LRUCache } from 'lru-cache'
 import { LeaseLostError, SessionGoneError } from '../../errors.js'
 import { EventBatch } from '../batch/event-batch.js'
@@ -6,36 +6,32 @@ import { NumberedBatch } from '../batch/numbered-batch.js'
 import { BatchNotice } from '../batch/batch-notice.js'
 import type { AppendOptions, EventInput, RetentionLimits } from '../contract.js'
 import type { KeyLayout, SessionKeys } from './key-layout.js'
-import { COMMANDS, FENCED, isReply, UNSPLIT, type ScriptedConnection } from './lua.js'
-import { bufferCommand, isNoScript, ScriptCall, transaction } from './script-call.js'
+import type { StoreConnections } from './connection.js'
+import { FENCED, isReply, UNSPLIT, type StoreCommands } from './lua.js'
+import { isNoScript } from './script-call.js'
+import { APPEND_WRITERS, type AppendReply, type AppendWrite, type AppendWriter, type EntryArgs } from './append-writes.js'
 import type { NoticeBus } from './notice-bus.js'
 
 /**
  * Largest stream entry an append writes (a batch larger than this becomes
  * several entries, still in one script call). A replay page reads whole
- * entries, so a page of a few hundred events must not read megabytes (see
- * bench/NOTES.md). Above the read-ahead's floor (256 KiB and the read that
- * passed it), so that many busy streams still append one entry each.
+ * entries, so a page of a few hundred events must not read megabytes: one
+ * entry per append of up to 2 MiB had cut replay to 51,000 events/s, entries
+ * of at most 512 KiB brought it to 201,000. Above the read-ahead's floor
+ * (256 KiB and the read that passed it), so that many busy streams still
+ * append one entry each.
  */
 export const ENTRY_MAX_BYTES = 384 * 1024
 
 /**
  * Batches of at least this many bytes go to Redis past its Lua
- * (append-split-6.lua), where that is possible. The transaction costs the
- * gateway more than one script call (five commands and their replies instead
- * of one); measured per batch size in bench/NOTES.md, the gateway is the
- * busier of the two, so only from where it loses nothing.
+ * (append-split-6.lua), where that is possible: Redis's Lua hashes every byte
+ * of a script's arguments (about 1.5 ns a byte), which made passing a batch's
+ * bytes most of Redis's CPU per event. The transaction costs the gateway five
+ * commands and their replies instead of one, about what 32 KiB of bytes cost
+ * Redis in that hash; the gateway is the busier of the two, so only from there.
  */
 export const SPLIT_MIN_BYTES = 32 * 1024
-
-const APPEND_SPLIT_CALL = new ScriptCall(COMMANDS.appendSplit.lua, 6)
-
-/**
- * The append script, its events' bytes written to the connection as they are
- * (script-call.ts): ioredis's own script command would copy every argument
- * into one new buffer first.
- */
-export const APPEND_CALL = new ScriptCall(COMMANDS.append.lua, 5)
 
 /** Sessions whose write marks are kept (the least recently written are forgotten first). */
 const WRITE_MARK_SESSIONS = 50_000
@@ -54,11 +50,10 @@ interface WriteMark {
   uncertain?: readonly EventInput[] | EventBatch
 }
 
-/** The append script's reply: epoch, the lastSeq before the batch, ended (1|0), already applied (1|0). */
-type AppendReply = [string, number, number, number]
-
 export interface AppenderOptions {
-  readonly redis: ScriptedConnection
+  readonly connections: StoreConnections
+  /** How the scripts are called (append-writes.ts). */
+  readonly write: AppendWrite
   readonly keys: KeyLayout
   readonly retention: RetentionLimits
   readonly replicaId: string
@@ -72,10 +67,12 @@ export interface AppenderOptions {
  */
 export class Appender {
   readonly #o: AppenderOptions
+  readonly #writer: AppendWriter
   readonly #marks = new LRUCache<string, Map<string, WriteMark>>({ max: WRITE_MARK_SESSIONS })
 
   constructor (options: AppenderOptions) {
     this.#o = options
+    this.#writer = APPEND_WRITERS[options.write]
   }
 
   /** What this replica knew of the session's writes is history (a new record, a reset). */
@@ -100,16 +97,17 @@ export class Appender {
     const runs = batch.runs(ENTRY_MAX_BYTES)
     let reply: AppendReply | null | undefined
     try {
-      const redis = this.#o.redis
-      if (known && redis instanceof Redis && batch.bytes.length >= SPLIT_MIN_BYTES &&
+      // The split transaction is a MULTI: on one node only (see StoreConnections).
+      const oneNode = this.#o.connections.oneNode
+      if (known && oneNode !== undefined && batch.bytes.length >= SPLIT_MIN_BYTES &&
         batch.length <= maxEvents && batch.bytes.length <= maxBytes) {
-        reply = await appendSplit(redis, keys, streamId, head, runs, mark.seq + 1)
+        reply = await appendSplit(this.#writer, oneNode, keys, streamId, head, runs, mark.seq + 1)
       }
       if (reply === undefined) {
         // The batch as append-5 takes it: after the head, each entry's count, layout and bytes.
         const args: Array<string | number | Buffer> = [keys.meta, keys.stream(streamId), keys.lease, keys.ledger(streamId), keys.audience, ...head]
         for (const run of runs) args.push(run.count, run.layout, run.bytes)
-        reply = await APPEND_CALL.call(redis, args) as AppendReply | null
+        reply = await this.#writer.append(this.#o.connections.redis, args)
       }
     } catch (err) {
       // The connection may still hold the failed append's bytes (to resend them
@@ -151,36 +149,30 @@ export class Appender {
 
 /**
  * A batch appended past Redis's Lua: append-split-6 in a MULTI with the
- * batch's XADDs and unpark-2 (see append-split-6.lua), their bytes written as
- * they are (script-call.ts). The entries' ids start at `firstSeq`, where the
- * caller expects the stream to go on. Undefined when the script refused
- * (MCPGW_UNSPLIT): the caller appends through append-5.
+ * batch's XADDs and unpark-2 (see append-split-6.lua). The entries' ids start
+ * at `firstSeq`, where the caller expects the stream to go on. Undefined when
+ * the script refused (MCPGW_UNSPLIT): the caller appends through append-5.
  */
-async function appendSplit (redis: Redis, keys: SessionKeys, streamId: string, head: ReadonlyArray<string | number>,
+async function appendSplit (writer: AppendWriter, redis: Redis & StoreCommands, keys: SessionKeys, streamId: string, head: ReadonlyArray<string | number>,
   runs: ReturnType<EventBatch['runs']>, firstSeq: number): Promise<AppendReply | null | undefined> {
   const stream = keys.stream(streamId)
   const aside = keys.aside
   const args: Array<string | number> = [keys.meta, stream, keys.lease, keys.ledger(streamId), keys.audience, aside, ...head]
   for (const run of runs) args.push(run.count, run.bytes.length)
+  const entries: EntryArgs[] = []
+  let seq = firstSeq
+  for (const run of runs) {
+    entries.push(['NOMKSTREAM', `${seq}-${run.count}`, 's', run.bytes.length, 'l', run.layout, 'b', run.bytes])
+    seq += run.count
+  }
   for (let attempt = 0; ; attempt++) {
-    const commands = [APPEND_SPLIT_CALL.command(args)]
-    let seq = firstSeq
-    for (const run of runs) {
-      commands.push(bufferCommand('xadd', [aside, 'NOMKSTREAM', `${seq}-${run.count}`, 's', run.bytes.length, 'l', run.layout, 'b', run.bytes]))
-      seq += run.count
-    }
-    // EVAL, never EVALSHA: a NOSCRIPT here would leave the stream aside.
-    commands.push(new Command('eval', [COMMANDS.unpark.lua, 2, aside, stream], { replyEncoding: 'utf8' }))
-    const replies = await transaction(redis, commands, 'utf8')
+    const replies = await writer.split(redis, args, aside, entries, [aside, stream], attempt > 0)
     if (replies === null) throw new Error('Redis did not run the append transaction')
     const reply = replies[0]
     if (reply instanceof Error) {
       if (isReply(reply, UNSPLIT)) return undefined
       // Not run at all: nothing was put aside, the XADDs found no key.
-      if (isNoScript(reply) && attempt === 0) {
-        APPEND_SPLIT_CALL.forget(redis)
-        continue
-      }
+      if (isNoScript(reply) && attempt === 0) continue
       throw reply
     }
     if (reply === null) return null

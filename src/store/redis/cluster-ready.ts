@@ -1,7 +1,6 @@
 import { Redis } from 'ioredis'
 import type { RedisOptions } from 'ioredis'
-import type { RedisAddress } from './connection.js'
-import type { StoreLogger } from './notice-bus.js'
+import type { RedisAddress, StoreLogger } from './connection.js'
 
 /**
  * How often a forming cluster is asked again: the gateway listens at most this

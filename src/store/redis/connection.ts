@@ -1,9 +1,12 @@
 import { Cluster, Redis } from 'ioredis'
 import type { ClusterOptions, RedisOptions } from 'ioredis'
+import type { BaseLogger } from 'pino'
 import { redisUrlOptions } from './redis-url.js'
-import type { StoreLogger } from './notice-bus.js'
+import { VARIABLE_KEY_COMMANDS, type ScriptedConnection, type StoreCommands } from './lua.js'
 
 export type Connection = Redis | Cluster
+
+export type StoreLogger = Pick<BaseLogger, 'warn'> & Partial<Pick<BaseLogger, 'error'>>
 
 export interface RedisAddress { readonly host: string, readonly port: number }
 
@@ -14,13 +17,44 @@ export type RedisTarget =
   | { readonly sentinels: readonly RedisAddress[], readonly name: string, readonly password?: string | undefined, readonly tls?: boolean }
 
 /**
- * One ioredis connection to the target, named for CLIENT LIST. `batched`: the
- * commands issued in one turn of the event loop leave in one write (ioredis's
- * auto-pipelining; the command connection: with many busy streams, one
- * system call per append cost the gateway CPU, see bench/NOTES.md).
+ * The store's two connections and what their topology allows: the one place
+ * that tells one Redis (standalone, Sentinel) from a Cluster, and the one
+ * place that sets ioredis options on connections already built.
  */
-export function openConnection (target: RedisTarget, connectionName: string, redisOptions?: RedisOptions, batched = false, logger?: StoreLogger): Connection {
-  const base: RedisOptions = { maxRetriesPerRequest: 3, ...(batched && { enableAutoPipelining: true }), ...redisOptions, connectionName }
+export interface StoreConnections {
+  /** Commands, the scripts defined on it (lua.ts). */
+  readonly redis: ScriptedConnection
+  /** Used only for SUBSCRIBE. */
+  readonly subscriber: Connection
+  /**
+   * The command connection when every key lives behind it (standalone,
+   * Sentinel): a MULTI runs there, and one script call may carry several
+   * sessions' keys. Undefined on Cluster: a call carries one session's keys
+   * (one slot), and a MULTI names no key, so ioredis may send it to any node.
+   */
+  readonly oneNode: (Redis & StoreCommands) | undefined
+}
+
+/**
+ * The store's view of `redis` and `subscriber`, which its caller may have
+ * built (tests do), so the options the store relies on are set here:
+ * - the subscriber does not resubscribe by itself: the notice bus does, and
+ *   catches up; ioredis's SUBSCRIBE has no error handler, so the connection
+ *   closing before its reply made an unhandled rejection;
+ * - auto-pipelining (on for Cluster) routes a script command by its first
+ *   argument, which for a variable number of keys is that number: those go on
+ *   their own, routed by their keys.
+ */
+export function storeConnections (redis: ScriptedConnection, subscriber: Connection): StoreConnections {
+  const ignored = redis.options.autoPipeliningIgnoredCommands ?? []
+  redis.options.autoPipeliningIgnoredCommands = [...ignored, ...VARIABLE_KEY_COMMANDS.filter(name => !ignored.includes(name))]
+  if (subscriber instanceof Redis) subscriber.options.autoResubscribe = false
+  return Object.freeze({ redis, subscriber, oneNode: redis instanceof Redis ? redis : undefined })
+}
+
+/** One ioredis connection to the target, named for CLIENT LIST. */
+export function openConnection (target: RedisTarget, connectionName: string, redisOptions?: RedisOptions, logger?: StoreLogger): Connection {
+  const base: RedisOptions = { maxRetriesPerRequest: 3, ...redisOptions, connectionName }
   if ('url' in target) {
     const url = redisUrlOptions(target.url)
     return typeof url === 'string' ? new Redis(url, base) : new Redis({ ...url, ...base })

@@ -14,7 +14,7 @@
  *   <tag>:n              the session's notice channel (PUBLISH)
  *   <tag>:lease          the token of the replica holding the upstream GET
  *   <tag>:att            a client is attached on a replica without the lease
- *   <tag>:del            the session was deleted (for RETENTION_TTL after)
+ *   <tag>:del            the session was deleted (for RETENTION_TTL_SECONDS after)
  *   <tag>:aud            the replicas subscribed to the channel
  *   <tag>:aside          a stream put aside within one append transaction
  *   <tag>:re             the token of the replica establishing the session upstream again

@@ -1,4 +1,3 @@
-import { Cluster } from 'ioredis'
 import type { Redis } from 'ioredis'
 import type {
   AcquireResult, ControlKind, ControlListener, ControlSubscription, LeaseBackend, OrphanAnswer, RenewResult, TickRequest, TickResult
@@ -6,7 +5,8 @@ import type {
 import type { RetentionLimits } from '../contract.js'
 import { STANDALONE_STREAM } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
-import type { ScriptedConnection } from './lua.js'
+import type { StoreConnections } from './connection.js'
+import type { ScriptedConnection, StoreCommands } from './lua.js'
 import { controlMessage, type NoticeBus } from './notice-bus.js'
 
 /** Leases renewed per script call (the call's run time in Redis stays around a millisecond). */
@@ -14,8 +14,8 @@ export const RENEW_PER_CALL = 256
 type AcquireReply = [number, (string | number)?, string?]
 
 export interface RedisLeaseBackendOptions {
-  /** The store's command connection: leases cost no connection of their own. */
-  readonly redis: ScriptedConnection
+  /** The store's connections: leases cost no connection of their own. */
+  readonly connections: StoreConnections
   readonly replicaId: string
   readonly keys: KeyLayout
   /** The store's per-session channels, shared with its notices. */
@@ -45,13 +45,15 @@ export class RedisLeaseBackend implements LeaseBackend {
   readonly replicaId: string
   readonly shared = true
   readonly #redis: ScriptedConnection
+  readonly #oneNode: (Redis & StoreCommands) | undefined
   readonly #keys: KeyLayout
   readonly #o: RedisLeaseBackendOptions
 
   constructor (options: RedisLeaseBackendOptions) {
     this.replicaId = options.replicaId
     this.#keys = options.keys
-    this.#redis = options.redis
+    this.#redis = options.connections.redis
+    this.#oneNode = options.connections.oneNode
     this.#o = options
   }
 
@@ -61,8 +63,8 @@ export class RedisLeaseBackend implements LeaseBackend {
   }
 
   async tick (request: TickRequest): Promise<TickResult> {
+    if (this.#oneNode !== undefined) return await this.#tickOnOneNode(this.#oneNode, request)
     const redis = this.#redis
-    if (!(redis instanceof Cluster)) return await this.#tickOnOneNode(redis, request)
     // Auto-pipelining sends what is issued in this turn as one pipeline per node.
     const renew = request.renew.map(({ sessionId, token }) => {
       const k = this.#keys.session(sessionId)
@@ -84,7 +86,7 @@ export class RedisLeaseBackend implements LeaseBackend {
   }
 
   /** One pipeline (one write): renewals RENEW_PER_CALL to a script call, then the rest. */
-  async #tickOnOneNode (redis: Redis & ScriptedConnection, request: TickRequest): Promise<TickResult> {
+  async #tickOnOneNode (redis: Redis & StoreCommands, request: TickRequest): Promise<TickResult> {
     const pipeline = redis.pipeline() as unknown as ReturnType<Redis['pipeline']> & {
       mcpgwLeaseAcquire: (...args: Array<string | number>) => unknown
       mcpgwLeaseRenew: (numberOfKeys: number, ...args: Array<string | number>) => unknown

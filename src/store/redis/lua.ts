@@ -6,7 +6,9 @@ import type { Cluster, Redis } from 'ioredis'
  * takes that many keys; `<name>.lua` takes a number of keys given per call.
  * A line `--- @include "<part>"` stands for commands/includes/<part>.lua
  * (each part once per script, its own includes first). Read once, at start-up;
- * the build copies the folder next to this module.
+ * the build copies the folder next to this module. Every script is called
+ * through ioredis's defineCommand (defineCommands) but the append's three,
+ * which append-writes.ts sends.
  */
 const COMMANDS_DIR = new URL('./commands/', import.meta.url)
 const INCLUDE = /^--- @include "([a-z-]+)"$/gm
@@ -63,12 +65,7 @@ export const COMMANDS = Object.freeze({
   endOrphaned: command('end-orphaned-3')
 })
 
-/**
- * Commands whose number of keys comes with each call. ioredis's
- * auto-pipelining (on for Cluster) routes a script by its first argument,
- * which for these is that number: they are sent on their own, routed by
- * their keys.
- */
+/** Commands whose number of keys comes with each call (see storeConnections). */
 export const VARIABLE_KEY_COMMANDS: readonly string[] = Object.values(COMMANDS).filter(c => c.numberOfKeys === undefined).map(c => c.name)
 
 /** Error reply prefixes of the append scripts (see append-5.lua, append-split-6.lua). */
@@ -89,6 +86,7 @@ export type RecordReply = [string, string, string, string]
 
 /** The scripts as commands of a connection (defineCommands), with their replies' types. */
 export interface StoreCommands {
+  /** Defined only for the ioredis append path (see append-writes.ts). */
   mcpgwAppend: (...args: Args) => Reply<[string, number, number, number] | null>
   mcpgwJoin: (numberOfKeys: number, ...args: Args) => Reply<number[]>
   mcpgwOpen: (...args: Args) => Reply<[string, number, number, number] | null>
@@ -123,18 +121,25 @@ export interface StoreCommands {
  */
 const ONE_SESSION_FORMS: ReadonlyArray<readonly [LuaCommand, number]> = [[COMMANDS.join, 1], [COMMANDS.leaseRenew, 2]]
 
+/**
+ * Scripts that append.ts sends itself (see append-writes.ts), never defined as
+ * commands: append-5 is defined only for the ioredis append path.
+ */
+const SENT_BY_APPENDS: ReadonlySet<LuaCommand> = new Set([COMMANDS.append, COMMANDS.appendSplit, COMMANDS.unpark])
+
 export type ScriptedConnection = (Redis | Cluster) & StoreCommands
 
 /**
- * Every script as a command of `connection` (ioredis's defineCommand: EVALSHA,
- * EVAL when the script is not loaded on the connection yet).
+ * The scripts as commands of `connection` (ioredis's defineCommand: EVALSHA,
+ * EVAL when the script is not loaded on the connection yet). `append`: define
+ * append-5 too (mcpgwAppend), for the ioredis append path.
  */
-export function defineCommands (connection: Redis | Cluster): ScriptedConnection {
-  for (const { name, lua, numberOfKeys } of Object.values(COMMANDS)) {
+export function defineCommands (connection: Redis | Cluster, { append }: { append: boolean }): ScriptedConnection {
+  for (const script of Object.values(COMMANDS)) {
+    if (SENT_BY_APPENDS.has(script) && !(append && script === COMMANDS.append)) continue
+    const { name, lua, numberOfKeys } = script
     connection.defineCommand(name, numberOfKeys === undefined ? { lua } : { lua, numberOfKeys })
   }
   for (const [{ name, lua }, numberOfKeys] of ONE_SESSION_FORMS) connection.defineCommand(`${name}One`, { lua, numberOfKeys })
-  const ignored = connection.options.autoPipeliningIgnoredCommands ?? []
-  connection.options.autoPipeliningIgnoredCommands = [...ignored, ...VARIABLE_KEY_COMMANDS.filter(name => !ignored.includes(name))]
   return connection as ScriptedConnection
 }

@@ -1,9 +1,7 @@
-import { Cluster, Redis } from 'ioredis'
-import type { BaseLogger } from 'pino'
 import type { ControlKind, ControlListener, ControlMessage, ControlSubscription } from '../../cluster/lease.js'
 import type { NoticeListener, StreamNotice } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
-import type { ScriptedConnection } from './lua.js'
+import type { StoreConnections, StoreLogger } from './connection.js'
 
 /**
  * How often a replica tells Redis again which sessions it listens to (their
@@ -14,15 +12,11 @@ export const AUDIENCE_REFRESH_MS = 30_000
 /** Audiences refreshed in one script call (standalone and Sentinel; Cluster: one each). */
 const JOIN_PER_CALL = 200
 
-export type StoreLogger = Pick<BaseLogger, 'warn'> & Partial<Pick<BaseLogger, 'error'>>
-
 /** Where a stream stands: the catch-up after a (re)subscription reads it. */
 export type StreamStanding = readonly [epoch: string, toSeq: number, ended: boolean]
 
 export interface NoticeBusOptions {
-  readonly redis: ScriptedConnection
-  /** Used only for SUBSCRIBE. */
-  readonly subscriber: Redis | Cluster
+  readonly connections: StoreConnections
   readonly keys: KeyLayout
   readonly replicaId: string
   readonly logger: StoreLogger | undefined
@@ -92,11 +86,9 @@ export class NoticeBus {
   constructor (options: NoticeBusOptions) {
     this.#o = options
     // The bus subscribes again itself when the connection is back (#resubscribe, which
-    // also catches up). ioredis would too, and its SUBSCRIBE has no error handler: the
-    // connection closing before the reply made an unhandled rejection.
-    if (options.subscriber instanceof Redis) options.subscriber.options.autoResubscribe = false
-    options.subscriber.on('message', this.#onMessage)
-    options.subscriber.on('ready', this.#onReady)
+    // also catches up); ioredis does not (storeConnections).
+    options.connections.subscriber.on('message', this.#onMessage)
+    options.connections.subscriber.on('ready', this.#onReady)
     this.#audienceTtlMs = 4 * options.audienceRefreshMs
     this.#audienceTimer = setInterval(() => { this.#refreshAudiences() }, options.audienceRefreshMs).unref()
   }
@@ -143,7 +135,7 @@ export class NoticeBus {
   }
 
   async publishControl (sessionId: string, kind: ControlKind): Promise<void> {
-    await this.#o.redis.publish(this.#o.keys.session(sessionId).channel, controlMessage(kind, this.#o.replicaId))
+    await this.#o.connections.redis.publish(this.#o.keys.session(sessionId).channel, controlMessage(kind, this.#o.replicaId))
   }
 
   /**
@@ -161,8 +153,8 @@ export class NoticeBus {
     this.#closed = true
     clearInterval(this.#audienceTimer)
     this.#channels.clear()
-    this.#o.subscriber.off('message', this.#onMessage)
-    this.#o.subscriber.off('ready', this.#onReady)
+    this.#o.connections.subscriber.off('message', this.#onMessage)
+    this.#o.connections.subscriber.off('ready', this.#onReady)
   }
 
   #channel (sessionId: string, name: string): Channel {
@@ -181,11 +173,11 @@ export class NoticeBus {
     this.#channels.delete(name)
     if (this.#closed) return
     const logger = this.#o.logger
-    this.#o.subscriber.unsubscribe(name).catch((err: unknown) => {
+    this.#o.connections.subscriber.unsubscribe(name).catch((err: unknown) => {
       logger?.warn({ err, channel: name }, 'event store: UNSUBSCRIBE failed')
     })
     // After any JOIN of this channel's (same connection, sent before): appends stop notifying us.
-    this.#o.redis.srem(this.#o.keys.session(channel.sessionId).audience, this.#o.replicaId).catch((err: unknown) => {
+    this.#o.connections.redis.srem(this.#o.keys.session(channel.sessionId).audience, this.#o.replicaId).catch((err: unknown) => {
       logger?.warn({ err, channel: name }, 'event store: leaving the audience failed (it expires)')
     })
   }
@@ -199,7 +191,7 @@ export class NoticeBus {
    * already in effect.
    */
   #listen (name: string, channel: Channel): void {
-    channel.ready = this.#o.subscriber.subscribe(name).then(
+    channel.ready = this.#o.connections.subscriber.subscribe(name).then(
       async () => {
         // Released meanwhile (its SREM already sent): joining now would leave us in the audience.
         if (this.#channels.get(name) !== channel) return
@@ -220,7 +212,7 @@ export class NoticeBus {
 
   /** Add this replica to audiences (keys of one node); per key, 1 when it was not in it. */
   async #join (audiences: readonly string[]): Promise<number[]> {
-    const redis = this.#o.redis
+    const redis = this.#o.connections.redis
     if (audiences.length === 1) return await redis.mcpgwJoinOne(audiences[0] as string, this.#o.replicaId, this.#audienceTtlMs)
     return await redis.mcpgwJoin(audiences.length, ...audiences, this.#o.replicaId, this.#audienceTtlMs)
   }
@@ -234,7 +226,7 @@ export class NoticeBus {
     if (this.#closed || this.#channels.size === 0) return
     const channels = [...this.#channels]
     // Keys of many sessions in one call only where every key lives on the one node.
-    const perCall = this.#o.redis instanceof Cluster ? 1 : JOIN_PER_CALL
+    const perCall = this.#o.connections.oneNode === undefined ? 1 : JOIN_PER_CALL
     for (let i = 0; i < channels.length; i += perCall) {
       const group = channels.slice(i, i + perCall)
       this.#join(group.map(([, channel]) => this.#o.keys.session(channel.sessionId).audience)).then((added) => {

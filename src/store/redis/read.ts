@@ -1,7 +1,8 @@
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID } from '../batch/layout-flags.js'
 import type { ReadResult, StoredEvent, StreamState } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
+import type { StoreConnections } from './connection.js'
 import type { ScriptedConnection } from './lua.js'
 import type { StreamStanding } from './notice-bus.js'
 
@@ -18,10 +19,12 @@ type ReadReply = [epoch: string, lastSeq: number, firstSeq: number, ended: numbe
 /** Replay pages and stream states, from the stream entries (batches) the appends wrote. */
 export class Reader {
   readonly #redis: ScriptedConnection
+  readonly #connections: StoreConnections
   readonly #keys: KeyLayout
 
-  constructor (redis: ScriptedConnection, keys: KeyLayout) {
-    this.#redis = redis
+  constructor (connections: StoreConnections, keys: KeyLayout) {
+    this.#redis = connections.redis
+    this.#connections = connections
     this.#keys = keys
   }
 
@@ -53,12 +56,13 @@ export class Reader {
     // Lua numbers are doubles: no limit is the largest safe integer.
     const bound = Math.min(maxBytes, Number.MAX_SAFE_INTEGER)
     const redis = this.#redis
-    if (redis instanceof Redis && limit > 0) {
-      const plan = await redis.mcpgwReadPlanBuffer(keys.meta, stream, keys.ledger(streamId), streamId, afterSeq, limit, bound, READ_SPLIT_MIN_BYTES)
+    const oneNode = this.#connections.oneNode
+    if (oneNode !== undefined && limit > 0) {
+      const plan = await oneNode.mcpgwReadPlanBuffer(keys.meta, stream, keys.ledger(streamId), streamId, afterSeq, limit, bound, READ_SPLIT_MIN_BYTES)
       if (plan === null) return null
       const epoch = plan[0].toString()
       if (plan.length === 5) return [epoch, plan[1], plan[2], plan[3], plan[4]]
-      const rows = await readEntries(redis, keys.meta, stream, epoch, plan[5], plan[6], plan[7])
+      const rows = await readEntries(oneNode, keys.meta, stream, epoch, plan[5], plan[6], plan[7])
       // Trimmed or reset between the two round trips: read-2's own way.
       if (rows !== undefined) return [epoch, plan[1], plan[2], plan[3], rows]
     }

@@ -11,18 +11,20 @@ import type {
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { Appender } from './append.js'
-import { openConnection, quit, type Connection, type RedisTarget } from './connection.js'
+import type { AppendWrite } from './append-writes.js'
+import { openConnection, quit, storeConnections, type Connection, type RedisTarget, type StoreConnections, type StoreLogger } from './connection.js'
 import { waitForClusterReady } from './cluster-ready.js'
 import { KeyLayout, RECORD_FIELDS } from './key-layout.js'
 import { RedisLeaseBackend } from './lease-backend.js'
 import { defineCommands, isReply, ROLLED_BACK, type RecordReply, type ScriptedConnection } from './lua.js'
-import { AUDIENCE_REFRESH_MS, NoticeBus, type StoreLogger } from './notice-bus.js'
+import { AUDIENCE_REFRESH_MS, NoticeBus } from './notice-bus.js'
 import { Reader } from './read.js'
 
 export { ENTRY_MAX_BYTES, SPLIT_MIN_BYTES } from './append.js'
 export { AUDIENCE_REFRESH_MS } from './notice-bus.js'
 export { READ_SPLIT_MIN_BYTES } from './read.js'
 export type { Connection, RedisAddress, RedisTarget } from './connection.js'
+export type { AppendWrite } from './append-writes.js'
 
 export interface RedisStoreOptions {
   /** Command connection. The store owns it from now on: close() quits it. */
@@ -38,6 +40,8 @@ export interface RedisStoreOptions {
   readonly logger?: StoreLogger
   /** See AUDIENCE_REFRESH_MS (tests shorten it); audiences expire after four of these. */
   readonly audienceRefreshMs?: number
+  /** How appends reach Redis (append-writes.ts); `zero-copy` when absent. */
+  readonly appendWrite?: AppendWrite
 }
 
 export type RedisStoreConnectOptions = RedisTarget & {
@@ -47,6 +51,7 @@ export type RedisStoreConnectOptions = RedisTarget & {
   readonly random?: (size: number) => Uint8Array
   readonly logger?: StoreLogger
   readonly audienceRefreshMs?: number
+  readonly appendWrite?: AppendWrite
   /** Extra ioredis options for both connections. */
   readonly redisOptions?: RedisOptions
 }
@@ -69,6 +74,7 @@ export class RedisEventStore implements EventStore {
   readonly replicaId: string
   readonly #redis: ScriptedConnection
   readonly #subscriber: Connection
+  readonly #connections: StoreConnections
   readonly #keys: KeyLayout
   readonly #retention: RetentionLimits
   readonly #random: (size: number) => Uint8Array
@@ -86,19 +92,20 @@ export class RedisEventStore implements EventStore {
     this.#random = options.random ?? randomBytes
     this.#logger = options.logger
     this.replicaId = options.replicaId ?? randomToken(12, this.#random)
-    this.#redis = defineCommands(options.redis)
+    const appendWrite = options.appendWrite ?? 'zero-copy'
+    this.#connections = storeConnections(defineCommands(options.redis, { append: appendWrite === 'ioredis' }), options.subscriber)
+    this.#redis = this.#connections.redis
     this.#subscriber = options.subscriber
-    this.#reader = new Reader(this.#redis, this.#keys)
+    this.#reader = new Reader(this.#connections, this.#keys)
     this.#bus = new NoticeBus({
-      redis: this.#redis,
-      subscriber: options.subscriber,
+      connections: this.#connections,
       keys: this.#keys,
       replicaId: this.replicaId,
       logger: options.logger,
       audienceRefreshMs: options.audienceRefreshMs ?? AUDIENCE_REFRESH_MS,
       standing: async (sessionId, streamId) => await this.#reader.standing(sessionId, streamId)
     })
-    this.#appender = new Appender({ redis: this.#redis, keys: this.#keys, retention: this.#retention, replicaId: this.replicaId, bus: this.#bus })
+    this.#appender = new Appender({ connections: this.#connections, write: appendWrite, keys: this.#keys, retention: this.#retention, replicaId: this.replicaId, bus: this.#bus })
     this.#redis.on('error', this.#onError)
     this.#subscriber.on('error', this.#onError)
   }
@@ -115,8 +122,8 @@ export class RedisEventStore implements EventStore {
       const auth = { ...(options.password !== undefined && { password: options.password }), ...(options.tls === true && { tls: {} }) }
       await waitForClusterReady(options.cluster, { ...options.redisOptions, ...auth }, options.logger)
     }
-    const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, options.redisOptions, false, options.logger)
-    const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, options.redisOptions, false, options.logger)
+    const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, options.redisOptions, options.logger)
+    const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, options.redisOptions, options.logger)
     const store = new RedisEventStore({
       redis,
       subscriber,
@@ -125,7 +132,8 @@ export class RedisEventStore implements EventStore {
       replicaId,
       random,
       ...(options.logger === undefined ? {} : { logger: options.logger }),
-      ...(options.audienceRefreshMs === undefined ? {} : { audienceRefreshMs: options.audienceRefreshMs })
+      ...(options.audienceRefreshMs === undefined ? {} : { audienceRefreshMs: options.audienceRefreshMs }),
+      ...(options.appendWrite === undefined ? {} : { appendWrite: options.appendWrite })
     })
     try {
       await store.ping()
@@ -197,7 +205,7 @@ export class RedisEventStore implements EventStore {
     await this.#reset(sessionId, undefined, { listStreams: true })
   }
 
-  /** The deletion mark reset.lua leaves for RETENTION_TTL. */
+  /** The deletion mark reset.lua leaves for RETENTION_TTL_SECONDS. */
   async sessionDeleted (sessionId: string): Promise<boolean> {
     return await this.#redis.exists(this.#keys.session(sessionId).deleted) === 1
   }
@@ -224,7 +232,7 @@ export class RedisEventStore implements EventStore {
   /** Leases live next to the sessions, on this store's connections (see cluster/lease.ts). */
   leaseBackend (): RedisLeaseBackend {
     this.#leases ??= new RedisLeaseBackend({
-      redis: this.#redis,
+      connections: this.#connections,
       replicaId: this.replicaId,
       keys: this.#keys,
       bus: this.#bus,

@@ -2,9 +2,9 @@
 // and #reject, the connection's socket, and a command's inTransaction and
 // pipelineIndex. Appends write their events' bytes to the socket as they are,
 // where ioredis's own commands would copy them all into one new buffer first:
-// that copy measurably cost the gateway CPU per event (bench/NOTES.md), so
+// that copy cost the gateway 4-34% more CPU per event (append-writes.ts), so
 // package.json pins ioredis exactly, and test/store/script-call.test.ts fails
-// when what this relies on changes.
+// when what this relies on changes. Only append-writes.ts uses it.
 import { createHash } from 'node:crypto'
 import { Command } from 'ioredis'
 import type { Cluster, Redis } from 'ioredis'
@@ -73,6 +73,15 @@ export class ScriptCall {
    */
   command (args: readonly ScriptArg[], numberOfKeys = this.#numberOfKeys): Command {
     return this.#command(args, numberOfKeys)
+  }
+
+  /**
+   * The call as EVAL with the script's text whatever the connection has
+   * loaded, as a command to send as part of something larger: for a script
+   * in a MULTI whose NOSCRIPT nothing could follow up.
+   */
+  evalCommand (args: readonly ScriptArg[], numberOfKeys = this.#numberOfKeys): Command {
+    return bufferCommand('eval', [this.#lua, numberOfKeys, ...args])
   }
 
   /** The script is no longer loaded on `connection` (a NOSCRIPT reply): EVAL next time. */
