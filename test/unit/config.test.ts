@@ -1,32 +1,15 @@
 // Configuration from the environment (src/config/load.ts): validated once,
 // every problem reported together, the result frozen.
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { ConfigError, loadConfig } from '../../src/config/load.js'
 import { ConfigSchema } from '../../src/config/schema.js'
+import { expectProblem, problemsOf } from '../fixtures/config-problems.js'
 
 const UPSTREAM = 'http://mcp:3000/mcp'
 const base = { UPSTREAM_URL: UPSTREAM }
-
-/** The problems loadConfig reports for an env, or [] when it is accepted. */
-function problemsOf (env: NodeJS.ProcessEnv): string[] {
-  try {
-    loadConfig(env)
-    return []
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err
-    return [...err.problems]
-  }
-}
-
-function expectProblem (t: Test, env: NodeJS.ProcessEnv, variable: string, pattern?: RegExp): void {
-  const problems = problemsOf(env)
-  t.equal(problems.length, 1, `one problem for ${JSON.stringify(env)}: ${JSON.stringify(problems)}`)
-  t.match(problems[0], new RegExp(`^${variable}: `), `names ${variable}`)
-  if (pattern !== undefined) t.match(problems[0], pattern)
-}
 
 t.test('defaults', async (t) => {
   const config = loadConfig({ ...base })
