@@ -10,6 +10,7 @@ import { errors } from '../../errors.js'
 import { protocolInfo } from '../../protocol/era.js'
 import { ClientBuffers } from '../../sse/client-buffers.js'
 import { KeepAliveTicker } from '../../sse/keep-alive.js'
+import { SessionReestablisher } from '../../relay/reestablish.js'
 import { forwardTransparently } from '../forward.js'
 import { McpContext, type McpRouteDeps } from './context.js'
 import { handleDelete } from './delete.js'
@@ -23,6 +24,26 @@ import { SessionCache } from './session-cache.js'
 import { SessionGuard } from './session-guard.js'
 
 export type { McpRouteDeps } from './context.js'
+
+/**
+ * The MCP endpoint in a plugin scope of its own, which gets whole bodies
+ * (small JSON-RPC messages, bounded by MAX_BODY_BYTES); sessions are
+ * established upstream again unless REESTABLISH_UPSTREAM_SESSIONS=false.
+ * Returns the session guard, which every other proxied path goes through too.
+ */
+export async function registerMcpEndpoint (app: FastifyInstance, deps: Omit<McpRouteDeps, 'maxBodyBytes' | 'reestablisher'>): Promise<SessionGuard> {
+  const { config } = deps
+  let guard: SessionGuard | undefined
+  await app.register(async mcp => {
+    mcp.removeAllContentTypeParsers()
+    mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
+    const reestablisher = config.reestablishUpstreamSessions
+      ? new SessionReestablisher({ store: deps.store, upstream: deps.upstream, metrics: deps.metrics, mcpPath: config.mcpPath, maxAnswerBytes: config.maxEventBytes })
+      : undefined
+    guard = registerMcpRoute(mcp, { ...deps, maxBodyBytes: config.maxBodyBytes, reestablisher })
+  })
+  return guard as SessionGuard
+}
 
 /** Registers the MCP endpoint; returns its guard, which every other proxied path goes through too. */
 export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): SessionGuard {
