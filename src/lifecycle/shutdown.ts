@@ -17,7 +17,7 @@ const CUT_SETTLE_MS = 1000
  */
 const HANDOVER_MARGIN_MS = 1500
 
-type ShutdownConfig = Pick<GatewayConfig, 'shutdownGraceMs' | 'drainSpreadMs' | 'retryMs' | 'drainRetryMs'>
+type ShutdownConfig = Pick<GatewayConfig, 'shutdownGraceMs' | 'drainSpreadMs' | 'sseRetryMs' | 'drainRetryMs'>
 
 /** What a gateway stops, in the order it stops them. */
 export interface ShutdownParts {
@@ -64,8 +64,8 @@ export class GatewayShutdown {
       graceMs: config.shutdownGraceMs,
       spreadMs: config.drainSpreadMs,
       // The client reconnects after the retry hint, then asks for its stream.
-      handoverWaitMs: config.retryMs + HANDOVER_MARGIN_MS,
-      retryMs: config.retryMs,
+      handoverWaitMs: config.sseRetryMs + HANDOVER_MARGIN_MS,
+      retryMs: config.sseRetryMs,
       exitRetryMs: config.drainRetryMs
     })
     await this.#drained

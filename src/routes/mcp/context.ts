@@ -90,7 +90,7 @@ export class McpContext {
       epoch,
       streamId,
       priming: proto.priming,
-      retryMs: this.deps.config.retryMs,
+      retryMs: this.deps.config.sseRetryMs,
       maxBufferBytes: this.deps.config.clientBufferMaxBytes,
       buffers: this.#buffers,
       metrics: this.deps.metrics,

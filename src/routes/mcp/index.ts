@@ -55,7 +55,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   guard.register(app)
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
   const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
-  const keepAlive = new KeepAliveTicker(config.keepAliveMs)
+  const keepAlive = new KeepAliveTicker(config.keepaliveIntervalMs)
   const buffers = new ClientBuffers({ maxBytes: config.clientBuffersMaxBytes, writeTimeoutMs: config.clientWriteTimeoutMs })
   deps.metrics.watchClientBuffers(buffers)
   app.addHook('onClose', async () => {
