@@ -8,7 +8,7 @@ import type { UpstreamClient } from '../upstream/client.js'
 import type { UpstreamDiscovery } from '../upstream/discovery.js'
 import { drainReplica } from './drain.js'
 
-/** How long recorders whose upstream answer was cut at shutdown get to store its end. */
+/** How long recorders whose upstream answer was cut at shutdown get to store its end: one append each, within drain's EXIT_MARGIN_MS. */
 const CUT_SETTLE_MS = 1000
 /**
  * Beyond the retry hint, how long a held upstream GET waits for its client to

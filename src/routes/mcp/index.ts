@@ -45,11 +45,25 @@ export async function registerMcpEndpoint (app: FastifyInstance, deps: Omit<McpR
   return guard as SessionGuard
 }
 
+/**
+ * Sessions tracked per replica (verified records, request budgets): more
+ * sessions make requests than hold an upstream GET (MAX_SESSIONS), and a
+ * forgotten one only costs a store read or a full budget again.
+ */
+const TRACKED_PER_HELD_SESSION = 4
+const MIN_TRACKED_SESSIONS = 10_000
+/**
+ * A record verified this recently is not read again: a burst on one session
+ * costs one store read, and a session deleted through another replica is
+ * still taken for live here for 2 s at most.
+ */
+const SESSION_FRESH_MS = 2000
+
 /** Registers the MCP endpoint; returns its guard, which every other proxied path goes through too. */
 export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): SessionGuard {
   const { config } = deps
-  const entries = Math.max(10_000, config.maxSessions * 4)
-  const sessions = new SessionCache({ freshMs: 2000, staleMs: config.retention.ttlMs, maxEntries: entries })
+  const entries = Math.max(MIN_TRACKED_SESSIONS, config.maxSessions * TRACKED_PER_HELD_SESSION)
+  const sessions = new SessionCache({ freshMs: SESSION_FRESH_MS, staleMs: config.retention.ttlMs, maxEntries: entries })
   // Who requests act for, and whether the sessions they name are theirs.
   const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions })
   guard.register(app)
