@@ -43,6 +43,7 @@ const MAX_REMEMBERED = 1000
  * stack (they are expected conditions: a store or upstream that is down).
  */
 export function createLogger (level: string, options: LoggerOptions = {}): Logger {
+  // 30 s: an outage's warning is written about twice a minute, not once per request.
   const windowMs = options.repeatWindowMs ?? 30_000
   const now = options.now ?? Date.now
   const recent = new Map<string, { until: number, suppressed: number }>()

@@ -44,6 +44,7 @@ async function main (): Promise<void> {
   if (config.sessionBindingKey === undefined) log.warn('SESSION_BINDING_KEY is not set: session ids are bound to their principal under a built-in key, against which whoever holds an id can test guesses of a weak credential offline')
 
   // The grace period covers the drain; close-with-grace exits non-zero if it runs out.
+  // 2 s beyond it: the drain ends 1.5 s before the grace, and the closes after it must not be cut.
   closeWithGrace({ delay: config.shutdownGraceMs + 2000, logger: log }, async ({ signal, err }) => {
     if (err !== undefined) log.error({ err }, 'fatal error: shutting down')
     log.info({ signal }, 'shutting down')

@@ -30,7 +30,7 @@ export type PrincipalKind = 'header' | 'jwt' | 'anonymous'
 
 /**
  * The stored form of an identity: never the credential itself, 22 characters
- * of the SHA-256 of its kind and parts, each length-prefixed: ("a:b", "c") and
+ * (132 bits: two principals never collide) of the SHA-256 of its kind and parts, each length-prefixed: ("a:b", "c") and
  * ("a", "b:c") never hash alike, nor do two kinds.
  */
 export function principalHash (kind: PrincipalKind, ...parts: readonly string[]): string {

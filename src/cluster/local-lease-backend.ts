@@ -6,7 +6,10 @@ interface LocalLease {
   upstreamId: string | undefined
 }
 
-/** Sessions remembered by the local backend (the least recently used are forgotten first). */
+/**
+ * Sessions remembered by the local backend (the least recently used are
+ * forgotten first, never one held): ten times MAX_SESSIONS' default.
+ */
 const LOCAL_SESSIONS = 100_000
 
 /**

@@ -1,7 +1,11 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { Lease, type ControlSubscription, type LeaseBackend, type LeaseGrant, type RenewResult } from './lease.js'
 
-/** How long drain waits for its control subscriptions before going on without them. */
+/**
+ * How long drain waits for its control subscriptions before going on without
+ * them: a subscription is one round trip on a live store; one slower than a
+ * second would take the drain's time from the streams it hands over.
+ */
 const SUBSCRIBE_WAIT_MS = 1000
 
 /**

@@ -1,6 +1,7 @@
 import envSchema from 'env-schema'
 import { closest } from 'fastest-levenshtein'
 import { ConfigSchema, type RawConfig } from './schema.js'
+import { plainFields, type PlainFields } from './fields.js'
 import type { RetentionLimits } from '../store/contract.js'
 import { redisUrlProblem } from '../store/redis/redis-url.js'
 import { adminHostPolicy, allowListEntry, defaultHostPolicy, type HostPolicy } from '../net/host-policy.js'
@@ -9,80 +10,14 @@ import { pathTrick } from '../net/request-path.js'
 import type { JwtOptions } from '../auth/jwt-principal.js'
 import { parseUpstreamUrls, type UpstreamTarget } from '../upstream/upstream-url.js'
 
-export interface GatewayConfig {
-  /** The first entry of UPSTREAM_URL. */
-  readonly upstreamUrl: URL
-  /** Every entry of UPSTREAM_URL: the endpoints of one server, or names resolving to them. */
-  readonly upstreamTargets: readonly UpstreamTarget[]
-  /** Longest time a resolved upstream name is used before it is resolved again. */
-  readonly upstreamResolveMs: number
-  /** How long an upstream endpoint that refused a connection first gets nothing new. */
-  readonly upstreamSetAsideMs: number
-  /** The MCP endpoint path, taken from the upstream URL. */
-  readonly mcpPath: string
-  readonly host: string
-  readonly port: number
-  readonly adminHost: string
-  readonly adminPort: number
-  readonly logLevel: string
-  readonly redisUrl: string | undefined
-  /** Cluster seed nodes, when Redis Cluster is used. */
-  readonly redisClusterNodes: ReadonlyArray<{ host: string, port: number }> | undefined
-  /** Sentinels and the master name, when Sentinel is used. */
-  readonly redisSentinel: { readonly sentinels: ReadonlyArray<{ host: string, port: number }>, readonly name: string } | undefined
-  readonly redisPassword: string | undefined
-  readonly redisTls: boolean
-  readonly redisKeyPrefix: string
-  readonly retention: RetentionLimits
-  readonly memoryStoreMaxBytes: number
-  readonly maxEventBytes: number
-  readonly maxBodyBytes: number
-  readonly clientBufferMaxBytes: number
-  readonly clientBuffersMaxBytes: number
-  readonly clientWriteTimeoutMs: number
-  readonly maxReplaysPerStream: number
-  readonly maxSessions: number
-  readonly maxSessionsPerPrincipal: number
-  readonly standaloneHoldMs: number
-  /** The hold of an upstream GET opened at initialize that no client attached to yet. */
-  readonly standaloneEarlyHoldMs: number
-  readonly initializesPerMinutePerAddress: number
-  readonly keepAliveMs: number
-  readonly retryMs: number
-  readonly upstreamHeadersTimeoutMs: number
-  /** How far an upstream stream that ended early is resumed (see ResumeBounds). */
-  readonly upstreamResumes: { readonly withoutProgress: number, readonly maxMs: number }
-  readonly principalHeader: string
-  /** Bearer JWT verification; undefined: sessions are bound to the hash of principalHeader. */
-  readonly jwt: JwtOptions | undefined
-  readonly recoverLostSessions: boolean
-  /** Paths (exact, or prefixes ending in /) proxied without a principal (PUBLIC_PATHS). */
-  readonly publicPaths: readonly string[]
-  /** The key of the binding in session ids; undefined: the built-in key (see protocol/session-id.ts). */
-  readonly sessionBindingKey: string | undefined
-  readonly reestablishUpstreamSessions: boolean
-  /** null: any Origin is accepted. */
-  readonly allowedOrigins: ReadonlySet<string> | null
-  /** Which Host values are served (DNS-rebinding protection). */
-  readonly allowedHosts: HostPolicy
-  /** The same, on the admin listener. */
-  readonly adminAllowedHosts: HostPolicy
-  /** Outer proxies whose forwarding headers are believed (addresses, CIDR ranges, preset names); empty: none. */
-  readonly trustedProxies: readonly string[]
-  /** Time to receive a whole request (headers and body). */
-  readonly requestReadTimeoutMs: number
-  readonly maxConnections: number
-  readonly maxConnectionsPerAddress: number
-  readonly leaseTtlMs: number
-  readonly drainSpreadMs: number
-  /** The retry hint a draining process gives, as it exits, to the streams it still serves. */
-  readonly drainRetryMs: number
-  readonly maxHeaderBytes: number
-  readonly sessionRequestsPerSecond: number
-  readonly shutdownGraceMs: number
-  /** What start-up should warn about (unknown variables, a password given twice); never fatal. */
-  readonly warnings: readonly string[]
-}
+/**
+ * The configuration: every variable of the schema as its field (fields.ts:
+ * camelCase, seconds as milliseconds), except the values derived below
+ * (parsed lists, groups, defaults that depend on another variable), which
+ * replace or group them.
+ */
+export type GatewayConfig = Omit<PlainFields, keyof DerivedConfig> & DerivedConfig
+type DerivedConfig = ReturnType<typeof derivedConfig>
 
 /**
  * Names Kubernetes injects for each Service of the namespace (REDIS_PORT,
@@ -193,6 +128,14 @@ export class ConfigError extends Error {
  */
 export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig {
   const problems: string[] = []
+  const raw = schemaValues(env, problems)
+  // The checks across variables run even when the schema found problems: all are reported at once.
+  const derived = derivedConfig(raw, env, problems)
+  return Object.freeze({ ...plainFields(raw), ...derived })
+}
+
+/** The variables as the schema reads them (defaults applied); problems are pushed, not thrown. */
+function schemaValues (env: NodeJS.ProcessEnv, problems: string[]): RawConfig {
   let raw: RawConfig
   // Only the variables the schema knows are passed, so env-schema's
   // additionalProperties:false never trips over the rest of the environment.
@@ -227,7 +170,16 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     // Validation failed before coercion: compare the numbers, not their spellings.
     raw = { ...raw, PORT: Number(raw.PORT), ADMIN_PORT: Number(raw.ADMIN_PORT) }
   }
+  return raw
+}
 
+/**
+ * What is derived from the variables rather than read as it is: parsed lists
+ * and URLs, groups of variables, defaults depending on another variable, and
+ * the checks across variables. Throws ConfigError with every problem, the
+ * schema's included.
+ */
+function derivedConfig (raw: RawConfig, env: NodeJS.ProcessEnv, problems: string[]) {
   const upstream = typeof raw.UPSTREAM_URL === 'string' ? parseUpstreamUrls(raw.UPSTREAM_URL, problems) : undefined
   if (raw.REDIS_URL !== undefined) {
     const problem = redisUrlProblem(raw.REDIS_URL)
@@ -300,63 +252,42 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): GatewayConfig
     throw new ConfigError(problems.length > 0 ? problems : ['UPSTREAM_URL: is required'])
   }
 
-  return Object.freeze({
+  return {
+    /** The first entry of UPSTREAM_URL. */
     upstreamUrl: upstream.first,
-    upstreamTargets: Object.freeze(upstream.targets),
-    upstreamResolveMs: raw.UPSTREAM_RESOLVE_SECONDS * 1000,
-    upstreamSetAsideMs: raw.UPSTREAM_SET_ASIDE_SECONDS * 1000,
+    /** Every entry of UPSTREAM_URL: the endpoints of one server, or names resolving to them. */
+    upstreamTargets: Object.freeze(upstream.targets) as readonly UpstreamTarget[],
+    /** The MCP endpoint path, taken from the upstream URL. */
     mcpPath: upstream.path,
-    host: raw.HOST,
-    port: raw.PORT,
-    adminHost: raw.ADMIN_HOST,
-    adminPort: raw.ADMIN_PORT,
-    logLevel: raw.LOG_LEVEL,
+    /** REDIS_URL, completed with REDIS_PASSWORD when it carries none. */
     redisUrl,
-    redisClusterNodes,
-    redisSentinel,
-    redisPassword: raw.REDIS_PASSWORD,
-    redisTls: raw.REDIS_TLS,
-    redisKeyPrefix: raw.REDIS_KEY_PREFIX,
+    /** Cluster seed nodes, when Redis Cluster is used. */
+    redisClusterNodes: redisClusterNodes as ReadonlyArray<{ host: string, port: number }> | undefined,
+    /** Sentinels and the master name, when Sentinel is used. */
+    redisSentinel: redisSentinel as { readonly sentinels: ReadonlyArray<{ host: string, port: number }>, readonly name: string } | undefined,
     retention: Object.freeze({
       maxEvents: raw.RETENTION_MAX_EVENTS,
       maxBytes: raw.RETENTION_MAX_BYTES,
       ttlMs: raw.RETENTION_TTL_SECONDS * 1000
-    }),
-    memoryStoreMaxBytes: raw.MEMORY_STORE_MAX_BYTES,
-    maxEventBytes: raw.MAX_EVENT_BYTES,
-    maxBodyBytes: raw.MAX_BODY_BYTES,
-    clientBufferMaxBytes: raw.CLIENT_BUFFER_MAX_BYTES,
-    clientBuffersMaxBytes: raw.CLIENT_BUFFERS_MAX_BYTES,
-    clientWriteTimeoutMs: raw.CLIENT_WRITE_TIMEOUT_SECONDS * 1000,
-    maxReplaysPerStream: raw.MAX_REPLAYS_PER_STREAM,
-    maxSessions: raw.MAX_SESSIONS,
+    }) as RetentionLimits,
     maxSessionsPerPrincipal: raw.MAX_SESSIONS_PER_PRINCIPAL ?? Math.ceil(raw.MAX_SESSIONS / 10),
-    standaloneHoldMs: raw.STANDALONE_HOLD_SECONDS * 1000,
-    standaloneEarlyHoldMs: raw.STANDALONE_EARLY_HOLD_SECONDS * 1000,
-    initializesPerMinutePerAddress: raw.INITIALIZES_PER_MINUTE_PER_ADDRESS,
-    keepAliveMs: raw.KEEPALIVE_INTERVAL_SECONDS * 1000,
-    retryMs: raw.SSE_RETRY_MS,
-    upstreamHeadersTimeoutMs: raw.UPSTREAM_HEADERS_TIMEOUT_SECONDS * 1000,
+    /** How far an upstream stream that ended early is resumed (see ResumeBounds). */
     upstreamResumes: Object.freeze({ withoutProgress: raw.UPSTREAM_RESUMES_WITHOUT_PROGRESS, maxMs: raw.UPSTREAM_RESUME_MAX_SECONDS * 1000 }),
+    /** Lower-cased, as Node names headers. */
     principalHeader: raw.PRINCIPAL_HEADER.toLowerCase(),
+    /** Bearer JWT verification; undefined: sessions are bound to the hash of principalHeader. */
     jwt,
-    recoverLostSessions: raw.RECOVER_LOST_SESSIONS,
-    publicPaths: Object.freeze(publicPaths),
-    sessionBindingKey: raw.SESSION_BINDING_KEY,
-    reestablishUpstreamSessions: raw.REESTABLISH_UPSTREAM_SESSIONS,
-    allowedOrigins,
-    allowedHosts: Object.freeze(allowedHosts),
-    adminAllowedHosts: Object.freeze(adminHostPolicy(allowedHosts, raw.ALLOWED_HOSTS !== undefined, raw.ADMIN_HOST)),
-    trustedProxies: Object.freeze(trustedProxies),
-    requestReadTimeoutMs: raw.REQUEST_READ_TIMEOUT_SECONDS * 1000,
-    maxConnections: raw.MAX_CONNECTIONS,
-    maxConnectionsPerAddress: raw.MAX_CONNECTIONS_PER_ADDRESS,
-    leaseTtlMs: raw.LEASE_TTL_MS,
-    drainSpreadMs: raw.DRAIN_SPREAD_SECONDS * 1000,
-    drainRetryMs: raw.DRAIN_RETRY_MS,
-    maxHeaderBytes: raw.MAX_HEADER_BYTES,
-    sessionRequestsPerSecond: raw.SESSION_REQUESTS_PER_SECOND,
-    shutdownGraceMs: raw.SHUTDOWN_GRACE_SECONDS * 1000,
-    warnings: Object.freeze(warnings)
-  })
+    /** Paths (exact, or prefixes ending in /) proxied without a principal. */
+    publicPaths: Object.freeze(publicPaths) as readonly string[],
+    /** null: any Origin is accepted. */
+    allowedOrigins: allowedOrigins as ReadonlySet<string> | null,
+    /** Which Host values are served (DNS-rebinding protection). */
+    allowedHosts: Object.freeze(allowedHosts) as HostPolicy,
+    /** The same, on the admin listener. */
+    adminAllowedHosts: Object.freeze(adminHostPolicy(allowedHosts, raw.ALLOWED_HOSTS !== undefined, raw.ADMIN_HOST)) as HostPolicy,
+    /** Outer proxies whose forwarding headers are believed (addresses, CIDR ranges, preset names); empty: none. */
+    trustedProxies: Object.freeze(trustedProxies) as readonly string[],
+    /** What start-up should warn about (unknown variables, a password given twice); never fatal. */
+    warnings: Object.freeze(warnings) as readonly string[]
+  }
 }

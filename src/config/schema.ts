@@ -3,7 +3,10 @@ import { Type, type Static } from '@sinclair/typebox'
 /**
  * Every environment variable the gateway reads. The descriptions and defaults
  * here are the configuration reference: test/packaging/config-reference.test.ts
- * keeps config/REFERENCE.md in step with this schema.
+ * keeps config/REFERENCE.md in step with this schema. Each variable is a field
+ * of the configuration named after it (fields.ts: FOO_BAR_SECONDS is
+ * config.fooBarMs), unless load.ts derives it (parsed, grouped, defaulted from
+ * another variable): a new variable needs no line elsewhere to be read.
  */
 export const ConfigSchema = Type.Object({
   UPSTREAM_URL: Type.String({ description: 'The upstream MCP endpoint (Streamable HTTP), e.g. http://mcp:3000/mcp, path included. The gateway serves the MCP endpoint at the same path and proxies every other path of that origin unchanged. A URL without a path is refused; write http://mcp:3000/ only if the server\'s MCP endpoint really is /. Several endpoints of one server: their URLs, same scheme and path, separated by commas (http://mcp-0:3000/mcp,http://mcp-1:3000/mcp), or a host name with several addresses, such as a Kubernetes headless Service; each new session is placed on one endpoint and stays there (docs/upstream-endpoints.md).' }),

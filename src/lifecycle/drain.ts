@@ -27,10 +27,15 @@ export interface DrainOptions {
   readonly now?: () => number
 }
 
-/** Kept for closing listeners, the upstream client and the store once the drain is over. */
+/**
+ * Kept for closing listeners, the upstream client and the store once the
+ * drain is over: the settling of cut recorders (a second) and the closes fit
+ * in it, so the process exits within SHUTDOWN_GRACE_SECONDS.
+ */
 const EXIT_MARGIN_MS = 1500
+/** Idle sockets closed this often while draining: well inside the default retry hint (1 s), so a client reconnects on a new connection. */
 const IDLE_SWEEP_MS = 100
-/** Time a client closed with the retry hint is given, beyond the hint, to come back. */
+/** Time a client closed with the retry hint is given, beyond the hint, to come back: a reconnect takes milliseconds; this covers a slow one. */
 const RETURN_MARGIN_MS = 1000
 
 /**

@@ -18,7 +18,7 @@ export interface EventPosition {
 }
 
 const ID_PATTERN = /^([0-9a-z]{1,16})\.([0-9a-z]{1,32})\.([0-9a-z]{1,11})(?:_[0-9a-z]{1,8})?$/
-/** Longer ids are rejected before the regular expression even runs. */
+/** The longest ID_PATTERN matches (16 + 1 + 32 + 1 + 11 + 1 + 8); longer ids are rejected before it runs. */
 export const MAX_EVENT_ID_LENGTH = 70
 
 export function encodeEventId (position: EventPosition): string {

@@ -11,6 +11,7 @@
 
 export type JsonRpcId = string | number
 
+/** 22 hex characters: the stream id (8 + 1 + 22) fits the 32 characters an event id gives it (event-id.ts). */
 const MAX_STRING_ID_BYTES = 11
 
 export function makeRequestStreamId (random8: string, random3: string, requestId: JsonRpcId | undefined): string {

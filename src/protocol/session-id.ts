@@ -21,6 +21,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto'
 
 const PREFIX = 'mg1.'
+/** 128 bits of HMAC-SHA256, half its output (RFC 2104 keeps at least half): a forged binding takes 2^128 guesses. */
 const TAG_BYTES = 16
 /** base64url of TAG_BYTES bytes, without padding. */
 const TAG_CHARS = 22

@@ -1,7 +1,9 @@
-import type { FastifyInstance } from 'fastify'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { EventStore } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
-import { GatewayError } from '../errors.js'
+import { errors, GatewayError, jsonRpcErrorBody } from '../errors.js'
+import { headerLines, requestAuthority } from '../net/request-authority.js'
+import type { HostPolicy } from '../net/host-policy.js'
 import { discardBody, UpstreamAbort, type UpstreamClient } from '../upstream/client.js'
 
 export interface AdminDeps {
@@ -81,4 +83,22 @@ export function registerAdminRoutes (admin: FastifyInstance, deps: AdminDeps): v
     reply.type(deps.metrics.registry.contentType)
     return await deps.metrics.registry.metrics()
   })
+}
+
+/**
+ * The admin listener: the routes above behind the same DNS-rebinding
+ * protection as the MCP listener (a page in a local browser must not read
+ * /metrics), with ADMIN_HOST's own host policy.
+ */
+export function buildAdminServer (logger: FastifyBaseLogger, allowedHosts: HostPolicy, deps: AdminDeps): FastifyInstance {
+  const admin = Fastify({ loggerInstance: logger.child({ listener: 'admin' }), logController: new LogController({ disableRequestLogging: true }) })
+  admin.addHook('onRequest', async (request, reply) => {
+    const authority = requestAuthority(allowedHosts, { hosts: headerLines(request.raw.rawHeaders, 'host'), trustedPeer: false, protocol: 'http' })
+    if (authority.kind !== 'served') {
+      const refusal = authority.kind === 'malformed' ? errors.badHost(authority.reason) : errors.hostForbidden()
+      return await reply.code(refusal.statusCode).type('application/json').send(jsonRpcErrorBody(refusal))
+    }
+  })
+  registerAdminRoutes(admin, deps)
+  return admin
 }

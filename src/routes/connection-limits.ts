@@ -28,7 +28,7 @@ export function limitConnections (server: Server, limits: ConnectionLimits): voi
     const count = (open.get(key) ?? 0) + 1
     if (count > limits.maxPerAddress) {
       socket.end(REFUSAL)
-      // A peer that never reads or closes must not keep even this socket.
+      // A peer that never reads or closes must not keep even this socket; a second is ample to read one refusal.
       setTimeout(() => socket.destroy(), 1000).unref()
       return
     }

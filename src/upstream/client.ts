@@ -91,6 +91,8 @@ export class UpstreamClient {
     this.#headersTimeoutMs = options.headersTimeoutMs
     this.#ownsDispatcher = options.dispatcher === undefined
     this.#dispatcher = options.dispatcher ?? new Agent({
+      // Idle upstream connections kept for the next request (undici's default is 4 s); a
+      // server's Keep-Alive timeout hint, when shorter (Node's: 5 s), wins.
       keepAliveTimeout: 30_000,
       // One client stream may hold an upstream connection for its lifetime.
       connections: null,

@@ -8,6 +8,7 @@ export interface ResolvedAddress {
   readonly ttl?: number
 }
 
+/** One DNS try: with two, a name that does not answer delays the start by 4 s at most. */
 const RESOLVE_TIMEOUT_MS = 2000
 
 /** Resolves a host name into its addresses; throws when it cannot. */

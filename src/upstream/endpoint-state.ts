@@ -21,8 +21,18 @@ export type EndpointState =
 
 export const ENDPOINT_STATES = ['healthy', 'set_aside', 'on_trial', 'leaving'] as const satisfies ReadonlyArray<EndpointState['kind']>
 
+/**
+ * 16 times UPSTREAM_SET_ASIDE_SECONDS (80 s at its default): an endpoint down
+ * for long costs one failed connection about every minute and a half, and
+ * one that comes back is in rotation again within that.
+ */
 export const SET_ASIDE_MAX_FACTOR = 16
-/** A leaving endpoint is forgotten after this long, even if it still answers. */
+/**
+ * A leaving endpoint is forgotten after this long, even if it still answers:
+ * long enough for a pod out of readiness for a while (a slow start, a
+ * rollout) to keep its sessions, short enough that an address given to
+ * another pod does not get this server's sessions for long.
+ */
 export const LEAVING_MAX_MS = 15 * 60_000
 
 export const HEALTHY: EndpointState = Object.freeze({ kind: 'healthy' })

@@ -1,32 +1,16 @@
 // Configuration from the environment (src/config/load.ts): validated once,
 // every problem reported together, the result frozen.
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { ConfigError, loadConfig } from '../../src/config/load.js'
 import { ConfigSchema } from '../../src/config/schema.js'
+import { fieldName, isGrouped } from '../../src/config/fields.js'
+import { expectProblem, problemsOf } from '../fixtures/config-problems.js'
 
 const UPSTREAM = 'http://mcp:3000/mcp'
 const base = { UPSTREAM_URL: UPSTREAM }
-
-/** The problems loadConfig reports for an env, or [] when it is accepted. */
-function problemsOf (env: NodeJS.ProcessEnv): string[] {
-  try {
-    loadConfig(env)
-    return []
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err
-    return [...err.problems]
-  }
-}
-
-function expectProblem (t: Test, env: NodeJS.ProcessEnv, variable: string, pattern?: RegExp): void {
-  const problems = problemsOf(env)
-  t.equal(problems.length, 1, `one problem for ${JSON.stringify(env)}: ${JSON.stringify(problems)}`)
-  t.match(problems[0], new RegExp(`^${variable}: `), `names ${variable}`)
-  if (pattern !== undefined) t.match(problems[0], pattern)
-}
 
 t.test('defaults', async (t) => {
   const config = loadConfig({ ...base })
@@ -55,8 +39,8 @@ t.test('defaults', async (t) => {
   t.equal(config.clientBufferMaxBytes, 8388608)
   t.equal(config.maxSessions, 10000)
   t.equal(config.standaloneHoldMs, 120 * 1000)
-  t.equal(config.keepAliveMs, 15 * 1000)
-  t.equal(config.retryMs, 1000)
+  t.equal(config.keepaliveIntervalMs, 15 * 1000)
+  t.equal(config.sseRetryMs, 1000)
   t.equal(config.upstreamHeadersTimeoutMs, 300 * 1000)
   t.equal(config.principalHeader, 'authorization')
   t.equal(config.allowedOrigins, null, 'any Origin when unset')
@@ -80,13 +64,28 @@ t.test('the defaults above are the schema\'s', async (t) => {
   t.equal(config.retention.ttlMs, (defaults.RETENTION_TTL_SECONDS as number) * 1000)
   t.equal(config.memoryStoreMaxBytes, defaults.MEMORY_STORE_MAX_BYTES)
   t.equal(config.maxEventBytes, defaults.MAX_EVENT_BYTES)
-  t.equal(config.keepAliveMs, (defaults.KEEPALIVE_INTERVAL_SECONDS as number) * 1000)
-  t.equal(config.retryMs, defaults.SSE_RETRY_MS)
+  t.equal(config.keepaliveIntervalMs, (defaults.KEEPALIVE_INTERVAL_SECONDS as number) * 1000)
+  t.equal(config.sseRetryMs, defaults.SSE_RETRY_MS)
   t.equal(config.shutdownGraceMs, (defaults.SHUTDOWN_GRACE_SECONDS as number) * 1000)
   t.equal(config.standaloneHoldMs, (defaults.STANDALONE_HOLD_SECONDS as number) * 1000)
   // UPSTREAM_URL is the only variable that must be set.
   const mustSet = (ConfigSchema.required ?? []).filter(k => defaults[k] === undefined)
   t.same(mustSet, ['UPSTREAM_URL'])
+})
+
+t.test('each variable is the field its name says, a duration in seconds as milliseconds', async (t) => {
+  t.equal(fieldName('UPSTREAM_RESOLVE_SECONDS'), 'upstreamResolveMs')
+  t.equal(fieldName('LEASE_TTL_MS'), 'leaseTtlMs')
+  t.equal(fieldName('HOST'), 'host')
+  t.equal(fieldName('INITIALIZES_PER_MINUTE_PER_ADDRESS'), 'initializesPerMinutePerAddress')
+  const config = loadConfig({ ...base, UPSTREAM_SET_ASIDE_SECONDS: '7', LEASE_TTL_MS: '700' }) as unknown as Record<string, unknown>
+  t.equal(config.upstreamSetAsideMs, 7000)
+  t.equal(config.leaseTtlMs, 700)
+  const grouped = Object.keys(ConfigSchema.properties).filter(isGrouped)
+  t.same(grouped.filter(v => fieldName(v) in config), [], 'a variable read into a group is no field of its own')
+  t.same(Object.keys(ConfigSchema.properties).filter(v => !isGrouped(v) && !(fieldName(v) in config)), [], 'every other variable is a field')
+  t.ok(grouped.includes('RETENTION_TTL_SECONDS') && grouped.includes('AUTH_JWKS_URL') && grouped.includes('UPSTREAM_RESUME_MAX_SECONDS') && grouped.includes('REDIS_SENTINEL_NAME'))
+  t.notOk(isGrouped('UPSTREAM_RESOLVE_SECONDS'))
 })
 
 t.test('every variable is read and converted', async (t) => {
@@ -136,8 +135,8 @@ t.test('every variable is read and converted', async (t) => {
   t.equal(config.clientBufferMaxBytes, 65536)
   t.equal(config.maxSessions, 7)
   t.equal(config.standaloneHoldMs, 0)
-  t.equal(config.keepAliveMs, 5000)
-  t.equal(config.retryMs, 0)
+  t.equal(config.keepaliveIntervalMs, 5000)
+  t.equal(config.sseRetryMs, 0)
   t.equal(config.upstreamHeadersTimeoutMs, 9000)
   t.equal(config.principalHeader, 'x-api-key', 'lower-cased like Node\'s header names')
   t.same([...(config.allowedOrigins ?? [])], ['https://app.example.com'])

@@ -2,17 +2,8 @@
 // through loadConfig): a list of URLs of one scheme and path, or one URL;
 // anything else refused at start, with every problem and the form to write.
 import t from 'tap'
-import { ConfigError, loadConfig } from '../../src/config/load.js'
-
-function problemsOf (env: NodeJS.ProcessEnv): string[] {
-  try {
-    loadConfig(env)
-    return []
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err
-    return [...err.problems]
-  }
-}
+import { loadConfig } from '../../src/config/load.js'
+import { problemsOf } from '../fixtures/config-problems.js'
 
 const FORM = /http:\/\/mcp-0:3000\/mcp,http:\/\/mcp-1:3000\/mcp/
 

@@ -10,6 +10,7 @@ import { errors } from '../../errors.js'
 import { protocolInfo } from '../../protocol/era.js'
 import { ClientBuffers } from '../../sse/client-buffers.js'
 import { KeepAliveTicker } from '../../sse/keep-alive.js'
+import { SessionReestablisher } from '../../sessions/reestablish.js'
 import { forwardTransparently } from '../forward.js'
 import { McpContext, type McpRouteDeps } from './context.js'
 import { handleDelete } from './delete.js'
@@ -24,17 +25,51 @@ import { SessionGuard } from './session-guard.js'
 
 export type { McpRouteDeps } from './context.js'
 
+/**
+ * The MCP endpoint in a plugin scope of its own, which gets whole bodies
+ * (small JSON-RPC messages, bounded by MAX_BODY_BYTES); sessions are
+ * established upstream again unless REESTABLISH_UPSTREAM_SESSIONS=false.
+ * Returns the session guard, which every other proxied path goes through too.
+ */
+export async function registerMcpEndpoint (app: FastifyInstance, deps: Omit<McpRouteDeps, 'maxBodyBytes' | 'reestablisher'>): Promise<SessionGuard> {
+  const { config } = deps
+  let guard: SessionGuard | undefined
+  await app.register(async mcp => {
+    mcp.removeAllContentTypeParsers()
+    mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
+    const reestablisher = config.reestablishUpstreamSessions
+      ? new SessionReestablisher({ store: deps.store, upstream: deps.upstream, metrics: deps.metrics, mcpPath: config.mcpPath, maxAnswerBytes: config.maxEventBytes })
+      : undefined
+    guard = registerMcpRoute(mcp, { ...deps, maxBodyBytes: config.maxBodyBytes, reestablisher })
+  })
+  return guard as SessionGuard
+}
+
+/**
+ * Sessions tracked per replica (verified records, request budgets): more
+ * sessions make requests than hold an upstream GET (MAX_SESSIONS), and a
+ * forgotten one only costs a store read or a full budget again.
+ */
+const TRACKED_PER_HELD_SESSION = 4
+const MIN_TRACKED_SESSIONS = 10_000
+/**
+ * A record verified this recently is not read again: a burst on one session
+ * costs one store read, and a session deleted through another replica is
+ * still taken for live here for 2 s at most.
+ */
+const SESSION_FRESH_MS = 2000
+
 /** Registers the MCP endpoint; returns its guard, which every other proxied path goes through too. */
 export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): SessionGuard {
   const { config } = deps
-  const entries = Math.max(10_000, config.maxSessions * 4)
-  const sessions = new SessionCache({ freshMs: 2000, staleMs: config.retention.ttlMs, maxEntries: entries })
+  const entries = Math.max(MIN_TRACKED_SESSIONS, config.maxSessions * TRACKED_PER_HELD_SESSION)
+  const sessions = new SessionCache({ freshMs: SESSION_FRESH_MS, staleMs: config.retention.ttlMs, maxEntries: entries })
   // Who requests act for, and whether the sessions they name are theirs.
   const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions })
   guard.register(app)
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
   const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
-  const keepAlive = new KeepAliveTicker(config.keepAliveMs)
+  const keepAlive = new KeepAliveTicker(config.keepaliveIntervalMs)
   const buffers = new ClientBuffers({ maxBytes: config.clientBuffersMaxBytes, writeTimeoutMs: config.clientWriteTimeoutMs })
   deps.metrics.watchClientBuffers(buffers)
   app.addHook('onClose', async () => {

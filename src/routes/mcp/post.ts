@@ -25,7 +25,11 @@ import type { McpContext } from './context.js'
 import { isUpstreamSessionId, recordableHeaders, sessionIdOf, upstreamGetHeaders } from './request-headers.js'
 import { sessionHash } from './session-guard.js'
 
-/** How long a request waits for its session's upstream GET, opening at initialize, to open. */
+/**
+ * How long a request waits for its session's upstream GET, opening at
+ * initialize, to open: one upstream round trip normally; beyond it the
+ * request goes on without it, as it would without the early GET.
+ */
 const EARLY_GET_WAIT_MS = 2000
 
 export async function handlePost (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {

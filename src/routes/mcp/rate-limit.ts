@@ -1,26 +1,25 @@
 import { LRUCache } from 'lru-cache'
 
 /**
- * Per-session token buckets: a session may make `ratePerSecond` requests a
- * second through this replica, in bursts of twice that. Bounds a flood of
- * requests or reconnects on one session (a loop in a client, or an attack)
- * before it reaches the store or the upstream. Memory is bounded: the least
- * recently used buckets are dropped beyond `maxEntries`.
+ * Token buckets by key: `perSecond` tokens come back each second, up to
+ * `burst`; a key never seen starts full. Memory is bounded: beyond
+ * `maxEntries` the least recently used buckets go first (a dropped key starts
+ * full again, which errs on the side of serving).
  */
-export class SessionRateLimiter {
-  readonly #rate: number
+export class TokenBuckets {
+  readonly #perSecond: number
   readonly #burst: number
   readonly #now: () => number
   readonly #buckets: LRUCache<string, { tokens: number, at: number }>
 
-  constructor (options: { ratePerSecond: number, maxEntries: number, now?: () => number }) {
-    this.#rate = options.ratePerSecond
-    this.#burst = options.ratePerSecond * 2
+  constructor (options: { perSecond: number, burst: number, maxEntries: number, now?: () => number }) {
+    this.#perSecond = options.perSecond
+    this.#burst = options.burst
     this.#now = options.now ?? Date.now
     this.#buckets = new LRUCache({ max: options.maxEntries })
   }
 
-  /** Take one token; returns 0 when allowed, else the seconds to wait before retrying. */
+  /** Take one token; returns 0 when allowed, else the whole seconds to wait before retrying. */
   take (key: string): number {
     const now = this.#now()
     // get() makes the bucket the most recently used; a new one is set as such.
@@ -29,15 +28,28 @@ export class SessionRateLimiter {
       bucket = { tokens: this.#burst, at: now }
       this.#buckets.set(key, bucket)
     } else {
-      bucket.tokens = Math.min(this.#burst, bucket.tokens + (now - bucket.at) * this.#rate / 1000)
+      bucket.tokens = Math.min(this.#burst, bucket.tokens + (now - bucket.at) * this.#perSecond / 1000)
       bucket.at = now
     }
     if (bucket.tokens >= 1) {
       bucket.tokens -= 1
       return 0
     }
-    return Math.max(1, Math.ceil((1 - bucket.tokens) / this.#rate))
+    return Math.max(1, Math.ceil((1 - bucket.tokens) / this.#perSecond))
   }
 
   get size (): number { return this.#buckets.size }
+}
+
+/**
+ * SESSION_REQUESTS_PER_SECOND: a session may make `ratePerSecond` requests a
+ * second through this replica, in bursts of twice that (a client that was
+ * idle may catch up: a reconnect and its first calls come together). Bounds a
+ * flood of requests or reconnects on one session (a loop in a client, or an
+ * attack) before it reaches the store or the upstream.
+ */
+export class SessionRateLimiter extends TokenBuckets {
+  constructor (options: { ratePerSecond: number, maxEntries: number, now?: () => number }) {
+    super({ perSecond: options.ratePerSecond, burst: options.ratePerSecond * 2, maxEntries: options.maxEntries, now: options.now })
+  }
 }

@@ -25,6 +25,7 @@ export function createPrincipalResolver (config: GatewayConfig): PrincipalResolv
   return config.jwt === undefined ? new HeaderPrincipal(config.principalHeader) : new JwtPrincipal(config.jwt)
 }
 
+/** A session in logs: 12 hex characters (48 bits) tell sessions apart without giving the id away. */
 export function sessionHash (sessionId: string): string {
   return createHash('sha256').update(sessionId).digest('hex').slice(0, 12)
 }
