@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { EventStore, StoredEvent, StreamNotice } from '../store/contract.js'
+import type { EventStore, ReadResult, StoredEvent, StreamNotice } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { NumberedBatch } from '../store/batch/numbered-batch.js'
 import type { ClientStream } from '../sse/client-stream.js'
@@ -27,6 +27,21 @@ export interface FollowOptions {
 
 /** Most events kept from notices during one read. */
 const HELD_MAX = 10_000
+
+/**
+ * Write a page of a read to the client, packed when the store gave it so;
+ * returns how many events the page held.
+ */
+export function writePage (client: ClientStream, page: ReadResult, replayed: boolean): number {
+  if (page.batches === undefined) {
+    client.writeEvents(page.events, replayed)
+    return page.events.length
+  }
+  client.writeBatches(page.batches, replayed)
+  let count = 0
+  for (const batch of page.batches) count += batch.length
+  return count
+}
 
 /** The size of the page after one that did not reach the end: twice as large, up to the largest. */
 export function nextPageBytes (pageBytes: number, pageMaxBytes: number): number {
@@ -137,11 +152,15 @@ export class StreamFollower {
     const { store, client, sessionId, pageSize, metrics, log } = this.#o
     this.#reading = true
     let pageBytes = this.#o.pageBytes
+    const read = async (): Promise<ReadResult | null> => await metrics.timeStore('read', () => store.read(sessionId, client.streamId, client.lastSeq, pageSize, pageBytes))
+    /** The next page, asked for while the client reads the last one. */
+    let next: Promise<ReadResult | null> | undefined
     try {
       for (;;) {
         this.#dirty = false
         if (this.#stopped || client.closed) return
-        const result = await metrics.timeStore('read', () => store.read(sessionId, client.streamId, client.lastSeq, pageSize, pageBytes))
+        const result = await (next ?? read())
+        next = undefined
         if (this.#stopped || client.closed) return
         if (result === null) {
           // The session was deleted or expired while the client was attached.
@@ -149,7 +168,7 @@ export class StreamFollower {
           client.end('session_deleted')
           return
         }
-        const { events, state } = result
+        const { state } = result
         if (state.epoch !== client.epoch) {
           this.#epochChanged()
           return
@@ -160,16 +179,20 @@ export class StreamFollower {
           log.warn({ streamId: client.streamId, from: client.lastSeq + 1, to: state.firstSeq - 1 }, 'gap: events trimmed before the client read them')
           client.writeGap({ reason: 'trimmed', streamId: client.streamId, missingFrom: client.lastSeq + 1, missingTo: state.firstSeq - 1 })
         }
-        client.writeEvents(events, reading === 'replay')
+        const got = writePage(client, result, reading === 'replay')
         if (client.closed) return
-        // Nothing of the page is used past the wait (see writeFirstPage).
-        const more = events.length > 0 && client.lastSeq < state.lastSeq
-        await client.drained()
+        const more = got > 0 && client.lastSeq < state.lastSeq
         if (more) {
-          // A page that did not reach the end: the next is larger.
+          // A page that did not reach the end: the next is larger, and read
+          // while this one goes out. It is written only once this one has: at
+          // most two pages are held per client, one of them in its connection.
           pageBytes = nextPageBytes(pageBytes, this.#o.pageMaxBytes)
-          continue
+          next = read()
+          next.catch(() => {}) // awaited above, unless the client leaves first
         }
+        // Nothing of the page is used past the wait (see writeFirstPage).
+        await client.drained()
+        if (more) continue
         const ended = state.ended || (this.#heldEnd !== undefined)
         const endSeq = Math.max(state.lastSeq, this.#heldEnd ?? 0)
         this.#applyHeld()

@@ -5,7 +5,7 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { errors } from '../../errors.js'
 import type { EventPosition } from '../../protocol/event-id.js'
-import { nextPageBytes } from '../../relay/follower.js'
+import { nextPageBytes, writePage } from '../../relay/follower.js'
 import type { ClientStream } from '../../sse/client-stream.js'
 import type { ReadResult } from '../../store/contract.js'
 import type { McpContext, ReplayPages } from './context.js'
@@ -61,8 +61,8 @@ export async function readFirstPage (ctx: McpContext, sessionId: string, streamI
  * the follower had read it.
  */
 export async function writeFirstPage (pages: ReplayPages, client: ClientStream, page: ReadResult | null): Promise<ReplayPages> {
-  if (page === null || page.state.epoch !== client.epoch || page.events[0]?.seq !== client.lastSeq + 1) return pages
-  client.writeEvents(page.events, true)
+  if (page === null || page.state.epoch !== client.epoch || firstSeqOf(page) !== client.lastSeq + 1) return pages
+  writePage(client, page, true)
   // Nothing of the page is used past the wait: a client that never reads holds
   // what waits in its connection, not the page as well.
   const lastSeq = page.state.lastSeq
@@ -70,6 +70,13 @@ export async function writeFirstPage (pages: ReplayPages, client: ClientStream, 
   await client.drained()
   if (client.lastSeq >= lastSeq) return pages
   return { ...pages, pageBytes: nextPageBytes(pages.pageBytes, pages.pageMaxBytes) }
+}
+
+/** Sequence number of a page's first event (undefined when it has none). */
+function firstSeqOf (page: ReadResult): number | undefined {
+  if (page.batches === undefined) return page.events[0]?.seq
+  const first = page.batches.find(batch => batch.length > 0)
+  return first?.firstSeq
 }
 
 /**
