@@ -152,15 +152,11 @@ export class StreamFollower {
     const { store, client, sessionId, pageSize, metrics, log } = this.#o
     this.#reading = true
     let pageBytes = this.#o.pageBytes
-    const read = async (): Promise<ReadResult | null> => await metrics.timeStore('read', () => store.read(sessionId, client.streamId, client.lastSeq, pageSize, pageBytes))
-    /** The next page, asked for while the client reads the last one. */
-    let next: Promise<ReadResult | null> | undefined
     try {
       for (;;) {
         this.#dirty = false
         if (this.#stopped || client.closed) return
-        const result = await (next ?? read())
-        next = undefined
+        const result = await metrics.timeStore('read', () => store.read(sessionId, client.streamId, client.lastSeq, pageSize, pageBytes))
         if (this.#stopped || client.closed) return
         if (result === null) {
           // The session was deleted or expired while the client was attached.
@@ -173,6 +169,10 @@ export class StreamFollower {
           this.#epochChanged()
           return
         }
+        // Written once the last page has gone out (this one was read meanwhile):
+        // at most a page waits in the connection, and one here.
+        await client.drained()
+        if (this.#stopped || client.closed) return
         if (client.lastSeq + 1 < state.firstSeq && state.lastSeq > client.lastSeq) {
           // Retention overtook this client mid-replay: say so, never skip silently.
           metrics.countGap('trimmed')
@@ -181,18 +181,11 @@ export class StreamFollower {
         }
         const got = writePage(client, result, reading === 'replay')
         if (client.closed) return
-        const more = got > 0 && client.lastSeq < state.lastSeq
-        if (more) {
-          // A page that did not reach the end: the next is larger, and read
-          // while this one goes out. It is written only once this one has: at
-          // most two pages are held per client, one of them in its connection.
+        if (got > 0 && client.lastSeq < state.lastSeq) {
+          // A page that did not reach the end: the next is larger (and read while this one goes out).
           pageBytes = nextPageBytes(pageBytes, this.#o.pageMaxBytes)
-          next = read()
-          next.catch(() => {}) // awaited above, unless the client leaves first
+          continue
         }
-        // Nothing of the page is used past the wait (see writeFirstPage).
-        await client.drained()
-        if (more) continue
         const ended = state.ended || (this.#heldEnd !== undefined)
         const endSeq = Math.max(state.lastSeq, this.#heldEnd ?? 0)
         this.#applyHeld()

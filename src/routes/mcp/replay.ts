@@ -56,19 +56,15 @@ export async function readFirstPage (ctx: McpContext, sessionId: string, streamI
  * (same epoch, no event missing in between); otherwise leave it all to the
  * follower. It was read before the follower subscribed, so the follower
  * still reads from the client's new position after subscribing: whatever
- * was appended in between is found there, as on any resume. Returns the
- * follower's pages: after a page short of the end, the next size up, as if
- * the follower had read it.
+ * was appended in between is found there, as on any resume. The follower
+ * reads its first page while this one goes out, and writes it once this one
+ * has. Returns the follower's pages: after a page short of the end, the next
+ * size up, as if the follower had read it.
  */
-export async function writeFirstPage (pages: ReplayPages, client: ClientStream, page: ReadResult | null): Promise<ReplayPages> {
+export function writeFirstPage (pages: ReplayPages, client: ClientStream, page: ReadResult | null): ReplayPages {
   if (page === null || page.state.epoch !== client.epoch || firstSeqOf(page) !== client.lastSeq + 1) return pages
   writePage(client, page, true)
-  // Nothing of the page is used past the wait: a client that never reads holds
-  // what waits in its connection, not the page as well.
-  const lastSeq = page.state.lastSeq
-  page = null
-  await client.drained()
-  if (client.lastSeq >= lastSeq) return pages
+  if (client.lastSeq >= page.state.lastSeq) return pages
   return { ...pages, pageBytes: nextPageBytes(pages.pageBytes, pages.pageMaxBytes) }
 }
 
