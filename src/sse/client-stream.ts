@@ -4,11 +4,11 @@ import type { ServerResponse } from 'node:http'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { EventInput, StoredEvent } from '../store/contract.js'
 import { randomBytes } from 'node:crypto'
-import { base36Digits, encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../protocol/event-id.js'
-import { eventSize, eventStart, FLAG_EVENT, FLAG_FRAME, NUMBERS_PER_EVENT, plainFrames } from '../store/batch/packed-layout.js'
+import { encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../protocol/event-id.js'
 import { NumberedBatch } from '../store/batch/numbered-batch.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
-import { formatComment, formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId } from './frame.js'
+import { formatComment, formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId, startsWithBom } from './frame.js'
+import { framePage } from './page-frames.js'
 import type { ClientBuffer, ClientBuffers, StalledListener } from './client-buffers.js'
 import { TICKS_PER_INTERVAL, type KeepAliveTarget, type KeepAliveTicker } from './keep-alive.js'
 
@@ -174,118 +174,13 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   /**
    * Batches as the store keeps them (contiguous, in order; events at or
    * before lastSeq are skipped), written as one buffer without an object per
-   * event. A batch of plain upstream frames is copied in one piece, then its
-   * frames are moved apart in place, last first, to make room for each one's
-   * id line; other batches are written event by event.
+   * event (see framePage).
    */
   writeBatches (batches: readonly NumberedBatch[], replayed = false): boolean {
     if (this.#closed) return false
-    const prefix = this.#idPrefix
-    let size = 0
-    let count = 0
-    let last = this.#lastSeq
-    /** Text events, framed in the first pass: their bytes are known only then. */
-    let texts: string[] | undefined
-    for (const { batch, firstSeq } of batches) {
-      const { bytes, layout } = batch
-      const n = batch.length
-      const skip = Math.max(0, last + 1 - firstSeq)
-      if (skip >= n) continue
-      for (let i = skip, at = eventStart(layout, skip); i < n; i++) {
-        const k = NUMBERS_PER_EVENT * i
-        const flags = layout[k] as number
-        const length = layout[k + 1] as number
-        const seq = firstSeq + i
-        if ((flags & FLAG_FRAME) !== 0) {
-          // A byte order mark starting a response body is dropped by clients: when a
-          // frame starts with one, an empty comment line keeps it where it was.
-          if (startsWithBom(bytes, at)) size += 2
-          size += length + prefix.length + base36Digits(seq) + 2
-        } else {
-          const text = formatEvent(encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq }), bytes.toString('utf8', at, at + length),
-            (flags & FLAG_EVENT) !== 0 ? bytes.toString('utf8', at + length, at + length + (layout[k + 2] as number)) : undefined)
-          ;(texts ??= []).push(text)
-          size += Buffer.byteLength(text)
-        }
-        at += eventSize(layout, i)
-      }
-      count += n - skip
-      last = firstSeq + n - 1
-    }
-    if (count === 0) return true
-    const out = Buffer.allocUnsafe(size)
-    let at = 0
-    let text = 0
-    last = this.#lastSeq
-    for (const { batch, firstSeq } of batches) {
-      const n = batch.length
-      const skip = Math.max(0, last + 1 - firstSeq)
-      if (skip >= n) continue
-      if (plainFrames(batch.layout, skip, n)) at = this.#spreadFrames(out, at, batch.bytes, batch.layout, firstSeq, skip)
-      else {
-        const { bytes, layout } = batch
-        for (let i = skip, from = eventStart(layout, skip); i < n; i++) {
-          const k = NUMBERS_PER_EVENT * i
-          if (((layout[k] as number) & FLAG_FRAME) !== 0) {
-            const length = layout[k + 1] as number
-            if (startsWithBom(bytes, from)) {
-              out[at++] = 0x3a
-              out[at++] = 0x0a
-            }
-            at += bytes.copy(out, at, from, from + length)
-            out.set(prefix, at)
-            at = writeBase36(out, at + prefix.length, firstSeq + i)
-            out[at++] = 0x0a
-            out[at++] = 0x0a
-          } else {
-            at += out.write((texts as string[])[text++] as string, at)
-          }
-          from += eventSize(layout, i)
-        }
-      }
-      last = firstSeq + n - 1
-    }
-    return this.#written(out, last, count, replayed)
-  }
-
-  /**
-   * Plain frames [skip, end) of a batch written at `at` of `out` with their
-   * id lines: copied in one piece, then moved apart in place, last first.
-   * Returns where they end.
-   */
-  #spreadFrames (out: Buffer, at: number, bytes: Buffer, layout: Uint32Array, firstSeq: number, skip: number): number {
-    const prefix = this.#idPrefix
-    const count = layout.length / NUMBERS_PER_EVENT
-    const start = eventStart(layout, skip)
-    let frames = 0
-    let size = 0
-    for (let k = NUMBERS_PER_EVENT * skip, seq = firstSeq + skip; k < layout.length; k += NUMBERS_PER_EVENT, seq++) {
-      const length = layout[k + 1] as number
-      if (startsWithBom(bytes, start + frames)) size += 2
-      frames += length
-      size += length + prefix.length + base36Digits(seq) + 2
-    }
-    bytes.copy(out, at, start, start + frames)
-    let end = at + size
-    let from = at + frames
-    for (let k = layout.length - NUMBERS_PER_EVENT, seq = firstSeq + count - 1; k >= NUMBERS_PER_EVENT * skip; k -= NUMBERS_PER_EVENT, seq--) {
-      const length = layout[k + 1] as number
-      from -= length
-      const digits = base36Digits(seq)
-      const idAt = end - prefix.length - digits - 2
-      const to = idAt - length
-      if (to !== from) out.copyWithin(to, from, from + length)
-      prefix.copy(out, idAt)
-      const lf = writeBase36(out, idAt + prefix.length, seq, digits)
-      out[lf] = 0x0a
-      out[lf + 1] = 0x0a
-      end = to
-      if (startsWithBom(out, to)) {
-        out[--end] = 0x0a
-        out[--end] = 0x3a
-      }
-    }
-    return at + size
+    const page = framePage(batches, this.#lastSeq, this.#idPrefix, seq => encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq }))
+    if (page === undefined) return true
+    return this.#written(page.bytes, page.lastSeq, page.count, replayed)
   }
 
   #written (out: Buffer, last: number, count: number, replayed: boolean): boolean {
@@ -427,9 +322,4 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
     this.#onClose = []
     for (const listener of listeners) listener(outcome)
   }
-}
-
-/** Does `bytes` hold a UTF-8 byte order mark at `at`? */
-function startsWithBom (bytes: Uint8Array, at: number): boolean {
-  return bytes[at] === 0xef && bytes[at + 1] === 0xbb && bytes[at + 2] === 0xbf
 }
