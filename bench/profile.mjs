@@ -2,12 +2,13 @@
 // CPU profile of the gateway under the throughput scenario of bench/run.mjs.
 //
 //   node bench/profile.mjs [--store=memory|redis|both] [--seconds=8] [--sessions=1,100]
-//                          [--rate=1000] [--gateway=dist/src/main.js] [--out=bench/results]
+//                          [--rate=1000] [--replay=20] [--gateway=dist/src/main.js] [--out=bench/results]
 //
 // Starts the bench upstream and the gateway under `node --cpu-prof`, floods
 // 1 and 100 sessions (as fast as the socket takes them), or with --rate
 // sends that many events/s in all over each session count (the latency
-// scenario, where each upstream read carries one event), stops the gateway
+// scenario, where each upstream read carries one event), or with --replay
+// resumes that many times 10,000 events behind (the replay scenario), stops the gateway
 // (SIGTERM: the profile is written at exit) and prints where the time went:
 // self time by function, by file/package, and inclusive time of the
 // gateway's own functions. The raw .cpuprofile (open it in Chrome DevTools or
@@ -20,16 +21,17 @@ import { fileURLToPath } from 'node:url'
 import { FILL_EVENTS, startGateway } from './lib/gateway.mjs'
 import { start, stop, stopAll } from './lib/procs.mjs'
 import { connectRedis, deletePrefix } from './lib/redis.mjs'
-import { latencyRound, throughputRound } from './lib/scenarios.mjs'
+import { latencyRound, replayRound, throughputRound } from './lib/scenarios.mjs'
 import { analyze } from './lib/cpuprofile.mjs'
 import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = parseArgs(['store', 'seconds', 'sessions', 'rate', 'gateway', 'out'], import.meta.url)
+const args = parseArgs(['store', 'seconds', 'sessions', 'rate', 'replay', 'gateway', 'out'], import.meta.url)
 const stores = args.store === undefined || args.store === 'both' ? ['memory', 'redis'] : [args.store]
 const seconds = Number(args.seconds ?? 8)
 const rate = args.rate === undefined ? undefined : Number(args.rate)
+const replays = args.replay === undefined ? undefined : Number(args.replay)
 const sessionCounts = String(args.sessions ?? (rate === undefined ? '1,100' : '10')).split(',').map(Number)
 const gatewayMain = resolve(root, args.gateway ?? 'dist/src/main.js')
 const outDir = join(resolve(root, args.out ?? 'bench/results'), 'profiles')
@@ -52,7 +54,14 @@ async function profileStore (store, upstreamPort, ctx) {
   const path = { id: `gw-${store}`, port: gw.port, pid: gw.pid, adminPort: gw.adminPort }
   const results = {}
   try {
-    for (const n of sessionCounts) {
+    if (replays !== undefined) {
+      const rounds = []
+      for (let i = 0; i < replays; i++) rounds.push(await replayRound(ctx, path, 10_000))
+      const perSec = rounds.map(r => r.eventsPerSec).sort((a, b) => a - b)
+      const firstByte = rounds.map(r => r.firstByteMs).sort((a, b) => a - b)
+      log(`${store}, ${replays} replays of 10,000 events: median ${Math.round(perSec[perSec.length >> 1])} events/s, first byte ${firstByte[firstByte.length >> 1].toFixed(2)} ms`)
+    }
+    for (const n of replays === undefined ? sessionCounts : []) {
       if (rate !== undefined) {
         const r = await latencyRound(ctx, path, n, rate / n, { warmupMs: 1000, windowMs: seconds * 1000 })
         r.cpuUsPerEvent = r.cpuPct * 1e4 / r.eventsPerSec
@@ -75,8 +84,8 @@ async function profileStore (store, upstreamPort, ctx) {
   mkdirSync(outDir, { recursive: true })
   const target = join(outDir, `gateway-${store}.cpuprofile`)
   writeFileSync(target, raw)
-  const scenario = rate === undefined ? 'the throughput scenario' : `${rate} events/s`
-  const summary = [`Gateway (${store} store) under ${scenario}: ${sessionCounts.join(' and ')} session(s), ${seconds} s each`,
+  const scenario = replays !== undefined ? `${replays} replays of 10,000 events` : rate === undefined ? 'the throughput scenario' : `${rate} events/s`
+  const summary = [replays !== undefined ? `Gateway (${store} store) under ${scenario}` : `Gateway (${store} store) under ${scenario}: ${sessionCounts.join(' and ')} session(s), ${seconds} s each`,
     ...Object.entries(results).map(([n, r]) => `  ${n} session(s): ${Math.round(r.eventsPerSec)} events/s, ${r.cpuUsPerEvent.toFixed(2)} us gateway CPU per event`),
     '', analyze(JSON.parse(raw))].join('\n')
   writeFileSync(join(outDir, `gateway-${store}.txt`), summary + '\n')

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { EventStore, StoredEvent, StreamNotice } from '../store/contract.js'
+import type { EventStore, ReadResult, StoredEvent, StreamNotice } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { NumberedBatch } from '../store/batch/numbered-batch.js'
 import type { ClientStream } from '../sse/client-stream.js'
@@ -27,6 +27,21 @@ export interface FollowOptions {
 
 /** Most events kept from notices during one read. */
 const HELD_MAX = 10_000
+
+/**
+ * Write a page of a read to the client, packed when the store gave it so;
+ * returns how many events the page held.
+ */
+export function writePage (client: ClientStream, page: ReadResult, replayed: boolean): number {
+  if (page.batches === undefined) {
+    client.writeEvents(page.events, replayed)
+    return page.events.length
+  }
+  client.writeBatches(page.batches, replayed)
+  let count = 0
+  for (const batch of page.batches) count += batch.length
+  return count
+}
 
 /** The size of the page after one that did not reach the end: twice as large, up to the largest. */
 export function nextPageBytes (pageBytes: number, pageMaxBytes: number): number {
@@ -149,24 +164,25 @@ export class StreamFollower {
           client.end('session_deleted')
           return
         }
-        const { events, state } = result
+        const { state } = result
         if (state.epoch !== client.epoch) {
           this.#epochChanged()
           return
         }
+        // Written once the last page has gone out (this one was read meanwhile):
+        // at most a page waits in the connection, and one here.
+        await client.drained()
+        if (this.#stopped || client.closed) return
         if (client.lastSeq + 1 < state.firstSeq && state.lastSeq > client.lastSeq) {
           // Retention overtook this client mid-replay: say so, never skip silently.
           metrics.countGap('trimmed')
           log.warn({ streamId: client.streamId, from: client.lastSeq + 1, to: state.firstSeq - 1 }, 'gap: events trimmed before the client read them')
           client.writeGap({ reason: 'trimmed', streamId: client.streamId, missingFrom: client.lastSeq + 1, missingTo: state.firstSeq - 1 })
         }
-        client.writeEvents(events, reading === 'replay')
+        const got = writePage(client, result, reading === 'replay')
         if (client.closed) return
-        // Nothing of the page is used past the wait (see writeFirstPage).
-        const more = events.length > 0 && client.lastSeq < state.lastSeq
-        await client.drained()
-        if (more) {
-          // A page that did not reach the end: the next is larger.
+        if (got > 0 && client.lastSeq < state.lastSeq) {
+          // A page that did not reach the end: the next is larger (and read while this one goes out).
           pageBytes = nextPageBytes(pageBytes, this.#o.pageMaxBytes)
           continue
         }

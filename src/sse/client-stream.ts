@@ -4,11 +4,11 @@ import type { ServerResponse } from 'node:http'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { EventInput, StoredEvent } from '../store/contract.js'
 import { randomBytes } from 'node:crypto'
-import { base36Digits, encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../protocol/event-id.js'
-import { FLAG_FRAME } from '../store/batch/layout-flags.js'
+import { encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../protocol/event-id.js'
 import { NumberedBatch } from '../store/batch/numbered-batch.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
-import { formatComment, formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId } from './frame.js'
+import { formatComment, formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId, startsWithBom } from './frame.js'
+import { framePage } from './page-frames.js'
 import type { ClientBuffer, ClientBuffers, StalledListener } from './client-buffers.js'
 import { TICKS_PER_INTERVAL, type KeepAliveTarget, type KeepAliveTicker } from './keep-alive.js'
 
@@ -133,7 +133,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   /** Write events (contiguous, in order); those at or before lastSeq are skipped. Returns false once closed. */
   writeEvents (events: readonly StoredEvent[] | NumberedBatch, replayed = false): boolean {
     if (this.#closed) return false
-    if (events instanceof NumberedBatch) return this.#writeBatch(events, replayed)
+    if (events instanceof NumberedBatch) return this.writeBatches([events], replayed)
     // One buffer per batch: each upstream frame as it came, then our id line
     // (the last id field of an event is the one the client keeps).
     const prefix = this.#idPrefix
@@ -172,54 +172,15 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   }
 
   /**
-   * A batch as the store took it, written without an object per event: its
-   * frames are copied in one piece, then moved apart in place, last first, to
-   * make room for each one's id line. A batch holding anything but plain
-   * upstream frames (text events, upstream ids) takes the general path.
+   * Batches as the store keeps them (contiguous, in order; events at or
+   * before lastSeq are skipped), written as one buffer without an object per
+   * event (see framePage).
    */
-  #writeBatch (numbered: NumberedBatch, replayed: boolean): boolean {
-    const { batch, firstSeq } = numbered
-    const layout = batch.layout
-    const bytes = batch.bytes
-    const prefix = this.#idPrefix
-    const count = batch.length
-    const skip = Math.max(0, this.#lastSeq + 1 - firstSeq)
-    if (skip >= count) return true
-    let start = 0
-    for (let k = 0; k < 4 * skip; k += 4) start += (layout[k + 1] as number) + (layout[k + 2] as number) + (layout[k + 3] as number)
-    let frames = 0
-    let size = 0
-    for (let k = 4 * skip, seq = firstSeq + skip; k < 4 * count; k += 4, seq++) {
-      if (layout[k] !== FLAG_FRAME) return this.writeEvents(numbered.events, replayed)
-      const length = layout[k + 1] as number
-      // A byte order mark starting a response body is dropped by clients: when a
-      // frame starts with one, an empty comment line keeps it where it was.
-      if (startsWithBom(bytes, start + frames)) size += 2
-      frames += length
-      size += length + prefix.length + base36Digits(seq) + 2
-    }
-    const out = Buffer.allocUnsafe(size)
-    bytes.copy(out, 0, start, start + frames)
-    let end = size
-    let from = frames
-    for (let k = 4 * count - 4, seq = firstSeq + count - 1; k >= 4 * skip; k -= 4, seq--) {
-      const length = layout[k + 1] as number
-      from -= length
-      const digits = base36Digits(seq)
-      const idAt = end - prefix.length - digits - 2
-      const at = idAt - length
-      if (at !== from) out.copyWithin(at, from, from + length)
-      prefix.copy(out, idAt)
-      const lf = writeBase36(out, idAt + prefix.length, seq, digits)
-      out[lf] = 0x0a
-      out[lf + 1] = 0x0a
-      end = at
-      if (startsWithBom(out, at)) {
-        out[--end] = 0x0a
-        out[--end] = 0x3a
-      }
-    }
-    return this.#written(out, firstSeq + count - 1, count - skip, replayed)
+  writeBatches (batches: readonly NumberedBatch[], replayed = false): boolean {
+    if (this.#closed) return false
+    const page = framePage(batches, this.#lastSeq, this.#idPrefix, seq => encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq }))
+    if (page === undefined) return true
+    return this.#written(page.bytes, page.lastSeq, page.count, replayed)
   }
 
   #written (out: Buffer, last: number, count: number, replayed: boolean): boolean {
@@ -361,9 +322,4 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
     this.#onClose = []
     for (const listener of listeners) listener(outcome)
   }
-}
-
-/** Does `bytes` hold a UTF-8 byte order mark at `at`? */
-function startsWithBom (bytes: Uint8Array, at: number): boolean {
-  return bytes[at] === 0xef && bytes[at + 1] === 0xbb && bytes[at + 2] === 0xbf
 }

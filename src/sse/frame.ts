@@ -73,3 +73,8 @@ export function parseFrame (frame: Buffer): { data: string, event: string | unde
   parser.feed('\n\n')
   return parsed
 }
+
+/** Does `bytes` hold a UTF-8 byte order mark at `at`? */
+export function startsWithBom (bytes: Uint8Array, at: number): boolean {
+  return bytes[at] === 0xef && bytes[at + 1] === 0xbb && bytes[at + 2] === 0xbf
+}

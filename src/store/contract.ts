@@ -80,6 +80,12 @@ export interface StreamState {
 
 export interface ReadResult {
   readonly events: StoredEvent[]
+  /**
+   * The same events packed (the layout of batch/packed-layout.ts), when the
+   * store gives them so: a reader that writes them out reads these, without
+   * an object per event. Views of what the store keeps: read, never changed.
+   */
+  readonly batches?: readonly NumberedBatch[]
   readonly state: StreamState
 }
 

@@ -1,6 +1,7 @@
 // One client SSE connection (src/sse/client-stream.ts), over a real socket:
 // a batch as the store took it (NumberedBatch, written without an object per
-// event) reaches the client byte for byte as its events written one by one do.
+// event), or a read's page of batches, reaches the client byte for byte as its
+// events written one by one do.
 import t, { type Test } from 'tap'
 import { serveClientStream } from '../fixtures/client-stream-app.js'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
@@ -18,13 +19,20 @@ interface Case {
 }
 
 /** A gateway-shaped app whose GET /?case=N&as=batch|events writes case N's events, then ends. */
-async function serve (t: Test, cases: readonly Case[]): Promise<{ body: (n: number, as: 'batch' | 'events') => Promise<string>, delivered: () => Promise<number> }> {
+async function serve (t: Test, cases: readonly Case[]): Promise<{ body: (n: number, as: 'batch' | 'events' | 'page') => Promise<string>, delivered: () => Promise<number> }> {
   const { url, metrics } = await serveClientStream(t, { kind: 'standalone', epoch: 'ep', maxBufferBytes: 1 << 20 }, (stream, request) => {
     const { case: n, as } = request.query as { case: string, as: string }
     const c = cases[Number(n)] as Case
     stream.open({}, c.position)
     const numbered = new NumberedBatch(EventBatch.from(c.events), c.firstSeq)
-    t.ok(stream.writeEvents(as === 'batch' ? numbered : numbered.events), 'written')
+    if (as === 'page') {
+      // A read's page: the events in batches of two (the last may be one), written at once.
+      const page: NumberedBatch[] = []
+      for (let i = 0; i < c.events.length; i += 2) page.push(new NumberedBatch(EventBatch.from(c.events.slice(i, i + 2)), c.firstSeq + i))
+      t.ok(stream.writeBatches(page, true), 'written')
+    } else {
+      t.ok(stream.writeEvents(as === 'batch' ? numbered : numbered.events), 'written')
+    }
     t.equal(stream.lastSeq, Math.max(c.position, numbered.lastSeq), 'lastSeq is the batch\'s last')
     stream.end('completed')
   })
@@ -53,11 +61,14 @@ t.test('a batch of upstream frames is written as its events are, ids in base 36'
   for (let n = 0; n < cases.length; n++) {
     t.equal(await body(n, 'batch'), await body(n, 'events'), `case ${n}: the same bytes`)
   }
+  for (let n = 0; n < cases.length; n++) {
+    t.equal(await body(n, 'page'), await body(n, 'events'), `case ${n}: the same bytes as a page of batches`)
+  }
   t.equal(await body(1, 'batch'), frames.slice(4).map((f, i) => `${String(f.frame)}id: ep.s.${(34 + i).toString(36)}\n\n`).join(''), 'frame, id line, blank line; events the client has are skipped')
   t.equal(await body(2, 'batch'), '', 'nothing when the client has every event')
   t.equal(await body(3, 'batch'), `:\n${BOM}data: a\nid: ep.s.1\n\nevent: x\ndata: b\ndata: c\nid: ep.s.2\n\n:\n${BOM}data: d\nid: ep.s.3\n\n`,
     'a frame starting with a byte order mark gets an empty comment line before it')
   t.equal(await body(5, 'batch'), 'data: a\nid: ep.s.1\n\ndata: b\nid: ep.s.2\n\ndata: c\nid: ep.s.3\n\n', 'upstream ids are the store\'s, never written')
-  // Each case once per path, plus the checks above: 10 + 6 + 0 + 3 + 3 + 3 per path.
-  t.equal(await delivered(), 2 * (10 + 6 + 0 + 3 + 3 + 3) + 6 + 0 + 3 + 3, 'delivered events counted once each')
+  // Each case once per path, events twice more for the pages, plus the checks above: 10 + 6 + 0 + 3 + 3 + 3 per path.
+  t.equal(await delivered(), 4 * (10 + 6 + 0 + 3 + 3 + 3) + 6 + 0 + 3 + 3, 'delivered events counted once each')
 })

@@ -2,6 +2,9 @@
 // socket and the embedded store: pages start small and double up to their
 // largest size, and a page cut by its bytes is not mistaken for the end.
 import t, { type Test } from 'tap'
+import http from 'node:http'
+import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { StreamFollower } from '../../src/sessions/follower.js'
 import { serveClientStream } from '../fixtures/client-stream-app.js'
 import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
@@ -62,6 +65,29 @@ t.test('a page cut by its bytes, not its event count, is followed by the next', 
   const body = await serve(t, store, await fill(store, 500), { pageSize: 10_000, pageBytes: 16 * 1024, pageMaxBytes: 16 * 1024 })
   t.same(seqsOf(body), Array.from({ length: 500 }, (_, i) => i + 1), 'every event, though no page was full by count')
   t.equal(reads.length, Math.ceil(500 / 16), 'one read per 16 events')
+})
+
+t.test('the next page is read while the client reads the last one, and written only once it has: at most one page is held', async t => {
+  const { store, reads } = recordingStore()
+  t.teardown(() => store.close())
+  const epoch = await fill(store, 12_000)
+  const { url } = await serveClientStream(t, { kind: 'resume', epoch, maxBufferBytes: 8 << 20 }, async (client, _request, { metrics, log }) => {
+    client.open({}, 0)
+    // 4 MiB pages: more than the connection's socket buffers take from a client that reads nothing.
+    await new StreamFollower({ store, metrics, log, client, sessionId: 'S', untilEnded: true, pageSize: 10_000, pageBytes: 4 << 20, pageMaxBytes: 4 << 20 }).start()
+  })
+  const response = await new Promise<http.IncomingMessage>((resolve, reject) => http.get(url, resolve).on('error', reject))
+  response.pause()
+  // The client reads nothing: the first page waits for it, the second is read meanwhile.
+  const deadline = Date.now() + 10_000
+  while (reads.length < 2 && Date.now() < deadline) await sleep(10)
+  await sleep(200)
+  t.equal(reads.length, 2, 'the second page was read while the first waits, and no third')
+  const chunks: Buffer[] = []
+  response.on('data', (chunk: Buffer) => chunks.push(chunk))
+  response.resume()
+  await once(response, 'end')
+  t.same(seqsOf(Buffer.concat(chunks).toString()), Array.from({ length: 12_000 }, (_, i) => i + 1), 'then every event, in order, once each')
 })
 
 t.test('a follower started for a client already gone subscribes to nothing', async t => {

@@ -5,7 +5,7 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { errors } from '../../errors.js'
 import type { EventPosition } from '../../protocol/event-id.js'
-import { nextPageBytes } from '../../sessions/follower.js'
+import { nextPageBytes, writePage } from '../../sessions/follower.js'
 import type { ClientStream } from '../../sse/client-stream.js'
 import type { ReadResult } from '../../store/contract.js'
 import type { McpContext, ReplayPages } from './context.js'
@@ -56,20 +56,23 @@ export async function readFirstPage (ctx: McpContext, sessionId: string, streamI
  * (same epoch, no event missing in between); otherwise leave it all to the
  * follower. It was read before the follower subscribed, so the follower
  * still reads from the client's new position after subscribing: whatever
- * was appended in between is found there, as on any resume. Returns the
- * follower's pages: after a page short of the end, the next size up, as if
- * the follower had read it.
+ * was appended in between is found there, as on any resume. The follower
+ * reads its first page while this one goes out, and writes it once this one
+ * has. Returns the follower's pages: after a page short of the end, the next
+ * size up, as if the follower had read it.
  */
-export async function writeFirstPage (pages: ReplayPages, client: ClientStream, page: ReadResult | null): Promise<ReplayPages> {
-  if (page === null || page.state.epoch !== client.epoch || page.events[0]?.seq !== client.lastSeq + 1) return pages
-  client.writeEvents(page.events, true)
-  // Nothing of the page is used past the wait: a client that never reads holds
-  // what waits in its connection, not the page as well.
-  const lastSeq = page.state.lastSeq
-  page = null
-  await client.drained()
-  if (client.lastSeq >= lastSeq) return pages
+export function writeFirstPage (pages: ReplayPages, client: ClientStream, page: ReadResult | null): ReplayPages {
+  if (page === null || page.state.epoch !== client.epoch || firstSeqOf(page) !== client.lastSeq + 1) return pages
+  writePage(client, page, true)
+  if (client.lastSeq >= page.state.lastSeq) return pages
   return { ...pages, pageBytes: nextPageBytes(pages.pageBytes, pages.pageMaxBytes) }
+}
+
+/** Sequence number of a page's first event (undefined when it has none). */
+function firstSeqOf (page: ReadResult): number | undefined {
+  if (page.batches === undefined) return page.events[0]?.seq
+  const first = page.batches.find(batch => batch.length > 0)
+  return first?.firstSeq
 }
 
 /**

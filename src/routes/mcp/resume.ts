@@ -78,7 +78,7 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
   ctx.deps.hub.attach(sessionId, client)
   const start = resumePoint(state, position, record, 0)
   openWithGap(ctx, client, log, position, start)
-  const pages = start.gap === undefined ? await writeFirstPage(ctx.replayPages, client, await firstPage) : ctx.replayPages
+  const pages = start.gap === undefined ? writeFirstPage(ctx.replayPages, client, await firstPage) : ctx.replayPages
   await new StreamFollower({ store, metrics, log, client, sessionId, ...pages, untilEnded: true }).start()
   observeReplay(ctx, client, startedAt)
   if (client.closed) return

@@ -98,7 +98,7 @@ async function follow (ctx: McpContext, reply: FastifyReply, proto: ProtocolInfo
     store.saveCursor(sessionId, STANDALONE_STREAM, client.lastSeq).catch((err: unknown) => log.warn({ err }, 'could not save the stream cursor'))
   })
   openWithGap(ctx, client, log, position, start)
-  const pages = firstPage !== null && start.gap === undefined ? await writeFirstPage(ctx.replayPages, client, await firstPage) : ctx.replayPages
+  const pages = firstPage !== null && start.gap === undefined ? writeFirstPage(ctx.replayPages, client, await firstPage) : ctx.replayPages
   await new StreamFollower({ store, metrics, log, client, sessionId, ...pages, untilEnded: false }).start()
   if (position !== null) observeReplay(ctx, client, startedAt)
 }

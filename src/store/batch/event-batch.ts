@@ -3,19 +3,17 @@
 // (EventBatch.from), and a builder hands out batches (take()).
 
 import type { EventInput, StoredEvent } from '../events.js'
-import { FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID } from './layout-flags.js'
+import { decodeEvents, eventSize, FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID, layoutText, NUMBERS_PER_EVENT, plainFrames } from './packed-layout.js'
 
 /** Smallest buffer a builder starts a batch with. */
 const MIN_CAPACITY = 4096
 /** Smallest layout a builder starts a batch with, in events (a Uint32Array this big is off the heap). */
 const MIN_EVENTS = 16
-const SPACE = 0x20
 
 /**
  * Events packed for the store: the bytes of every event in one buffer, and
- * four numbers per event in `layout`: flags, then the byte lengths of its
- * frame or data, of its event type and of its upstream id, which follow each
- * other in that order in `bytes`. However many events a batch holds, it is a
+ * four numbers per event in `layout` (packed-layout.ts describes both, and
+ * reads and writes them). However many events a batch holds, it is a
  * handful of objects, and both its arrays live outside the JavaScript heap:
  * what waits for the store (a Redis round trip, the next append) gives the
  * garbage collector nothing to trace or copy. The
@@ -70,36 +68,18 @@ export class EventBatch {
     return builder.take()
   }
 
-  get length (): number { return this.layout.length / 4 }
+  get length (): number { return this.layout.length / NUMBERS_PER_EVENT }
 
   /** Bytes of the events' frames or data, without their types and upstream ids. */
   get dataBytes (): number {
     let total = 0
-    for (let i = 1; i < this.layout.length; i += 4) total += this.layout[i] as number
+    for (let k = 1; k < this.layout.length; k += NUMBERS_PER_EVENT) total += this.layout[k] as number
     return total
   }
 
-  /**
-   * The layout of events [from, to) as decimal text, each number followed by
-   * a space (how Redis keeps it, see docs/redis.md).
-   */
+  /** The layout of events [from, to) as text (how Redis keeps it). */
   layoutText (from = 0, to = this.length): Buffer {
-    const layout = this.layout
-    // Ten digits at most per number, and its space.
-    const out = Buffer.allocUnsafe((to - from) * 4 * 11)
-    let at = 0
-    for (let k = 4 * from; k < 4 * to; k++) {
-      let n = layout[k] as number
-      let digits = 1
-      for (let m = n; m >= 10; m = (m / 10) >>> 0) digits++
-      for (let i = at + digits - 1; i >= at; i--) {
-        out[i] = 0x30 + n % 10
-        n = (n / 10) >>> 0
-      }
-      at += digits
-      out[at++] = SPACE
-    }
-    return out.subarray(0, at)
+    return layoutText(this.layout, from, to)
   }
 
   /**
@@ -115,7 +95,7 @@ export class EventBatch {
     let start = 0
     let at = 0
     for (let i = 0; i < this.length; i++) {
-      const size = (layout[4 * i + 1] as number) + (layout[4 * i + 2] as number) + (layout[4 * i + 3] as number)
+      const size = eventSize(layout, i)
       if (i > from && at + size - start > maxBytes) {
         out.push({ count: i - from, layout: this.layoutText(from, i), bytes: this.bytes.subarray(start, at) })
         from = i
@@ -129,38 +109,13 @@ export class EventBatch {
 
   /** Every event is a frame without an upstream id: `bytes` is the frames, back to back. */
   get plainFrames (): boolean {
-    for (let i = 0; i < this.layout.length; i += 4) if (this.layout[i] !== FLAG_FRAME) return false
-    return true
+    return plainFrames(this.layout)
   }
 
   /** The events, numbered from `firstSeq`; frames are views of `bytes` (so the batch is retained). */
   stored (firstSeq: number): StoredEvent[] {
     this.retain()
-    const out = new Array<StoredEvent>(this.length)
-    const bytes = this.bytes
-    const layout = this.layout
-    let at = 0
-    for (let i = 0, k = 0; k < layout.length; i++, k += 4) {
-      const flags = layout[k] as number
-      const a = layout[k + 1] as number
-      const b = layout[k + 2] as number
-      const c = layout[k + 3] as number
-      const upstreamId = (flags & FLAG_UPSTREAM_ID) !== 0 ? bytes.toString('utf8', at + a + b, at + a + b + c) : undefined
-      const seq = firstSeq + i
-      if ((flags & FLAG_FRAME) !== 0) {
-        const frame = bytes.subarray(at, at + a)
-        out[i] = upstreamId === undefined ? { seq, frame } : { seq, frame, upstreamId }
-      } else {
-        out[i] = {
-          seq,
-          data: bytes.toString('utf8', at, at + a),
-          event: (flags & FLAG_EVENT) !== 0 ? bytes.toString('utf8', at + a, at + a + b) : undefined,
-          upstreamId
-        }
-      }
-      at += a + b + c
-    }
-    return out
+    return decodeEvents(this.bytes, this.layout, firstSeq)
   }
 
   /** The events as the caller appended them (numbers aside). */
@@ -302,7 +257,7 @@ export class EventBatchBuilder {
     if (this.#count === 0) return EventBatch.EMPTY
     const bytes = this.#bytes as Buffer
     const layout = this.#layout as Uint32Array
-    const batch = new EventBatch(bytes.subarray(0, this.#used), layout.subarray(0, 4 * this.#count), this.#lastUpstreamId, { bytes, layout })
+    const batch = new EventBatch(bytes.subarray(0, this.#used), layout.subarray(0, NUMBERS_PER_EVENT * this.#count), this.#lastUpstreamId, { bytes, layout })
     this.#nextCapacity = MIN_CAPACITY
     while (this.#nextCapacity < this.#used) this.#nextCapacity *= 2
     this.#nextEvents = MIN_EVENTS
@@ -317,9 +272,9 @@ export class EventBatchBuilder {
 
   #push (flags: number, a: number, b: number, c: number): void {
     let layout = this.#layout
-    const k = 4 * this.#count
+    const k = NUMBERS_PER_EVENT * this.#count
     if (layout === undefined || layout.length === k) {
-      const grown = new Uint32Array(layout === undefined ? 4 * this.#nextEvents : 2 * layout.length)
+      const grown = new Uint32Array(layout === undefined ? NUMBERS_PER_EVENT * this.#nextEvents : 2 * layout.length)
       if (layout !== undefined) grown.set(layout)
       layout = this.#layout = grown
     }

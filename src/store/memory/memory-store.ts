@@ -8,6 +8,7 @@ import type {
 import { applyStateChange } from '../session-recipe.js'
 import { EventBatch } from '../batch/event-batch.js'
 import { NumberedBatch } from '../batch/numbered-batch.js'
+import { ReadPage } from '../batch/read-page.js'
 import { BatchNotice } from '../batch/batch-notice.js'
 import { ByteCap, type RecordWeights } from './byte-cap.js'
 import { MemoryStream } from './memory-stream.js'
@@ -200,7 +201,7 @@ export class MemoryEventStore implements EventStore {
     const stream = session?.streams.get(streamId)
     if (session === undefined || stream === undefined) return null
     const state = stream.state(session.record.epoch)
-    return { events: stream.read(afterSeq, limit, maxBytes), state }
+    return new ReadPage(stream.read(afterSeq, limit, maxBytes), state)
   }
 
   async state (sessionId: string, streamId: string): Promise<StreamState | null> {

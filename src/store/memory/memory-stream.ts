@@ -1,10 +1,10 @@
 // One stream of the memory store: its events in segments (segment.ts), its
 // numbering, and per-stream retention. The byte totals across streams are the
 // byte cap's (byte-cap.ts): what changes them here returns the bytes it adds or frees.
-import type { RetentionLimits, StoredEvent, StreamState } from '../contract.js'
+import type { RetentionLimits, StreamState } from '../contract.js'
 import type { EventBatch } from '../batch/event-batch.js'
-import type { NumberedBatch } from '../batch/numbered-batch.js'
-import { type Segment, eventAt, eventBytes, segmentOf, sizeAt } from './segment.js'
+import { NumberedBatch } from '../batch/numbered-batch.js'
+import { type Segment, batchOf, eventBytes, segmentOf, sizeAt } from './segment.js'
 
 export class MemoryStream {
   readonly id: string
@@ -56,12 +56,13 @@ export class MemoryStream {
 
   /**
    * Retained events after `afterSeq`, oldest first: at most `limit` of them and
-   * `maxBytes` of event bytes, but at least one when any is left.
+   * `maxBytes` of event bytes, but at least one when any is left. Packed, one
+   * batch per segment they come from (views of its blob when it is a buffer).
    */
-  read (afterSeq: number, limit: number, maxBytes: number): StoredEvent[] {
+  read (afterSeq: number, limit: number, maxBytes: number): NumberedBatch[] {
     const from = Math.max(afterSeq + 1, this.#lastSeq - this.#retained + 1)
-    const events: StoredEvent[] = []
-    if (from > this.#lastSeq || limit <= 0) return events
+    const batches: NumberedBatch[] = []
+    if (from > this.#lastSeq || limit <= 0) return batches
     // Segments are in sequence order: find the one holding `from`, then walk on.
     const segments = this.#segments
     let lo = this.#head
@@ -72,15 +73,19 @@ export class MemoryStream {
       else hi = mid - 1
     }
     let bytes = 0
-    for (let k = lo; k < segments.length && events.length < limit; k++) {
+    let count = 0
+    for (let k = lo; k < segments.length && count < limit; k++) {
       const segment = segments[k] as Segment
-      for (let i = Math.max(0, from - segment.first); i < segment.count && events.length < limit; i++) {
-        bytes += sizeAt(segment, i)
-        if (bytes > maxBytes && events.length > 0) return events
-        events.push(eventAt(segment, i))
+      const start = Math.max(0, from - segment.first)
+      let end = start
+      for (; end < segment.count && count < limit; end++, count++) {
+        bytes += sizeAt(segment, end)
+        if (bytes > maxBytes && count > 0) break
       }
+      if (end > start) batches.push(batchOf(segment, start, end))
+      if (end < segment.count) break
     }
-    return events
+    return batches
   }
 
   /** Per-stream retention: drop the oldest events beyond the count or byte limit, never the newest. Returns the bytes freed. */

@@ -1,7 +1,8 @@
 // How the memory store keeps a stream's events: one segment per append.
 import type { EventInput, StoredEvent } from '../events.js'
-import type { EventBatch } from '../batch/event-batch.js'
-import type { NumberedBatch } from '../batch/numbered-batch.js'
+import { EventBatch } from '../batch/event-batch.js'
+import { NumberedBatch } from '../batch/numbered-batch.js'
+import { FLAG_FRAME, NUMBERS_PER_EVENT } from '../batch/packed-layout.js'
 
 /**
  * The events of one append. Upstream frames are copied into one blob with
@@ -67,7 +68,7 @@ export function segmentOf (first: number, batch: EventBatch, plain: boolean, num
     const total = bytes.length
     const ends = new Array<number>(count)
     for (let i = 0, at = 0; i < count; i++) {
-      at += batch.layout[4 * i + 1] as number
+      at += batch.layout[NUMBERS_PER_EVENT * i + 1] as number
       ends[i] = at
     }
     if (total < OFF_HEAP_SEGMENT_BYTES) return { first, count, blob: bytes.toString('latin1'), ends, upstreamIds: undefined }
@@ -107,6 +108,31 @@ export function eventAt (segment: Segment, i: number): StoredEvent {
   const frame = typeof segment.blob === 'string' ? Buffer.from(segment.blob.slice(start, segment.ends[i]), 'latin1') : segment.blob.subarray(start, segment.ends[i])
   const upstreamId = segment.upstreamIds?.[i]
   return upstreamId === undefined ? { seq: segment.first + i, frame } : { seq: segment.first + i, frame, upstreamId }
+}
+
+/**
+ * Events [from, to) of a segment, packed: the frames of a segment of frames
+ * as they are kept (a view of its blob when that is a buffer), other events
+ * packed afresh.
+ */
+export function batchOf (segment: Segment, from: number, to: number): NumberedBatch {
+  const first = segment.first + from
+  if (segment.events !== undefined || segment.upstreamIds !== undefined) {
+    const events: StoredEvent[] = []
+    for (let i = from; i < to; i++) events.push(eventAt(segment, i))
+    return new NumberedBatch(EventBatch.from(events), first)
+  }
+  const ends = segment.ends
+  const start = from === 0 ? 0 : ends[from - 1] as number
+  const end = ends[to - 1] as number
+  const layout = new Uint32Array(NUMBERS_PER_EVENT * (to - from))
+  for (let i = from, k = 0, at = start; i < to; i++, k += NUMBERS_PER_EVENT) {
+    layout[k] = FLAG_FRAME
+    layout[k + 1] = (ends[i] as number) - at
+    at = ends[i] as number
+  }
+  const bytes = typeof segment.blob === 'string' ? Buffer.from(segment.blob.slice(start, end), 'latin1') : segment.blob.subarray(start, end)
+  return new NumberedBatch(new EventBatch(bytes, layout, ''), first)
 }
 
 export function sizeAt (segment: Segment, i: number): number {

@@ -1,6 +1,9 @@
 import type { Redis } from 'ioredis'
-import { FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID } from '../batch/layout-flags.js'
-import type { ReadResult, StoredEvent, StreamState } from '../contract.js'
+import { EventBatch } from '../batch/event-batch.js'
+import { NumberedBatch } from '../batch/numbered-batch.js'
+import { eventSize, NUMBERS_PER_EVENT, parseLayoutText } from '../batch/packed-layout.js'
+import { ReadPage } from '../batch/read-page.js'
+import type { ReadResult, StreamState } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
 import type { StoreConnections } from './connection.js'
 import type { ScriptedConnection } from './lua.js'
@@ -35,7 +38,7 @@ export class Reader {
     const reply = await this.#read(sessionId, streamId, afterSeq, limit, maxBytes)
     if (reply === null) return null
     const [epoch, lastSeq, firstSeq, ended, rows] = reply
-    return { events: unpackEntries(rows, Math.max(afterSeq + 1, firstSeq), limit, maxBytes), state: { epoch, lastSeq, firstSeq, ended: ended === 1 } }
+    return new ReadPage(unpackEntries(rows, Math.max(afterSeq + 1, firstSeq), limit, maxBytes), { epoch, lastSeq, firstSeq, ended: ended === 1 })
   }
 
   async state (sessionId: string, streamId: string): Promise<StreamState | null> {
@@ -89,39 +92,38 @@ async function readEntries (redis: Redis, meta: string, stream: string, epoch: s
 
 /**
  * The events of stream entries (batches, see docs/redis.md) numbered from
- * `from`, at most `limit`, and as many as fit in `maxBytes` (the first always).
+ * `from`, at most `limit`, and as many as fit in `maxBytes` (the first always):
+ * views of the entries, one batch per entry.
  */
-function unpackEntries (rows: Entries, from: number, limit: number, maxBytes: number): StoredEvent[] {
-  const events: StoredEvent[] = []
+function unpackEntries (rows: Entries, from: number, limit: number, maxBytes: number): NumberedBatch[] {
+  const batches: NumberedBatch[] = []
   let bytes = 0
+  let count = 0
   for (const [id, fields] of rows) {
-    let seq = Number.parseInt(id.toString(), 10)
-    let layout = ''
-    let blob: Buffer = Buffer.alloc(0)
+    const firstSeq = Number.parseInt(id.toString(), 10)
+    let layout: Uint32Array | undefined
+    let blob: Buffer | undefined
     for (let i = 0; i + 1 < fields.length; i += 2) {
       const name = (fields[i] as Buffer)[0]
-      if (name === 0x6c) layout = (fields[i + 1] as Buffer).toString() // l
+      if (name === 0x6c) layout = parseLayoutText(fields[i + 1] as Buffer) // l
       else if (name === 0x62) blob = fields[i + 1] as Buffer // b
     }
-    const nums = layout.split(' ')
-    let at = 0
-    for (let i = 0; i + 3 < nums.length; i += 4, seq++) {
-      const flags = Number(nums[i])
-      const a = Number(nums[i + 1])
-      const b = Number(nums[i + 2])
-      const c = Number(nums[i + 3])
-      const start = at
-      at += a + b + c
-      if (seq < from) continue
-      bytes += a + b + c
-      if (events.length === limit || (bytes > maxBytes && events.length > 0)) return events
-      const upstreamId = (flags & FLAG_UPSTREAM_ID) !== 0 ? blob.toString('utf8', start + a + b, start + a + b + c) : undefined
-      if ((flags & FLAG_FRAME) !== 0) {
-        events.push({ seq, frame: blob.subarray(start, start + a), upstreamId })
-      } else {
-        events.push({ seq, data: blob.toString('utf8', start, start + a), event: (flags & FLAG_EVENT) !== 0 ? blob.toString('utf8', start + a, start + a + b) : undefined, upstreamId })
-      }
+    if (layout === undefined || blob === undefined) continue
+    const length = layout.length / NUMBERS_PER_EVENT
+    let i = 0
+    let start = 0
+    for (; i < length && firstSeq + i < from; i++) start += eventSize(layout, i)
+    const first = i
+    let end = start
+    for (; i < length; i++) {
+      const size = eventSize(layout, i)
+      bytes += size
+      if (count === limit || (bytes > maxBytes && count > 0)) break
+      end += size
+      count++
     }
+    if (i > first) batches.push(new NumberedBatch(new EventBatch(blob.subarray(start, end), layout.subarray(NUMBERS_PER_EVENT * first, NUMBERS_PER_EVENT * i), ''), firstSeq + first))
+    if (i < length) break
   }
-  return events
+  return batches
 }

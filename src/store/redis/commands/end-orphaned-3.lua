@@ -21,6 +21,7 @@ local last, first, bytes, ended = streamState(meta, skey, sid)
 if last == nil or ended then return 0 end
 
 local blob = data .. etype
+-- One text event in the packed layout's text form (src/store/batch/packed-layout.ts).
 local layout = (etype ~= '' and 1 or 0) .. ' ' .. #data .. ' ' .. #etype .. ' 0 '
 local newLast = last + 1
 local keep, total = trimForBatch(skey, zkey, last, first, bytes, 1, #blob, layout, maxEvents, maxBytes)

@@ -1,5 +1,5 @@
--- Retention before a batch of n events (blob of `size` bytes, layout as in
--- append-5) is added after `last`: f: (keep) is exact per event; storage goes by
+-- Retention before a batch of n events (blob of `size` bytes, layout in its
+-- text form, described in src/store/batch/packed-layout.ts) is added after `last`: f: (keep) is exact per event; storage goes by
 -- whole entries, deleted once all their events are below keep, or while the
 -- stream is over the byte limit (never the entry being added). Returns keep
 -- and the stream's bytes once the batch is in.
