@@ -72,4 +72,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
 # hint); give the container more than SHUTDOWN_GRACE_SECONDS (25) to stop.
 STOPSIGNAL SIGTERM
 # Node flags: the same as `npm start` (see README, Performance).
-CMD ["node", "--no-memory-reducer", "--heap-growing-percent=200", "dist/src/main.js"]
+CMD ["node", "--no-memory-reducer", "--heap-growing-percent=200", "--max-semi-space-size=16", "dist/src/main.js"]

@@ -285,6 +285,7 @@ t.test('runtime image settings', async t => {
   t.same(cmd, ['node', ...startFlags(), 'dist/src/main.js'], 'CMD in exec form (node is PID 1 and gets SIGTERM), with the node flags of npm start')
   t.ok(startFlags().includes('--no-memory-reducer'), 'npm start keeps V8\'s heap growing under load after a quiet spell')
   t.ok(startFlags().includes('--heap-growing-percent=200'), 'npm start leaves the heap room for the ArrayBuffer bytes a flood allocates between full collections')
+  t.ok(startFlags().includes('--max-semi-space-size=16'), 'npm start bounds the young generation as Node 20 did (Node 24 lets it grow to 2 x 64 MB, which idle streams pay for)')
   const healthcheck = healthcheckOf(lastOf(runtime, 'HEALTHCHECK') as Instruction)
   t.ok(healthcheck.command !== undefined, 'HEALTHCHECK CMD in exec form')
   t.equal(healthcheck.command?.[0], 'node', 'HEALTHCHECK uses node')
