@@ -15,7 +15,7 @@
 //                           [--gateway=dist/src/main.js] [--label=<what that build is>]
 //                           [--gateway-b=<another build's main.js> --label-b=<what it is>]
 //                           [--out=bench/results] [--name=latest] [--nice=-5]
-// --rounds=N overrides the number of rounds of every scenario.
+// --rounds=N overrides the number of rounds of every scenario (replay: 2N).
 // --replay-events=N resumes N events behind instead of 10,000 (the targets are
 // for 10,000; a short resume shows what comes before the first page).
 // --nice runs the benchmark and everything it starts at that niceness (negative
@@ -32,7 +32,7 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from './lib/client.mjs'
-import { envList, FILL_EVENTS, startGateway } from './lib/gateway.mjs'
+import { envList, FILL_EVENTS, startFlagsFor, startGateway } from './lib/gateway.mjs'
 import { ensureNginx, nginxVersion, startNginx } from './lib/nginx.mjs'
 import { connectionsTo, freePort, nofileLimits, setNiceness, start, stop, stopAll, waitHttp } from './lib/procs.mjs'
 import { commandStats, connectRedis, deletePrefix, diffStats, localRedisPid, redisVersion } from './lib/redis.mjs'
@@ -78,6 +78,7 @@ const CFG = QUICK
       lat: { warmupMs: 300, windowMs: 1000 },
       latSessions: 10,
       replayRounds: 2,
+      replayWarmup: 2,
       replayEvents: 10_000,
       fair: { warmupMs: 1000, probes: 20, gapMs: 50 },
       idleStreams: 1000,
@@ -92,7 +93,10 @@ const CFG = QUICK
       thr: { warmupMs: 1000, windowMs: 2000, fillEvents: FILL_EVENTS, fillCapMs: 20_000 },
       lat: { warmupMs: 1000, windowMs: 4000 },
       latSessions: 10,
-      replayRounds: 5,
+      // A replay of 10,000 events lasts tens of milliseconds, where one collection or
+      // one descheduling shows: more rounds than the other scenarios, for a steadier median.
+      replayRounds: 10,
+      replayWarmup: 10,
       replayEvents: 10_000,
       fair: { warmupMs: 2000, probes: 50, gapMs: 50 },
       idleStreams: 10_000,
@@ -102,7 +106,10 @@ const CFG = QUICK
       warmupMs: 1500
     }
 
-if (args.rounds !== undefined) CFG.rounds = CFG.latRounds = CFG.replayRounds = Number(args.rounds)
+if (args.rounds !== undefined) {
+  CFG.rounds = CFG.latRounds = Number(args.rounds)
+  CFG.replayRounds = 2 * CFG.rounds
+}
 if (args['replay-events'] !== undefined) CFG.replayEvents = Number(args['replay-events'])
 
 const log = (...a) => process.stderr.write(`[bench ${((Date.now() - t0) / 1000).toFixed(0).padStart(4)}s] ${a.join(' ')}\n`)
@@ -113,7 +120,7 @@ const keyPrefix = `mcpgw-bench-${runId}:`
 const tmp = mkdtempSync(join(os.tmpdir(), 'mcpgw-bench-'))
 
 const ctx = { controlAgent: new http.Agent({ keepAlive: true, maxSockets: 4 }) }
-const results = { firstFlood: {}, thr1: {}, thr100: {}, lat1kLoaded: {}, lat1k: {}, lat1kLockstep: {}, lat10k: {}, replay: {}, fair: {}, idle: {} }
+const results = { firstFlood: {}, thr1: {}, thr100: {}, lat1kLoaded: {}, lat1k: {}, lat1kLockstep: {}, lat10k: {}, replayFirst: {}, replay: {}, fair: {}, idle: {} }
 const errors = []
 let nginxBin
 
@@ -310,6 +317,17 @@ async function main () {
   }
   if (scenarios.includes('replay')) {
     const gateways = paths.filter(p => p.id.startsWith('gw-'))
+    // The warm-up above never reads history back: a fresh process's first replays run
+    // before V8 has compiled the replay path, and grow its memory to its working size
+    // (every page the process touches first costs a fault, about 11 us on these VMs),
+    // taking two to four times the CPU of later ones for the first ten or so. The first
+    // is shown apart, like the first flood; then `replayWarmup` more, unreported, so the
+    // medians measure a gateway that has served replays before, as a running one has.
+    log(`replay of ${CFG.replayEvents} events: the first of each fresh process (shown apart), then ${CFG.replayWarmup} to warm up`)
+    results.replayFirst = await interleaved('replay-first', gateways, 1, p => replayRound(ctx, p, CFG.replayEvents))
+    for (let i = 0; i < CFG.replayWarmup; i++) {
+      for (const p of gateways) await replayRound(ctx, p, CFG.replayEvents).catch(err => log(`replay warm-up ${p.id}: ${err.message}`))
+    }
     log(`replay of ${CFG.replayEvents} events`)
     results.replay = await interleaved('replay', gateways, CFG.replayRounds, p => replayRound(ctx, p, CFG.replayEvents))
   }
@@ -416,7 +434,8 @@ function machine () {
     gatewayCommit: args.label ?? git('rev-parse', '--short', 'HEAD'),
     gatewayDirty: args.label === undefined && git('status', '--porcelain', '--', 'src').length > 0,
     gatewayMain: gatewayMain.replace(root + '/', ''),
-    ...(gatewayMainB === undefined ? {} : { gatewayB: gatewayMainB.replace(root + '/', ''), gatewayBLabel: args['label-b'] ?? 'B' }),
+    gatewayFlags: startFlagsFor(gatewayMain).join(' '),
+    ...(gatewayMainB === undefined ? {} : { gatewayB: gatewayMainB.replace(root + '/', ''), gatewayBLabel: args['label-b'] ?? 'B', gatewayBFlags: startFlagsFor(gatewayMainB).join(' ') }),
     loadAtStart,
     loadAtEnd: os.loadavg().map(v => v.toFixed(1)).join(' '),
     busyPctMean: meanBusy(),
@@ -464,6 +483,7 @@ try {
     lat1kLockstep: Object.fromEntries(Object.entries(results.lat1kLockstep).map(([k, v]) => [k, medians(v)])),
     lat10k: Object.fromEntries(Object.entries(results.lat10k).map(([k, v]) => [k, medians(v)])),
     replay: Object.fromEntries(Object.entries(results.replay).map(([k, v]) => [k, medians(v)])),
+    replayFirst: Object.fromEntries(Object.entries(results.replayFirst).map(([k, v]) => [k, medians(v)])),
     // The worst round, not the median: a stall in one round of few is the finding.
     fair: Object.fromEntries(Object.entries(results.fair).map(([k, v]) => [k, worstFair(v)])),
     idle: Object.fromEntries(Object.entries(results.idle).map(([k, v]) => [k, v[0]])),

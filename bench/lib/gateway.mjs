@@ -1,10 +1,30 @@
 // Start the gateway (dist build) as a child process and read its metrics.
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { freePort, start, waitHttp } from './procs.mjs'
 
-const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'))
-/** `node <flags> dist/src/main.js`: the flags of the start script. */
-export const START_FLAGS = pkg.scripts.start.split(/\s+/).filter(a => a.startsWith('--'))
+/** `node <flags> dist/src/main.js`: the flags of the start script in a checkout's package.json. */
+function startFlagsOf (packageJson) {
+  const pkg = JSON.parse(readFileSync(packageJson, 'utf8'))
+  return pkg.scripts.start.split(/\s+/).filter(a => a.startsWith('--'))
+}
+
+/** This checkout's start flags. */
+export const START_FLAGS = startFlagsOf(fileURLToPath(new URL('../../package.json', import.meta.url)))
+
+/**
+ * The start flags of the build `main` belongs to (another checkout's, for
+ * --gateway-b: each build runs as its own `npm start` would run it), or this
+ * checkout's when no package.json is found above it.
+ */
+export function startFlagsFor (main) {
+  for (let dir = dirname(main); dir !== dirname(dir); dir = dirname(dir)) {
+    const candidate = join(dir, 'package.json')
+    if (existsSync(candidate)) return startFlagsOf(candidate)
+  }
+  return START_FLAGS
+}
 
 /**
  * Events a gateway keeps per stream (RETENTION_MAX_EVENTS, its default, set
@@ -18,7 +38,8 @@ export const FILL_EVENTS = Math.round(RETENTION_EVENTS * 1.2)
 
 /**
  * store: 'memory' | 'redis'. Extra env (e.g. MAX_SESSIONS) and node flags
- * (e.g. --cpu-prof) are passed through; node runs with the start script's flags.
+ * (e.g. --cpu-prof) are passed through; node runs with the start script's flags
+ * (those of the build's own checkout: see startFlagsFor).
  */
 export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPrefix, env = {}, nodeArgs = [] }) {
   const port = await freePort()
@@ -51,7 +72,7 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
   }
   // The node flags of `npm start` (what production runs), then BENCH_GATEWAY_NODE_ARGS (to try others).
   const extra = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean)
-  const proc = start(name, process.execPath, [...START_FLAGS, ...extra, ...nodeArgs, main], { env: gatewayEnv })
+  const proc = start(name, process.execPath, [...startFlagsFor(main), ...extra, ...nodeArgs, main], { env: gatewayEnv })
   await waitHttp(`http://127.0.0.1:${adminPort}/readyz`, { proc, timeoutMs: 30_000 })
   return { proc, pid: proc.pid, port, adminPort }
 }

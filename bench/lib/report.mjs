@@ -139,6 +139,8 @@ function rows (s) {
     { label: 'response head, ms', value: get('replay', 'headersMs'), digits: 2 },
     { label: 'first byte, ms', value: get('replay', 'firstByteMs'), digits: 2 },
     { label: 'events/s', value: get('replay', 'eventsPerSec') },
+    { label: 'the first replay of a fresh process: first byte, ms (one round, not in the medians)', value: get('replayFirst', 'firstByteMs'), digits: 2 },
+    { label: 'the first replay of a fresh process: events/s', value: get('replayFirst', 'eventsPerSec') },
     { group: 'Redis cost (gateway on Redis, throughput runs 1 / 100 sessions)' },
     { label: 'events per append (one or more upstream reads)', value: id => redisPair(s, id, 'eventsPerAppend', 1) },
     { label: 'upstream reads per append', value: id => redisPair(s, id, 'readsPerAppend', 1) },
@@ -231,7 +233,7 @@ function markdown (report, tbl) {
   const lines = [
     `# Gateway benchmark (${report.name}${report.quick ? ', quick' : ''})`,
     '',
-    `${report.date}, ${report.durationSeconds} s. Machine: ${m.cores} x ${m.cpu}, ${m.memoryGiB} GiB, Linux ${m.kernel}, Node ${m.node}, nginx ${m.nginx ?? 'n/a'}, Redis ${m.redis ?? 'n/a'}. Gateway ${m.gatewayMain} at ${m.gatewayCommit}${m.gatewayDirty ? ' (src modified)' : ''}.`,
+    `${report.date}, ${report.durationSeconds} s. Machine: ${m.cores} x ${m.cpu}, ${m.memoryGiB} GiB, Linux ${m.kernel}, Node ${m.node}, nginx ${m.nginx ?? 'n/a'}, Redis ${m.redis ?? 'n/a'}. Gateway ${m.gatewayMain} at ${m.gatewayCommit}${m.gatewayDirty ? ' (src modified)' : ''}${m.gatewayFlags === undefined ? '' : `, node ${m.gatewayFlags}`}${m.gatewayB === undefined ? '' : `; gateway ${m.gatewayBLabel} ${m.gatewayB}${m.gatewayBFlags === undefined ? '' : `, node ${m.gatewayBFlags}`}`}.`,
     '',
     `Machine load during the measurement windows: ${report.machine.busyPctMean === undefined ? 'n/a' : `${report.machine.busyPctMean.toFixed(0)}% busy on average (all processes, the benchmark's included)`}; load average at start ${report.machine.loadAtStart ?? 'n/a'}. The machine is shared: absolute figures move with its load, ratios much less, CPU per event least.${m.damon === undefined ? '' : ` The kernel's DAMON was running (${m.damon}): its thread takes a CPU for several milliseconds at every sample, which every path's tail latency shows (the "machine" rows).`}`,
     '',
@@ -256,7 +258,7 @@ function markdown (report, tbl) {
   ]
   if (report.summary.idleNote !== undefined) lines.push(`Note: ${report.summary.idleNote}.`, '')
   lines.push('## How to reproduce', '', '```', 'npm run build && node bench/run.mjs          # full run, under ~10 minutes', 'node bench/run.mjs --quick                    # smoke check, about a minute', '```', '')
-  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions), measured in the steady state: the warm-up of each round lasts until 95% of the streams are past the retention of the gateways (RETENTION_MAX_EVENTS, 10,000 events), so the store trims as much as it takes; latency = 10 sessions at 100 and 1,000 events/s each, at spread phases (a steady rate; "in lockstep": all in phase, bursts of 10 events at once), on fresh processes (every proxy is restarted after the throughput runs and warmed with one unrecorded round at 10,000 events/s; one round on the proxies as the floods left them is shown apart); idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind, on the same fresh processes. Before the measured rounds every path is warmed up, with 4 sessions, then with one flood of 100 sessions (the "first flood" rows: a fresh process grows its memory to its working size there).', '')
+  lines.push('Scenarios: throughput = standalone GET streams fed as fast as the socket takes them (1 and 100 sessions), measured in the steady state: the warm-up of each round lasts until 95% of the streams are past the retention of the gateways (RETENTION_MAX_EVENTS, 10,000 events), so the store trims as much as it takes; latency = 10 sessions at 100 and 1,000 events/s each, at spread phases (a steady rate; "in lockstep": all in phase, bursts of 10 events at once), on fresh processes (every proxy is restarted after the throughput runs and warmed with one unrecorded round at 10,000 events/s; one round on the proxies as the floods left them is shown apart); idle = one fresh proxy holding N silent standalone streams; replay = resume of a tool-call stream 10,000 events behind, on the same fresh processes, after a warm-up of replays (the first replay of each process is shown apart: it runs before the replay path is compiled and the process has grown to its working size). Before the measured rounds every path is warmed up, with 4 sessions, then with one flood of 100 sessions (the "first flood" rows: a fresh process grows its memory to its working size there).', '')
   if (report.errors.length > 0) {
     lines.push('## Errors', '')
     for (const e of report.errors) lines.push(`- ${e.scenario} ${e.path ?? ''} ${e.round === undefined ? '' : `round ${e.round + 1}`}: ${String(e.error).split('\n')[0]}`)
