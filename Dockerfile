@@ -71,5 +71,9 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
 # SIGTERM starts the drain (readiness false, client streams closed with a retry
 # hint); give the container more than SHUTDOWN_GRACE_SECONDS (25) to stop.
 STOPSIGNAL SIGTERM
+# glibc's allocator keeps freed memory for reuse instead of handing it back to the
+# kernel and faulting it in again (the batch and page buffers of a busy gateway):
+# the same setting as `npm start` (see docs/performance.md).
+ENV GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432
 # Node flags: the same as `npm start` (see README, Performance).
 CMD ["node", "--no-memory-reducer", "--heap-growing-percent=200", "--max-semi-space-size=16", "dist/src/main.js"]

@@ -32,7 +32,7 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from './lib/client.mjs'
-import { envList, FILL_EVENTS, startFlagsFor, startGateway } from './lib/gateway.mjs'
+import { envList, FILL_EVENTS, startGateway, startWordsFor } from './lib/gateway.mjs'
 import { ensureNginx, nginxVersion, startNginx } from './lib/nginx.mjs'
 import { connectionsTo, freePort, nofileLimits, setNiceness, start, stop, stopAll, waitHttp } from './lib/procs.mjs'
 import { commandStats, connectRedis, deletePrefix, diffStats, localRedisPid, redisVersion } from './lib/redis.mjs'
@@ -434,8 +434,8 @@ function machine () {
     gatewayCommit: args.label ?? git('rev-parse', '--short', 'HEAD'),
     gatewayDirty: args.label === undefined && git('status', '--porcelain', '--', 'src').length > 0,
     gatewayMain: gatewayMain.replace(root + '/', ''),
-    gatewayFlags: startFlagsFor(gatewayMain).join(' '),
-    ...(gatewayMainB === undefined ? {} : { gatewayB: gatewayMainB.replace(root + '/', ''), gatewayBLabel: args['label-b'] ?? 'B', gatewayBFlags: startFlagsFor(gatewayMainB).join(' ') }),
+    gatewayFlags: startWordsFor(gatewayMain),
+    ...(gatewayMainB === undefined ? {} : { gatewayB: gatewayMainB.replace(root + '/', ''), gatewayBLabel: args['label-b'] ?? 'B', gatewayBFlags: startWordsFor(gatewayMainB) }),
     loadAtStart,
     loadAtEnd: os.loadavg().map(v => v.toFixed(1)).join(' '),
     busyPctMean: meanBusy(),

@@ -4,26 +4,37 @@ import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { freePort, start, waitHttp } from './procs.mjs'
 
-/** `node <flags> dist/src/main.js`: the flags of the start script in a checkout's package.json. */
-function startFlagsOf (packageJson) {
-  const pkg = JSON.parse(readFileSync(packageJson, 'utf8'))
-  return pkg.scripts.start.split(/\s+/).filter(a => a.startsWith('--'))
+/**
+ * `[NAME=value ...] node <flags> dist/src/main.js`: the environment and node
+ * flags of the start script in a checkout's package.json.
+ */
+function startOf (packageJson) {
+  const words = JSON.parse(readFileSync(packageJson, 'utf8')).scripts.start.split(/\s+/)
+  const node = words.indexOf('node')
+  const env = Object.fromEntries(words.slice(0, node).map(w => [w.slice(0, w.indexOf('=')), w.slice(w.indexOf('=') + 1)]))
+  return { env, flags: words.slice(node + 1).filter(a => a.startsWith('--')) }
 }
 
-/** This checkout's start flags. */
-export const START_FLAGS = startFlagsOf(fileURLToPath(new URL('../../package.json', import.meta.url)))
+/** This checkout's start script. */
+const START = startOf(fileURLToPath(new URL('../../package.json', import.meta.url)))
 
 /**
- * The start flags of the build `main` belongs to (another checkout's, for
+ * The start script of the build `main` belongs to (another checkout's, for
  * --gateway-b: each build runs as its own `npm start` would run it), or this
  * checkout's when no package.json is found above it.
  */
-export function startFlagsFor (main) {
+export function startFor (main) {
   for (let dir = dirname(main); dir !== dirname(dir); dir = dirname(dir)) {
     const candidate = join(dir, 'package.json')
-    if (existsSync(candidate)) return startFlagsOf(candidate)
+    if (existsSync(candidate)) return startOf(candidate)
   }
-  return START_FLAGS
+  return START
+}
+
+/** The start script as words, for a report. */
+export function startWordsFor (main) {
+  const { env, flags } = startFor(main)
+  return [...Object.entries(env).map(([k, v]) => `${k}=${v}`), 'node', ...flags].join(' ')
 }
 
 /**
@@ -39,12 +50,15 @@ export const FILL_EVENTS = Math.round(RETENTION_EVENTS * 1.2)
 /**
  * store: 'memory' | 'redis'. Extra env (e.g. MAX_SESSIONS) and node flags
  * (e.g. --cpu-prof) are passed through; node runs with the start script's flags
- * (those of the build's own checkout: see startFlagsFor).
+ * (those of the build's own checkout: see startFor).
  */
 export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPrefix, env = {}, nodeArgs = [] }) {
   const port = await freePort()
   const adminPort = await freePort()
+  const { env: startEnv, flags: startFlags } = startFor(main)
   const gatewayEnv = {
+    // The environment `npm start` sets (GLIBC_TUNABLES), then the bench's own.
+    ...startEnv,
     UPSTREAM_URL: `http://127.0.0.1:${upstreamPort}/mcp`,
     HOST: '127.0.0.1',
     PORT: String(port),
@@ -72,7 +86,7 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
   }
   // The node flags of `npm start` (what production runs), then BENCH_GATEWAY_NODE_ARGS (to try others).
   const extra = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean)
-  const proc = start(name, process.execPath, [...startFlagsFor(main), ...extra, ...nodeArgs, main], { env: gatewayEnv })
+  const proc = start(name, process.execPath, [...startFlags, ...extra, ...nodeArgs, main], { env: gatewayEnv })
   await waitHttp(`http://127.0.0.1:${adminPort}/readyz`, { proc, timeoutMs: 30_000 })
   return { proc, pid: proc.pid, port, adminPort }
 }

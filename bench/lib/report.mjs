@@ -233,7 +233,7 @@ function markdown (report, tbl) {
   const lines = [
     `# Gateway benchmark (${report.name}${report.quick ? ', quick' : ''})`,
     '',
-    `${report.date}, ${report.durationSeconds} s. Machine: ${m.cores} x ${m.cpu}, ${m.memoryGiB} GiB, Linux ${m.kernel}, Node ${m.node}, nginx ${m.nginx ?? 'n/a'}, Redis ${m.redis ?? 'n/a'}. Gateway ${m.gatewayMain} at ${m.gatewayCommit}${m.gatewayDirty ? ' (src modified)' : ''}${m.gatewayFlags === undefined ? '' : `, node ${m.gatewayFlags}`}${m.gatewayB === undefined ? '' : `; gateway ${m.gatewayBLabel} ${m.gatewayB}${m.gatewayBFlags === undefined ? '' : `, node ${m.gatewayBFlags}`}`}.`,
+    `${report.date}, ${report.durationSeconds} s. Machine: ${m.cores} x ${m.cpu}, ${m.memoryGiB} GiB, Linux ${m.kernel}, Node ${m.node}, nginx ${m.nginx ?? 'n/a'}, Redis ${m.redis ?? 'n/a'}. Gateway ${m.gatewayMain} at ${m.gatewayCommit}${m.gatewayDirty ? ' (src modified)' : ''}${m.gatewayFlags === undefined ? '' : `, started as \`${m.gatewayFlags}\``}${m.gatewayB === undefined ? '' : `; gateway ${m.gatewayBLabel} ${m.gatewayB}${m.gatewayBFlags === undefined ? '' : `, started as \`${m.gatewayBFlags}\``}`}.`,
     '',
     `Machine load during the measurement windows: ${report.machine.busyPctMean === undefined ? 'n/a' : `${report.machine.busyPctMean.toFixed(0)}% busy on average (all processes, the benchmark's included)`}; load average at start ${report.machine.loadAtStart ?? 'n/a'}. The machine is shared: absolute figures move with its load, ratios much less, CPU per event least.${m.damon === undefined ? '' : ` The kernel's DAMON was running (${m.damon}): its thread takes a CPU for several milliseconds at every sample, which every path's tail latency shows (the "machine" rows).`}`,
     '',

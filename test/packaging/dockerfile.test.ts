@@ -206,10 +206,17 @@ const build = stages[0] as Stage
 const of = (stage: Stage, keyword: string): Instruction[] => stage.instructions.filter(i => i.keyword === keyword)
 const lastOf = (stage: Stage, keyword: string): Instruction | undefined => of(stage, keyword).at(-1)
 const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
-/** The node flags of `npm start` (`node <flags> dist/src/main.js`). */
+/** `npm start`'s words: `[NAME=value ...] node <flags> dist/src/main.js`. */
+const startWords = (): string[] => pkg.scripts.start?.split(/\s+/) ?? []
+/** The node flags of `npm start`. */
 const startFlags = (): string[] => {
-  const words = pkg.scripts.start?.split(/\s+/) ?? []
-  return words.slice(1, words.indexOf('dist/src/main.js'))
+  const words = startWords()
+  return words.slice(words.indexOf('node') + 1, words.indexOf('dist/src/main.js'))
+}
+/** The environment `npm start` sets before `node`. */
+const startEnv = (): Record<string, string> => {
+  const words = startWords()
+  return Object.fromEntries(words.slice(0, words.indexOf('node')).map(w => [w.slice(0, w.indexOf('=')), w.slice(w.indexOf('=') + 1)]))
 }
 
 t.test('the parser', async t => {
@@ -286,6 +293,8 @@ t.test('runtime image settings', async t => {
   t.ok(startFlags().includes('--no-memory-reducer'), 'npm start keeps V8\'s heap growing under load after a quiet spell')
   t.ok(startFlags().includes('--heap-growing-percent=200'), 'npm start leaves the heap room for the ArrayBuffer bytes a flood allocates between full collections')
   t.ok(startFlags().includes('--max-semi-space-size=16'), 'npm start bounds the young generation as Node 20 did (Node 24 lets it grow to 2 x 64 MB, which idle streams pay for)')
+  t.match(startEnv().GLIBC_TUNABLES, /trim_threshold=\d+/, 'npm start keeps glibc from handing freed memory back to the kernel after every large buffer')
+  for (const [name, value] of Object.entries(startEnv())) t.equal(env[name], value, `the image sets ${name} as npm start does`)
   const healthcheck = healthcheckOf(lastOf(runtime, 'HEALTHCHECK') as Instruction)
   t.ok(healthcheck.command !== undefined, 'HEALTHCHECK CMD in exec form')
   t.equal(healthcheck.command?.[0], 'node', 'HEALTHCHECK uses node')
