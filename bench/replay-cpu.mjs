@@ -12,7 +12,7 @@ import { callTool, deleteSession, initialize, jsonAgent, nowMs, openStream } fro
 import { startGateway } from './lib/gateway.mjs'
 import { cpuSeconds, start, stopAll } from './lib/procs.mjs'
 import { connectRedis, deletePrefix } from './lib/redis.mjs'
-import { waitCpuQuiet } from './lib/scenarios.mjs'
+import { collectGarbage, waitCpuQuiet } from './lib/scenarios.mjs'
 import { median } from './lib/stats.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -32,9 +32,10 @@ async function round (path) {
     const post = await callTool(path.port, sessionId, { count: events })
     await post.finished()
     await waitCpuQuiet(path.pid, 2000)
+    collectGarbage()
     const cpu0 = cpuSeconds(path.pid)
     const t0 = nowMs()
-    const resume = await openStream(path.port, sessionId, { lastEventId: post.firstId, mode: 'full' })
+    const resume = await openStream(path.port, sessionId, { lastEventId: post.firstId, mode: 'replay' })
     await resume.finished()
     const replayed = resume.events + resume.results
     if (replayed !== events) throw new Error(`replayed ${replayed} of ${events}`)

@@ -151,7 +151,8 @@ function numberAfter (text, key, from, to) {
  * An open SSE response. mode 'count' counts notifications only; 'full' also
  * results and gap notices; 'latency' is 'full' and also records
  * now - t for every event while `recording` is true and checks that sequence
- * numbers arrive contiguous (losses, duplicates).
+ * numbers arrive contiguous (losses, duplicates); 'replay' counts as 'full'
+ * does, once the response has ended.
  */
 export class SseStream {
   status = 0
@@ -202,10 +203,15 @@ export class SseStream {
     this.status = res.statusCode
     this.headers = res.headers
     this.headersAt = nowMs()
+    // 'replay': the chunks are counted once the response is over, so the time to its
+    // last byte measures the proxy, not this process's counting (which took more CPU
+    // than the gateway's replay itself).
+    const held = mode === 'replay' ? [] : undefined
     const end = () => {
       if (this.ended) return
       this.ended = true
       this.endedAt = nowMs()
+      if (held !== undefined) for (const chunk of held.splice(0)) this.#counter.feed(chunk)
       for (const f of this.#onEnd.splice(0)) f()
     }
     res.on('end', end)
@@ -218,7 +224,8 @@ export class SseStream {
         const m = /^id: ([^\n]+)$/m.exec(chunk.subarray(0, 512).toString('latin1'))
         if (m !== null) this.firstId = m[1]
       }
-      this.#counter.feed(chunk)
+      if (held !== undefined) held.push(chunk)
+      else this.#counter.feed(chunk)
       if (mode === 'latency') this.#latency(chunk)
     })
   }
