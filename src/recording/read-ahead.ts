@@ -39,11 +39,13 @@ export const READ_AHEAD_BUDGET_BYTES = 16 * 1024 * 1024
  * ready socket per turn: 100 flooding streams made turns of seconds, and
  * every other request (a new client, /healthz) waited as many turns as it
  * needs. Past this, a stream pauses until a later turn, first come first
- * served. 1 MB is about 3,500 events of 300 bytes, 6-12 ms of work at the
- * 1.7-3.4 us of CPU an event costs with 100 sessions here: a
- * new client needs five or so turns for its initialize and GET.
+ * served. 256 KB is about 870 events of 300 bytes, 1.5-3 ms of work at the
+ * 1.7-3.4 us of CPU an event costs with 100 sessions here: a new client
+ * needs five or so turns for its initialize and GET. (1 MB made a new
+ * client's head wait 100-350 ms at p99 behind a 100-stream flood, 256 KB
+ * 88-164 ms, as nginx in the same flood, at the same CPU per event.)
  */
-export const TURN_BYTES = 1024 * 1024
+export const TURN_BYTES = 256 * 1024
 
 /**
  * What libuv reads from a socket at once. A stream resumed for its turn may
