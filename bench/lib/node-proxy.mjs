@@ -14,6 +14,11 @@ function endToEnd (headers) {
 }
 
 const server = http.createServer({ keepAliveTimeout: 60_000, requestTimeout: 0 }, (req, res) => {
+  // Its own answer, as nginx's: the counterpart of the gateway's /healthz in the fairness scenario.
+  if (req.url === '/healthz') {
+    res.end('ok')
+    return
+  }
   let complete = false
   const upstreamReq = http.request({
     host: '127.0.0.1', port: upstreamPort, method: req.method, path: req.url, headers: endToEnd(req.headers), agent
