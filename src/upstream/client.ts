@@ -7,6 +7,21 @@ import { headerValue } from './headers.js'
 import { targetOfUrl } from './upstream-url.js'
 import type { SessionPlacement } from './session-placement.js'
 
+/**
+ * What an upstream answer's body buffers while its reader is paused, before
+ * the upstream connection is paused in turn (undici's default is 64 KB). A
+ * stream paused for a later turn of the event loop (TURN_BYTES in
+ * recording/read-ahead.ts) goes on receiving meanwhile, and its next turn
+ * hands all of that to the store as one batch: fewer, larger appends and
+ * client writes. With 100 flooding streams, 256 KB took 15-19% off the
+ * gateway's CPU per event against 64 KB (bench/run.mjs --only=thr100,fair,
+ * two runs) and a new client's head waited no longer; 1 MB took more off,
+ * but a resumed stream's turn grows with it, and new clients waited longer.
+ * A paused stream holds this much beyond its read-ahead bound (the same as
+ * the bound's floor, READ_AHEAD_BYTES).
+ */
+export const UPSTREAM_BODY_BUFFER_BYTES = 256 * 1024
+
 export interface UpstreamRequest {
   readonly method: string
   /** Path and query on the upstream origin. */
@@ -161,7 +176,8 @@ export class UpstreamClient {
       body: req.body ?? null,
       signal: req.signal,
       headersTimeout: this.#headersTimeoutMs,
-      bodyTimeout: 0
+      bodyTimeout: 0,
+      highWaterMark: UPSTREAM_BODY_BUFFER_BYTES
     })
     this.endpoints.reportAnswer(key)
     return { statusCode: res.statusCode, headers: res.headers, body: res.body, endpoint: key }

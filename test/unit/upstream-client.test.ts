@@ -5,7 +5,7 @@ import { createServer, type ServerResponse } from 'node:http'
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AddressInfo } from 'node:net'
-import { discardBody, UpstreamAbort, UpstreamClient } from '../../src/upstream/client.js'
+import { discardBody, UPSTREAM_BODY_BUFFER_BYTES, UpstreamAbort, UpstreamClient } from '../../src/upstream/client.js'
 
 for (const answer of ['refused', 'streaming'] as const) {
   t.test(`discardBody: an answer dropped unread (${answer}) is released, its abort not uncaught`, async t => {
@@ -154,4 +154,44 @@ t.test('every endpoint refusing: a request without a session tries each once, th
   endpoints.reportFailure = (key, err) => { tried.push(key); return report(key, err) }
   await t.rejects(client.request({ method: 'GET', path: '/mcp', headers: {} }), { code: 'MCPGW_UPSTREAM_UNAVAILABLE', statusCode: 502 })
   t.same(tried.sort(), [`http://127.0.0.1:${a}`, `http://127.0.0.1:${b}`, `http://127.0.0.2:${c}`].sort(), 'each endpoint in rotation once')
+})
+
+t.test('an answer whose reader is paused buffers UPSTREAM_BODY_BUFFER_BYTES before the upstream is paused', async t => {
+  const chunk = Buffer.alloc(16 * 1024, 0x61)
+  let sent = 0
+  let paused = false
+  const server = createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    const more = (): void => {
+      // What the socket takes until it pushes back, 4 MB at most.
+      while (sent < 4 * 1024 * 1024) {
+        sent += chunk.length
+        if (!res.write(chunk)) {
+          paused = true
+          res.once('drain', more)
+          return
+        }
+      }
+    }
+    more()
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  const client = new UpstreamClient({ origin: new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`), headersTimeoutMs: 2000 })
+  t.teardown(() => client.destroy())
+
+  const res = await client.request({ method: 'GET', path: '/mcp', headers: {} })
+  res.body.pause()
+  // The body fills while nobody reads, until undici stops reading the socket.
+  let last = -1
+  for (let i = 0; i < 100 && res.body.readableLength !== last; i++) {
+    last = res.body.readableLength
+    await sleep(50)
+  }
+  t.ok(paused, 'the upstream was pushed back')
+  t.equal(res.body.readableHighWaterMark, UPSTREAM_BODY_BUFFER_BYTES, 'the body\'s high-water mark')
+  t.ok(res.body.readableLength >= UPSTREAM_BODY_BUFFER_BYTES, `the paused body holds ${res.body.readableLength} bytes: at least ${UPSTREAM_BODY_BUFFER_BYTES} (undici's default would stop at 64 KB)`)
+  t.ok(res.body.readableLength < UPSTREAM_BODY_BUFFER_BYTES + 256 * 1024, `and not much more: ${res.body.readableLength}`)
+  discardBody(res.body)
 })
