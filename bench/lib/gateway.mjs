@@ -1,22 +1,12 @@
 // Start the gateway (dist build) as a child process and read its metrics.
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { readStartScript } from '../../scripts/start-script.mjs'
 import { freePort, start, waitHttp } from './procs.mjs'
 
-/**
- * `[NAME=value ...] node <flags> dist/src/main.js`: the environment and node
- * flags of the start script in a checkout's package.json.
- */
-function startOf (packageJson) {
-  const words = JSON.parse(readFileSync(packageJson, 'utf8')).scripts.start.split(/\s+/)
-  const node = words.indexOf('node')
-  const env = Object.fromEntries(words.slice(0, node).map(w => [w.slice(0, w.indexOf('=')), w.slice(w.indexOf('=') + 1)]))
-  return { env, flags: words.slice(node + 1).filter(a => a.startsWith('--')) }
-}
-
 /** This checkout's start script. */
-const START = startOf(fileURLToPath(new URL('../../package.json', import.meta.url)))
+const START = readStartScript(fileURLToPath(new URL('../../package.json', import.meta.url)))
 
 /**
  * The start script of the build `main` belongs to (another checkout's, for
@@ -26,7 +16,7 @@ const START = startOf(fileURLToPath(new URL('../../package.json', import.meta.ur
 export function startFor (main) {
   for (let dir = dirname(main); dir !== dirname(dir); dir = dirname(dir)) {
     const candidate = join(dir, 'package.json')
-    if (existsSync(candidate)) return startOf(candidate)
+    if (existsSync(candidate)) return readStartScript(candidate)
   }
   return START
 }

@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join, relative, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import { ConfigSchema } from '../../src/config/schema.js'
+import { parseStartScript } from '../../scripts/start-script.mjs'
 import { freePort, onFreePorts } from '../fixtures/net.js'
 
 const run = promisify(execFile)
@@ -206,18 +207,8 @@ const build = stages[0] as Stage
 const of = (stage: Stage, keyword: string): Instruction[] => stage.instructions.filter(i => i.keyword === keyword)
 const lastOf = (stage: Stage, keyword: string): Instruction | undefined => of(stage, keyword).at(-1)
 const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
-/** `npm start`'s words: `[NAME=value ...] node <flags> dist/src/main.js`. */
-const startWords = (): string[] => pkg.scripts.start?.split(/\s+/) ?? []
-/** The node flags of `npm start`. */
-const startFlags = (): string[] => {
-  const words = startWords()
-  return words.slice(words.indexOf('node') + 1, words.indexOf('dist/src/main.js'))
-}
-/** The environment `npm start` sets before `node`. */
-const startEnv = (): Record<string, string> => {
-  const words = startWords()
-  return Object.fromEntries(words.slice(0, words.indexOf('node')).map(w => [w.slice(0, w.indexOf('=')), w.slice(w.indexOf('=') + 1)]))
-}
+/** What `npm start` runs: its environment, node flags and script. */
+const startScript = parseStartScript(pkg.scripts.start ?? '')
 
 t.test('the parser', async t => {
   const parsed = parseDockerfile('# c\nFROM a AS b\nRUN x \\\n  # note\n  && y\nCOPY --from=b --chown=1:1 /s ./d\nENV A=1 B="t w"\nENV C 3\n')
@@ -289,12 +280,13 @@ t.test('runtime image settings', async t => {
   t.same(exposed.sort(), [ConfigSchema.properties.PORT.default, ConfigSchema.properties.ADMIN_PORT.default].sort(), 'EXPOSE PORT and ADMIN_PORT')
   t.equal(lastOf(runtime, 'STOPSIGNAL')?.args, 'SIGTERM')
   const cmd = execForm(lastOf(runtime, 'CMD')?.args ?? '')
-  t.same(cmd, ['node', ...startFlags(), 'dist/src/main.js'], 'CMD in exec form (node is PID 1 and gets SIGTERM), with the node flags of npm start')
-  t.ok(startFlags().includes('--no-memory-reducer'), 'npm start keeps V8\'s heap growing under load after a quiet spell')
-  t.ok(startFlags().includes('--heap-growing-percent=200'), 'npm start leaves the heap room for the ArrayBuffer bytes a flood allocates between full collections')
-  t.ok(startFlags().includes('--max-semi-space-size=16'), 'npm start bounds the young generation as Node 20 did (Node 24 lets it grow to 2 x 64 MB, which idle streams pay for)')
-  t.match(startEnv().GLIBC_TUNABLES, /trim_threshold=\d+/, 'npm start keeps glibc from handing freed memory back to the kernel after every large buffer')
-  for (const [name, value] of Object.entries(startEnv())) t.equal(env[name], value, `the image sets ${name} as npm start does`)
+  t.equal(startScript.main, 'dist/src/main.js', 'npm start runs the build')
+  t.same(cmd, ['node', ...startScript.flags, startScript.main], 'CMD in exec form (node is PID 1 and gets SIGTERM), with the node flags of npm start')
+  t.ok(startScript.flags.includes('--no-memory-reducer'), 'npm start keeps V8\'s heap growing under load after a quiet spell')
+  t.ok(startScript.flags.includes('--heap-growing-percent=200'), 'npm start leaves the heap room for the ArrayBuffer bytes a flood allocates between full collections')
+  t.ok(startScript.flags.includes('--max-semi-space-size=16'), 'npm start bounds the young generation as Node 20 did (Node 24 lets it grow to 2 x 64 MB, which idle streams pay for)')
+  t.match(startScript.env.GLIBC_TUNABLES, /trim_threshold=\d+/, 'npm start keeps glibc from handing freed memory back to the kernel after every large buffer')
+  for (const [name, value] of Object.entries(startScript.env)) t.equal(env[name], value, `the image sets ${name} as npm start does`)
   const healthcheck = healthcheckOf(lastOf(runtime, 'HEALTHCHECK') as Instruction)
   t.ok(healthcheck.command !== undefined, 'HEALTHCHECK CMD in exec form')
   t.equal(healthcheck.command?.[0], 'node', 'HEALTHCHECK uses node')
