@@ -253,7 +253,7 @@ export interface EventStore {
 export interface RetentionLimits {
   /** Events kept per stream; older ones are trimmed. */
   readonly maxEvents: number
-  /** Bytes of event data kept per stream; older events are trimmed. */
+  /** Bytes of event data kept per stream (the embedded store counts the memory that holds them); older events are trimmed. */
   readonly maxBytes: number
   /** Records of an idle session expire after this many milliseconds. */
   readonly ttlMs: number

@@ -20,7 +20,7 @@ import type { SessionPlacement } from './session-placement.js'
  * A paused stream holds this much beyond its read-ahead bound (the same as
  * the bound's floor, READ_AHEAD_BYTES).
  */
-export const UPSTREAM_BODY_BUFFER_BYTES = 256 * 1024
+export const BODY_BUFFER_BYTES = 256 * 1024
 
 export interface UpstreamRequest {
   readonly method: string
@@ -177,7 +177,7 @@ export class UpstreamClient {
       signal: req.signal,
       headersTimeout: this.#headersTimeoutMs,
       bodyTimeout: 0,
-      highWaterMark: UPSTREAM_BODY_BUFFER_BYTES
+      highWaterMark: BODY_BUFFER_BYTES
     })
     this.endpoints.reportAnswer(key)
     return { statusCode: res.statusCode, headers: res.headers, body: res.body, endpoint: key }

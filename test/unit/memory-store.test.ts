@@ -509,25 +509,39 @@ t.test('upstream frames are kept packed per append: trimming inside a batch, rea
   t.same(seqs((await store.read('S', 's', 1, 100))?.events ?? []), [5, 6, 7, 8, 9, 10, 11], 'a resume before the window starts at its first event')
 })
 
-t.test('a batch of upstream frames: its buffer is kept when it holds little else, copied to its size when mostly empty', async (t) => {
-  const { store } = makeStore(t, { maxBytes: 10_000_000 })
+t.test('a batch of upstream frames: its buffer is kept when at least half full, its room counted; copied to its size when mostly empty', async (t) => {
+  const { store } = makeStore(t, { maxBytes: 10_000_000, retention: { ...ROOMY, maxEvents: 100 } })
   await store.createSession('S', 'p')
   const frames = (count: number, size: number): EventInput[] => Array.from({ length: count }, (_, i) => ({ frame: Buffer.from(`data: ${String(i).padStart(size - 7, '0')}\n`) }))
-  // 16 frames of 512 bytes fill the builder's 8 KB exactly.
-  const tight = EventBatch.from(frames(16, 512))
-  t.equal(tight.bytes.buffer.byteLength, 8192, 'the batch fills its buffer')
-  await store.append('S', 'tight', tight)
-  const kept = await all(store, 'S', 'tight')
-  t.equal(kept.length, 16)
-  t.ok(kept.every(e => e.frame?.buffer === tight.bytes.buffer), 'the events are views of the batch\'s own buffer: no copy')
-  // 9 frames of 512 bytes: 4.5 KB held in an 8 KB buffer.
-  const slack = EventBatch.from(frames(9, 512))
-  t.equal(slack.bytes.buffer.byteLength, 8192)
-  await store.append('S', 'slack', slack)
-  const copied = await all(store, 'S', 'slack')
-  t.ok(copied.every(e => e.frame !== undefined && e.frame.buffer !== slack.bytes.buffer && e.frame.buffer.byteLength === 9 * 512), 'copied into a buffer of the batch\'s size')
-  t.same([...kept, ...copied].map(e => e.frame?.toString()), [...frames(16, 512), ...frames(9, 512)].map(e => e.frame?.toString()), 'every frame intact')
-  t.equal(store.totalBytes, 25 * 512, 'bytes accounted per event either way')
+  // 9 frames of 512 bytes: 4.5 KB in the builder's 8 KB buffer, kept as it is.
+  const half = EventBatch.from(frames(9, 512))
+  t.equal(half.bytes.buffer.byteLength, 8192, 'the batch\'s buffer')
+  await store.append('S', 'half', half)
+  const kept = await all(store, 'S', 'half')
+  t.equal(kept.length, 9)
+  t.ok(kept.every(e => e.frame?.buffer === half.bytes.buffer), 'the events are views of the batch\'s own buffer: no copy')
+  t.equal(store.totalBytes, 8192, 'the whole buffer is counted: the events and the room they leave')
+  // 3 frames of 2 KB in an 8 KB buffer (the builder sized for more): copied.
+  const builder = new EventBatchBuilder()
+  for (const e of frames(3, 2048)) builder.add(e)
+  const sparse = builder.take()
+  const room = Buffer.allocUnsafeSlow(4 * sparse.bytes.length)
+  sparse.bytes.copy(room)
+  const mostlyEmpty = new EventBatch(room.subarray(0, sparse.bytes.length), sparse.layout, '')
+  await store.append('S', 'sparse', mostlyEmpty)
+  const copied = await all(store, 'S', 'sparse')
+  t.ok(copied.every(e => e.frame !== undefined && e.frame.buffer !== room.buffer && e.frame.buffer.byteLength === 3 * 2048), 'copied into a buffer of the batch\'s size')
+  t.same([...kept, ...copied].map(e => e.frame?.toString()), [...frames(9, 512), ...frames(3, 2048)].map(e => e.frame?.toString()), 'every frame intact')
+  t.equal(store.totalBytes, 8192 + 3 * 2048, 'a copy counts its events alone')
+  // Trimming inside a kept batch frees its events' bytes; its room goes with its last event.
+  const one = makeStore(t, { maxBytes: 10_000_000, retention: { ...ROOMY, maxEvents: 1 } })
+  await one.store.createSession('T', 'p')
+  await one.store.append('T', 's', EventBatch.from(frames(9, 512)))
+  t.same(seqs(await all(one.store, 'T', 's')), [9], 'trimmed to the newest event')
+  t.equal(one.store.totalBytes, 512 + 8192 - 9 * 512, 'which carries the buffer\'s room: the buffer is still held')
+  await one.store.append('T', 's', EventBatch.from(frames(1, 100)))
+  t.same(seqs(await all(one.store, 'T', 's')), [10])
+  t.equal(one.store.totalBytes, 100, 'the batch gone, its room with it')
 })
 
 t.test('records weigh against the cap: a flood of sessions evicts the least recently used, which are gone like expired ones', async (t) => {

@@ -1,9 +1,9 @@
 // How the memory store keeps one append's events (src/store/memory/segment.ts):
 // small frames as one string, large ones as one buffer (the batch's own when it
-// has little room to spare), anything else as the events; each comes back as
+// is at least half full), anything else as the events; each comes back as
 // it went in, at the size retention counts for it.
 import t, { type Test } from 'tap'
-import { eventAt, eventBytes, segmentOf, sizeAt } from '../../src/store/memory/segment.js'
+import { eventAt, eventBytes, heldAt, segmentOf, sizeAt } from '../../src/store/memory/segment.js'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
 import type { EventInput } from '../../src/store/contract.js'
@@ -35,17 +35,30 @@ t.test('small plain frames are one string', async t => {
   roundTrip(t, events, s)
 })
 
-t.test('large plain frames: the batch\'s own buffer when it is tight (and the batch is retained), else a copy', async t => {
+t.test('large plain frames: the batch\'s own buffer when at least half full (and the batch is retained, its room counted), else a copy', async t => {
   const tightEvents = frames(16, 512)
   const tight = segment(tightEvents)
   t.equal(tight.segment.events === undefined && tight.segment.blob, tight.batch.bytes, 'kept as it is')
   t.equal(tight.batch.release(), undefined, 'retained: its builder never packs into it again')
+  t.equal(tight.segment.slack, 0, 'no room left')
   roundTrip(t, tightEvents, tight.segment)
-  const slackEvents = frames(9, 512)
-  const slack = segment(slackEvents)
-  const blob = slack.segment.events === undefined ? slack.segment.blob : undefined
-  t.ok(Buffer.isBuffer(blob) && blob !== slack.batch.bytes && blob.buffer.byteLength === 9 * 512, 'a copy of the exact size')
-  roundTrip(t, slackEvents, slack.segment)
+  const halfEvents = frames(9, 512)
+  const half = segment(halfEvents)
+  t.equal(half.segment.events === undefined && half.segment.blob, half.batch.bytes, '4.5 KB in an 8 KB buffer: kept as it is')
+  t.equal(half.segment.slack, 8192 - 9 * 512, 'its room counted')
+  t.equal(heldAt(half.segment, 8), 512 + 8192 - 9 * 512, 'with its last event')
+  t.equal(heldAt(half.segment, 0), 512)
+  roundTrip(t, halfEvents, half.segment)
+  const sparseEvents = frames(3, 2048)
+  const packed = EventBatch.from(sparseEvents)
+  const room = Buffer.allocUnsafeSlow(4 * packed.bytes.length)
+  packed.bytes.copy(room)
+  const sparse = new EventBatch(room.subarray(0, packed.bytes.length), packed.layout, '')
+  const copied = segmentOf(7, sparse, true, new NumberedBatch(sparse, 7))
+  const blob = copied.events === undefined ? copied.blob : undefined
+  t.ok(Buffer.isBuffer(blob) && blob.buffer !== room.buffer && blob.buffer.byteLength === 3 * 2048, 'a quarter full: a copy of the exact size')
+  t.equal(copied.slack, 0)
+  roundTrip(t, sparseEvents, copied)
 })
 
 t.test('frames with upstream ids keep their ids by position; text events are kept as events', async t => {

@@ -5,7 +5,7 @@ import { createServer, type ServerResponse } from 'node:http'
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AddressInfo } from 'node:net'
-import { discardBody, UPSTREAM_BODY_BUFFER_BYTES, UpstreamAbort, UpstreamClient } from '../../src/upstream/client.js'
+import { discardBody, BODY_BUFFER_BYTES, UpstreamAbort, UpstreamClient } from '../../src/upstream/client.js'
 
 for (const answer of ['refused', 'streaming'] as const) {
   t.test(`discardBody: an answer dropped unread (${answer}) is released, its abort not uncaught`, async t => {
@@ -156,7 +156,7 @@ t.test('every endpoint refusing: a request without a session tries each once, th
   t.same(tried.sort(), [`http://127.0.0.1:${a}`, `http://127.0.0.1:${b}`, `http://127.0.0.2:${c}`].sort(), 'each endpoint in rotation once')
 })
 
-t.test('an answer whose reader is paused buffers UPSTREAM_BODY_BUFFER_BYTES before the upstream is paused', async t => {
+t.test('an answer whose reader is paused buffers BODY_BUFFER_BYTES before the upstream is paused', async t => {
   const chunk = Buffer.alloc(16 * 1024, 0x61)
   let sent = 0
   let paused = false
@@ -190,8 +190,8 @@ t.test('an answer whose reader is paused buffers UPSTREAM_BODY_BUFFER_BYTES befo
     await sleep(50)
   }
   t.ok(paused, 'the upstream was pushed back')
-  t.equal(res.body.readableHighWaterMark, UPSTREAM_BODY_BUFFER_BYTES, 'the body\'s high-water mark')
-  t.ok(res.body.readableLength >= UPSTREAM_BODY_BUFFER_BYTES, `the paused body holds ${res.body.readableLength} bytes: at least ${UPSTREAM_BODY_BUFFER_BYTES} (undici's default would stop at 64 KB)`)
-  t.ok(res.body.readableLength < UPSTREAM_BODY_BUFFER_BYTES + 256 * 1024, `and not much more: ${res.body.readableLength}`)
+  t.equal(res.body.readableHighWaterMark, BODY_BUFFER_BYTES, 'the body\'s high-water mark')
+  t.ok(res.body.readableLength >= BODY_BUFFER_BYTES, `the paused body holds ${res.body.readableLength} bytes: at least ${BODY_BUFFER_BYTES} (undici's default would stop at 64 KB)`)
+  t.ok(res.body.readableLength < BODY_BUFFER_BYTES + 256 * 1024, `and not much more: ${res.body.readableLength}`)
   discardBody(res.body)
 })

@@ -25,7 +25,8 @@ export const RECORD_BYTES = { session: 512, stream: 256 } as const
 export interface MemoryStoreOptions {
   readonly retention: RetentionLimits
   /**
-   * Process-wide cap on stored event bytes plus RECORD_BYTES per record. Over
+   * Process-wide cap on the bytes stored events hold (with the unused room of
+   * the buffers kept for them, see segment.ts) plus RECORD_BYTES per record. Over
    * it, the least recently appended streams lose their events (a finished
    * answer's stream goes altogether), then the least recently used sessions go.
    */

@@ -4,7 +4,7 @@
 import type { RetentionLimits, StreamState } from '../contract.js'
 import type { EventBatch } from '../batch/event-batch.js'
 import { NumberedBatch } from '../batch/numbered-batch.js'
-import { type Segment, batchOf, eventBytes, segmentOf, sizeAt } from './segment.js'
+import { type Segment, batchOf, eventBytes, heldAt, segmentOf, sizeAt } from './segment.js'
 
 export class MemoryStream {
   readonly id: string
@@ -27,7 +27,7 @@ export class MemoryStream {
   get lastSeq (): number { return this.#lastSeq }
   /** Events retained. */
   get retained (): number { return this.#retained }
-  /** Bytes of the retained events. */
+  /** Bytes the retained events hold: theirs, and the unused room of the buffers kept for them (see segment.ts). */
   get bytes (): number { return this.#bytes }
 
   state (epoch: string): StreamState {
@@ -48,7 +48,9 @@ export class MemoryStream {
     if (plain) size = batch.bytes.length
     else for (const e of numbered.events) size += eventBytes(e)
     this.#lastSeq += count
-    this.#segments.push(segmentOf(this.#lastSeq - count + 1, batch, plain, numbered))
+    const segment = segmentOf(this.#lastSeq - count + 1, batch, plain, numbered)
+    size += segment.slack ?? 0
+    this.#segments.push(segment)
     this.#retained += count
     this.#bytes += size
     return size
@@ -102,7 +104,7 @@ export class MemoryStream {
   /** Drop the oldest retained event; returns its bytes. */
   dropOldest (): number {
     const segment = this.#segments[this.#head] as Segment
-    const size = sizeAt(segment, this.#hidden)
+    const size = heldAt(segment, this.#hidden)
     this.#bytes -= size
     this.#retained--
     if (++this.#hidden === segment.count) {

@@ -26,6 +26,11 @@ interface FrameSegment {
   readonly ends: readonly number[]
   /** Upstream ids by position, when any event had one. */
   readonly upstreamIds: ReadonlyArray<string | undefined> | undefined
+  /**
+   * Bytes of the blob's buffer past its frames (a batch's buffer kept as it
+   * is): held until the segment goes, so retention counts them with its last event.
+   */
+  readonly slack: number
   readonly events?: undefined
 }
 
@@ -33,6 +38,7 @@ interface EventSegment {
   readonly first: number
   readonly count: number
   readonly events: readonly StoredEvent[]
+  readonly slack?: undefined
 }
 
 /** Bytes an event costs for retention: its data plus the small fields. */
@@ -52,14 +58,16 @@ export function eventBytes (e: EventInput): number {
 const OFF_HEAP_SEGMENT_BYTES = 4096
 
 /**
- * A batch's buffer is kept as the blob when its memory holds little besides
- * the batch (a builder's buffer grows by doubling, so it may be up to twice
- * what it holds): kept as it is, the events cost no copy and no allocation.
- * Past this share of unused room, a blob of the exact size is made instead,
- * so retention by bytes stays close to the memory actually held.
+ * A batch's buffer is kept as the blob when its events fill at least half of
+ * it (a builder's buffer grows by doubling, so it usually does): kept as it
+ * is, the events cost no copy and no allocation, and retention counts the
+ * room they leave (`slack`), so the store's byte bounds hold the memory
+ * actually held. Keeping every batch's buffer rather than copying those more
+ * than 25% empty took 10-23% off the CPU per event of 100 flooding sessions
+ * (bench/run.mjs --only=thr100, one run). A buffer mostly empty (a builder
+ * sized for a larger batch than it got) is copied to a blob of the exact size.
  */
-const KEEP_BUFFER_MAX_SLACK = 0.25
-
+const KEEP_BUFFER_MIN_FILL = 0.5
 export function segmentOf (first: number, batch: EventBatch, plain: boolean, numbered: NumberedBatch): Segment {
   const count = batch.length
   if (plain) {
@@ -71,14 +79,14 @@ export function segmentOf (first: number, batch: EventBatch, plain: boolean, num
       at += batch.layout[NUMBERS_PER_EVENT * i + 1] as number
       ends[i] = at
     }
-    if (total < OFF_HEAP_SEGMENT_BYTES) return { first, count, blob: bytes.toString('latin1'), ends, upstreamIds: undefined }
-    if (bytes.buffer.byteLength <= total * (1 + KEEP_BUFFER_MAX_SLACK)) {
+    if (total < OFF_HEAP_SEGMENT_BYTES) return { first, count, blob: bytes.toString('latin1'), ends, upstreamIds: undefined, slack: 0 }
+    if (bytes.byteOffset === 0 && total >= bytes.buffer.byteLength * KEEP_BUFFER_MIN_FILL) {
       batch.retain()
-      return { first, count, blob: bytes, ends, upstreamIds: undefined }
+      return { first, count, blob: bytes, ends, upstreamIds: undefined, slack: bytes.buffer.byteLength - total }
     }
     const blob = Buffer.allocUnsafeSlow(total)
     bytes.copy(blob)
-    return { first, count, blob, ends, upstreamIds: undefined }
+    return { first, count, blob, ends, upstreamIds: undefined, slack: 0 }
   }
   // Frames are views of the batch's buffer (which may be twice their size): keep copies.
   const stored = numbered.events
@@ -98,7 +106,7 @@ export function segmentOf (first: number, batch: EventBatch, plain: boolean, num
     at += (e.frame as Buffer).length
     ends[i] = at
   }
-  return { first, count, blob: offHeap ? bytes : bytes.toString('latin1'), ends, upstreamIds }
+  return { first, count, blob: offHeap ? bytes : bytes.toString('latin1'), ends, upstreamIds, slack: 0 }
 }
 
 /** The event at position `i` of a segment. */
@@ -135,6 +143,12 @@ export function batchOf (segment: Segment, from: number, to: number): NumberedBa
   return new NumberedBatch(new EventBatch(bytes, layout, ''), first)
 }
 
+/** Bytes the event at position `i` holds: its own, and for the last one the segment's slack. */
+export function heldAt (segment: Segment, i: number): number {
+  return sizeAt(segment, i) + (i === segment.count - 1 ? segment.slack ?? 0 : 0)
+}
+
+/** Bytes of the event at position `i` (its frame or data and small fields). */
 export function sizeAt (segment: Segment, i: number): number {
   if (segment.events !== undefined) return eventBytes(segment.events[i] as StoredEvent)
   const start = i === 0 ? 0 : segment.ends[i - 1] as number
