@@ -522,9 +522,7 @@ t.test('a batch of upstream frames: its buffer is kept when at least half full, 
   t.ok(kept.every(e => e.frame?.buffer === half.bytes.buffer), 'the events are views of the batch\'s own buffer: no copy')
   t.equal(store.totalBytes, 8192, 'the whole buffer is counted: the events and the room they leave')
   // 3 frames of 2 KB in an 8 KB buffer (the builder sized for more): copied.
-  const builder = new EventBatchBuilder()
-  for (const e of frames(3, 2048)) builder.add(e)
-  const sparse = builder.take()
+  const sparse = EventBatch.from(frames(3, 2048))
   const room = Buffer.allocUnsafeSlow(4 * sparse.bytes.length)
   sparse.bytes.copy(room)
   const mostlyEmpty = new EventBatch(room.subarray(0, sparse.bytes.length), sparse.layout, '')

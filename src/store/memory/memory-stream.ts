@@ -49,7 +49,7 @@ export class MemoryStream {
     else for (const e of numbered.events) size += eventBytes(e)
     this.#lastSeq += count
     const segment = segmentOf(this.#lastSeq - count + 1, batch, plain, numbered)
-    size += segment.slack ?? 0
+    size += segment.slack
     this.#segments.push(segment)
     this.#retained += count
     this.#bytes += size

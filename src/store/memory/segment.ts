@@ -38,7 +38,8 @@ interface EventSegment {
   readonly first: number
   readonly count: number
   readonly events: readonly StoredEvent[]
-  readonly slack?: undefined
+  /** Event objects hold their own buffers: none to spare. */
+  readonly slack: 0
 }
 
 /** Bytes an event costs for retention: its data plus the small fields. */
@@ -65,9 +66,12 @@ const OFF_HEAP_SEGMENT_BYTES = 4096
  * actually held. Keeping every batch's buffer rather than copying those more
  * than 25% empty took 10-23% off the CPU per event of 100 flooding sessions
  * (bench/run.mjs --only=thr100, one run). A buffer mostly empty (a builder
- * sized for a larger batch than it got) is copied to a blob of the exact size.
+ * sized for a larger batch than it got), or a view into a buffer it does not
+ * start (the rest is not the batch's to count), is copied to a blob of the
+ * exact size.
  */
 const KEEP_BUFFER_MIN_FILL = 0.5
+
 export function segmentOf (first: number, batch: EventBatch, plain: boolean, numbered: NumberedBatch): Segment {
   const count = batch.length
   if (plain) {
@@ -93,7 +97,7 @@ export function segmentOf (first: number, batch: EventBatch, plain: boolean, num
   let total = 0
   let upstreamIds: Array<string | undefined> | undefined
   for (const [i, e] of stored.entries()) {
-    if (e.frame === undefined) return { first, count, events: stored.map(e => e.frame === undefined ? e : { ...e, frame: Buffer.from(e.frame) }) }
+    if (e.frame === undefined) return { first, count, events: stored.map(e => e.frame === undefined ? e : { ...e, frame: Buffer.from(e.frame) }), slack: 0 }
     total += e.frame.length
     if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
   }
@@ -145,7 +149,7 @@ export function batchOf (segment: Segment, from: number, to: number): NumberedBa
 
 /** Bytes the event at position `i` holds: its own, and for the last one the segment's slack. */
 export function heldAt (segment: Segment, i: number): number {
-  return sizeAt(segment, i) + (i === segment.count - 1 ? segment.slack ?? 0 : 0)
+  return sizeAt(segment, i) + (i === segment.count - 1 ? segment.slack : 0)
 }
 
 /** Bytes of the event at position `i` (its frame or data and small fields). */
