@@ -19,6 +19,7 @@
  * stream handle (TCP, pipe, TLS) but does not document; without it, progress
  * is seen per write finished.
  */
+import { PageBuffers } from './page-buffers.js'
 
 /** The parts of a client connection (an http ServerResponse) this reads. */
 export interface WaitingConnection {
@@ -49,6 +50,8 @@ export interface ClientBuffersOptions {
 export class ClientBuffers {
   readonly maxBytes: number
   readonly writeTimeoutMs: number
+  /** The buffers the connections' pages are framed into (see page-buffers.ts for who gives them back, and when). */
+  readonly pages = new PageBuffers()
   readonly #now: () => number
   readonly #watched = new Set<ClientBuffer>()
   readonly #timer: NodeJS.Timeout | undefined

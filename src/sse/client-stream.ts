@@ -178,13 +178,19 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
    */
   writeBatches (batches: readonly NumberedBatch[], replayed = false): boolean {
     if (this.#closed) return false
-    const page = framePage(batches, this.#lastSeq, this.#idPrefix, seq => encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq }))
+    const pages = this.#buffers.pages
+    const page = framePage(batches, this.#lastSeq, this.#idPrefix, seq => encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq }), pages.take)
     if (page === undefined) return true
-    return this.#written(page.bytes, page.lastSeq, page.count, replayed)
+    if (!pages.pooled(page.bytes)) return this.#written(page.bytes, page.lastSeq, page.count, replayed)
+    // A lent page goes back once the socket is done with it (page-buffers.ts), or at once if it was not written.
+    const bytes = page.bytes
+    if (this.#written(bytes, page.lastSeq, page.count, replayed, () => { pages.give(bytes) })) return true
+    pages.give(bytes)
+    return false
   }
 
-  #written (out: Buffer, last: number, count: number, replayed: boolean): boolean {
-    if (!this.#write(out)) return false
+  #written (out: Buffer, last: number, count: number, replayed: boolean, done?: () => void): boolean {
+    if (!this.#write(out, true, done)) return false
     this.#lastSeq = last
     this.#unrecordedAfter = undefined
     this.#metrics.eventsDelivered.inc(count)
@@ -271,7 +277,8 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
    * The bound applies to what earlier writes left unsent: one large write (a
    * replay page, a big event) to a client that reads promptly is fine.
    */
-  #write (text: string | Buffer, budgeted = true): boolean {
+  /** `done`: called once the socket is done with `text`, when it was written (true returned). */
+  #write (text: string | Buffer, budgeted = true, done?: () => void): boolean {
     if (this.#raw.writableLength > this.#maxBufferBytes) {
       this.#metrics.slowClientDisconnects.inc()
       this.#log.warn({ streamId: this.streamId, buffered: this.#raw.writableLength }, 'client too slow: ending its stream after what it was sent, with a retry hint; it resumes from the store')
@@ -291,7 +298,8 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
       return false
     }
     const before = this.#raw.writableLength
-    this.#raw.write(text)
+    if (done === undefined) this.#raw.write(text)
+    else this.#raw.write(text, done)
     this.#account(before)
     if (this.#keepAlive !== undefined) this.#wroteAt = this.#keepAlive.now
     return true

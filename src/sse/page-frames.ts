@@ -22,9 +22,10 @@ export interface FramedPage {
  * number (`id: <epoch>.<stream>.`), `eventId` a whole id, for text events. A
  * batch of plain upstream frames is copied in one piece, then its frames are
  * moved apart in place, last first, to make room for each one's id line;
- * other batches are framed event by event.
+ * other batches are framed event by event. The page's buffer comes from
+ * `allocate` (a size in bytes; PageBuffers.take lends reused ones).
  */
-export function framePage (batches: readonly NumberedBatch[], afterSeq: number, idPrefix: Buffer, eventId: (seq: number) => string): FramedPage | undefined {
+export function framePage (batches: readonly NumberedBatch[], afterSeq: number, idPrefix: Buffer, eventId: (seq: number) => string, allocate: (size: number) => Buffer = Buffer.allocUnsafe): FramedPage | undefined {
   let size = 0
   let count = 0
   let last = afterSeq
@@ -57,7 +58,7 @@ export function framePage (batches: readonly NumberedBatch[], afterSeq: number, 
     last = firstSeq + n - 1
   }
   if (count === 0) return undefined
-  const out = Buffer.allocUnsafe(size)
+  const out = allocate(size)
   let at = 0
   let text = 0
   last = afterSeq

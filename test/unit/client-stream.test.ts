@@ -2,6 +2,7 @@
 // a batch as the store took it (NumberedBatch, written without an object per
 // event), or a read's page of batches, reaches the client byte for byte as its
 // events written one by one do.
+import http from 'node:http'
 import t, { type Test } from 'tap'
 import { serveClientStream } from '../fixtures/client-stream-app.js'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
@@ -71,4 +72,35 @@ t.test('a batch of upstream frames is written as its events are, ids in base 36'
   t.equal(await body(5, 'batch'), 'data: a\nid: ep.s.1\n\ndata: b\nid: ep.s.2\n\ndata: c\nid: ep.s.3\n\n', 'upstream ids are the store\'s, never written')
   // Each case once per path, events twice more for the pages, plus the checks above: 10 + 6 + 0 + 3 + 3 + 3 per path.
   t.equal(await delivered(), 4 * (10 + 6 + 0 + 3 + 3 + 3) + 6 + 0 + 3 + 3, 'delivered events counted once each')
+})
+
+t.test('a page still waiting in the socket is never framed over: its buffer comes back only when written', async t => {
+  // Pages of about 2.5 MB (events of ~310 bytes), written at once to a client
+  // that reads nothing for a while: each waits in the socket while the next is
+  // framed, and the client must get every event, in order, as it was sent.
+  const pageEvents = 8000
+  const pagesWritten = 6
+  const pad = 'x'.repeat(280)
+  const { url } = await serveClientStream(t, { kind: 'standalone', epoch: 'ep', maxBufferBytes: 1 << 30 }, stream => {
+    stream.open({}, 0)
+    for (let p = 0; p < pagesWritten; p++) {
+      const events = Array.from({ length: pageEvents }, (_, i) => frame(`data: {"n":${p * pageEvents + i},"pad":"${pad}"}\n`))
+      t.ok(stream.writeBatches([new NumberedBatch(EventBatch.from(events), p * pageEvents + 1)]), `page ${p} written`)
+    }
+    stream.end('completed')
+  })
+  const text = await new Promise<string>((resolve, reject) => {
+    http.get(url, res => {
+      res.pause()
+      const chunks: Buffer[] = []
+      res.on('data', (chunk: Buffer) => chunks.push(chunk))
+      res.on('end', () => { resolve(Buffer.concat(chunks).toString('utf8')) })
+      res.on('error', reject)
+      setTimeout(() => res.resume(), 300)
+    }).on('error', reject)
+  })
+  const blocks = text.split('\n\n').filter(block => block !== '')
+  t.equal(blocks.length, pageEvents * pagesWritten, 'every event')
+  const wrong = blocks.findIndex((block, i) => block !== `data: {"n":${i},"pad":"${pad}"}\nid: ep.s.${(i + 1).toString(36)}`)
+  t.equal(wrong, -1, 'each in order, with its own bytes and id')
 })
