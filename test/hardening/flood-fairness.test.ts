@@ -7,10 +7,9 @@
 // CI machine, far under the stalls it catches.
 import t from 'tap'
 import type { Test } from 'tap'
-import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startFlood } from '../fixtures/flood.js'
-import { requireRedis } from '../fixtures/redis.js'
+import { useRedis } from '../fixtures/redis.js'
 import { startReplica } from '../fixtures/replica.js'
 
 const STREAMS = 50
@@ -82,6 +81,7 @@ t.test('embedded store: new clients and /healthz are served during a flood', asy
 })
 
 t.test('Redis store: new clients and /healthz are served during a flood', async t => {
-  const url = await requireRedis(t)
-  await floodAndProbe(t, { REDIS_URL: url, REDIS_KEY_PREFIX: `fairness-${randomBytes(4).toString('hex')}:` })
+  // A key prefix of its own, deleted at teardown.
+  const { url, prefix } = await useRedis(t, 'fairness')
+  await floodAndProbe(t, { REDIS_URL: url, REDIS_KEY_PREFIX: prefix })
 })
