@@ -181,11 +181,11 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
     const pages = this.#buffers.pages
     const page = framePage(batches, this.#lastSeq, this.#idPrefix, seq => encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq }), pages.take)
     if (page === undefined) return true
-    if (!pages.pooled(page.bytes)) return this.#written(page.bytes, page.lastSeq, page.count, replayed)
     // A lent page goes back once the socket is done with it (page-buffers.ts), or at once if it was not written.
-    const bytes = page.bytes
-    if (this.#written(bytes, page.lastSeq, page.count, replayed, () => { pages.give(bytes) })) return true
-    pages.give(bytes)
+    const { bytes } = page
+    const done = pages.pooled(bytes) ? () => { pages.give(bytes) } : undefined
+    if (this.#written(bytes, page.lastSeq, page.count, replayed, done)) return true
+    done?.()
     return false
   }
 
@@ -276,8 +276,9 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   /**
    * The bound applies to what earlier writes left unsent: one large write (a
    * replay page, a big event) to a client that reads promptly is fine.
+   * `done` is called once the socket is done with `text`, if it was written
+   * (true returned).
    */
-  /** `done`: called once the socket is done with `text`, when it was written (true returned). */
   #write (text: string | Buffer, budgeted = true, done?: () => void): boolean {
     if (this.#raw.writableLength > this.#maxBufferBytes) {
       this.#metrics.slowClientDisconnects.inc()
