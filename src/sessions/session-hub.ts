@@ -4,7 +4,7 @@ import { STANDALONE_STREAM } from '../store/contract.js'
 import type { CloseOutcome } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
 import { discardBody, type UpstreamResponse } from '../upstream/client.js'
-import { LocalSessions, type Opened } from './local-session.js'
+import { type LocalSession, LocalSessions, type Opened } from './local-session.js'
 import { ReadAheadBudget } from '../recording/read-ahead.js'
 import { RefusedGets } from './refused-gets.js'
 import { StandaloneHolder, type StandaloneHolderOptions } from './standalone-holder.js'
@@ -52,7 +52,11 @@ export class SessionHub {
   async ensurePump (sessionId: string, headers: Record<string, string | string[]>, log: Logger): Promise<UpstreamResponse | null> {
     const s = this.#sessions.local(sessionId)
     s.standaloneGet(headers, log)
-    if (s.pumping) return null
+    if (s.pumping) {
+      // The client attaches once its position is read: the hold must not run out meanwhile.
+      s.pump?.clientAsked()
+      return null
+    }
     if (s.opening !== undefined) return await s.opening
     // Another replica holds it (we watch), or we are draining: the client follows the store.
     if (s.watching || this.#drain.draining) return null
@@ -122,9 +126,27 @@ export class SessionHub {
     clearTimeout(timer)
   }
 
-  /** Attach a client to a stream; an older connection to the same stream is closed (superseded). */
-  attach (sessionId: string, client: ClientStream): void {
+  /**
+   * Attach the client of the session's standalone stream, with its GET's
+   * headers and log. The session may have been forgotten here since
+   * ensurePump (its upstream GET stopped while the client's position was
+   * read): the headers are kept again, so the takeover that reopens the
+   * upstream GET has them.
+   */
+  attachStandalone (sessionId: string, client: ClientStream, headers: Record<string, string | string[]>, log: Logger): void {
     const s = this.#sessions.local(sessionId)
+    s.standaloneGet(headers, log)
+    this.#attach(s, sessionId, client)
+  }
+
+  /** Attach the client of a request stream. */
+  attach (sessionId: string, client: ClientStream): void {
+    if (client.streamId === STANDALONE_STREAM) throw new Error('the standalone stream\'s client attaches with attachStandalone (a takeover needs its headers)')
+    this.#attach(this.#sessions.local(sessionId), sessionId, client)
+  }
+
+  /** An older connection to the same stream is closed (superseded). */
+  #attach (s: LocalSession, sessionId: string, client: ClientStream): void {
     const previous = s.clients.get(client.streamId)
     s.clients.set(client.streamId, client)
     if (previous !== undefined && previous !== client) previous.end('superseded')

@@ -209,6 +209,20 @@ export class StandalonePump {
     }
   }
 
+  /**
+   * A client's GET for the stream is on its way here (it attaches once its
+   * position is read): from now on the hold is holdMs, and a hold still
+   * running starts again, so the early hold does not release the upstream
+   * GET under a client about to attach.
+   */
+  clientAsked (): void {
+    this.#clientSeen = true
+    if (this.#holdTimer === undefined) return
+    clearTimeout(this.#holdTimer)
+    this.#holdTimer = undefined
+    this.#armHold(this.#o.holdMs)
+  }
+
   /** The session is gone (DELETE, upstream 404): release the upstream GET. */
   stop (): void {
     this.#stop('stopped')

@@ -42,15 +42,16 @@ async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: 
 export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
   const { guard } = ctx
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: STANDALONE_STREAM })
-  const headers = recordableHeaders(request)
+  const recordable = recordableHeaders(request)
   // The gateway's ids mean nothing upstream; the upstream GET starts fresh, under
   // the session's upstream id (the pump addresses it).
-  delete headers['last-event-id']
-  delete headers['mcp-session-id']
+  delete recordable['last-event-id']
+  delete recordable['mcp-session-id']
+  // A copy: the deletes left the object in dictionary mode, and the session keeps it.
+  const headers = { ...recordable }
   let refusal: UpstreamResponse | null
   try {
-    // A copy: the deletes left the object in dictionary mode, and the session keeps it.
-    refusal = await ensurePump(ctx, request, sessionId, record, { ...headers }, log)
+    refusal = await ensurePump(ctx, request, sessionId, record, headers, log)
   } catch (err) {
     await guard.settleRecovery(request, false)
     throw err
@@ -62,17 +63,17 @@ export async function attachStandalone (ctx: McpContext, request: FastifyRequest
     if (refusal.statusCode === 404) await ctx.forgetSession(sessionId, log)
     return sendUpstreamResponse(reply, refusal)
   }
-  if (position === null) return await follow(ctx, reply, proto, sessionId, record, null, log)
+  if (position === null) return await follow(ctx, reply, proto, sessionId, record, null, headers, log)
   const release = enterReplay(ctx, sessionId, STANDALONE_STREAM)
   try {
-    return await follow(ctx, reply, proto, sessionId, record, position, log)
+    return await follow(ctx, reply, proto, sessionId, record, position, headers, log)
   } finally {
     release()
   }
 }
 
 /** The client attached from its position (a resume) or the session's cursor, then followed live. */
-async function follow (ctx: McpContext, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null, log: Logger): Promise<void> {
+async function follow (ctx: McpContext, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null, headers: Record<string, string | string[]>, log: Logger): Promise<void> {
   const { store, metrics, hub } = ctx.deps
   const startedAt = performance.now()
   // Both asked at once (one round trip on Redis, in this order on its connection).
@@ -93,7 +94,7 @@ async function follow (ctx: McpContext, reply: FastifyReply, proto: ProtocolInfo
   }
   const start = resumePoint(state, position, record, cursor)
   const client = ctx.clientStream(reply, log, position === null ? 'standalone' : 'resume', state.epoch, STANDALONE_STREAM, proto)
-  hub.attach(sessionId, client)
+  hub.attachStandalone(sessionId, client, headers, log)
   client.onClose(() => {
     store.saveCursor(sessionId, STANDALONE_STREAM, client.lastSeq).catch((err: unknown) => log.warn({ err }, 'could not save the stream cursor'))
   })
