@@ -169,13 +169,21 @@ export class StandaloneHolder {
     const log = s.log ?? this.#o.log
     const busy = s.kind !== 'idle'
     const draining = this.#drain.draining
-    if (busy || draining || s.standaloneClient === undefined || s.headers === undefined || this.full) {
-      log.info({ busy, draining }, 'takeover declined: the lease goes back')
+    const client = s.standaloneClient
+    if (busy || draining || client === undefined || s.headers === undefined || this.full) {
       lease.giveBack().catch(() => {})
-      if (!busy) s.standaloneClient?.close('upstream_error')
+      if (busy || client === undefined) {
+        log.info({ busy, draining }, 'takeover declined: the lease goes back')
+        return
+      }
+      // Its reconnect goes through ensurePump, which opens the stream or passes a refusal on.
+      log.warn({ draining, full: this.full }, 'takeover declined: the lease goes back, the client attached here reconnects')
+      client.close('upstream_error')
       return
     }
-    log.info({ takeover: lease.takeover }, 'took the upstream GET stream over from another replica')
+    // The lease came free: another replica let go of the stream or died (takeover), or this
+    // one let go of it just before its client attached.
+    log.info({ takeover: lease.takeover }, 'the upstream GET stream\'s lease came free: opening the stream here for the client attached')
     const opened = s.open(async () => {
       for (let attempt = 1; ; attempt++) {
         let res: UpstreamResponse | null | undefined
