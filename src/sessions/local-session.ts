@@ -46,8 +46,14 @@ export class LocalSession implements PumpClients {
   #deleting = false
   #headers: Record<string, string | string[]> | undefined
   #log: Logger | undefined
-  /** Client streams by stream id: one connection per stream, the newest wins. */
-  readonly clients = new Map<string, ClientStream>()
+  /**
+   * Client streams by stream id: one connection per stream, the newest wins.
+   * Ownership: a client enters only through attachClient (the hub's attach)
+   * and leaves only through detachClient with itself (its own close), so a
+   * superseded connection closing late never removes its successor; everyone
+   * else reads a copy (clientStreams).
+   */
+  readonly #clients = new Map<string, ClientStream>()
 
   /** Where the standalone stream stands (the state itself, with its parts, stays here). */
   get kind (): StandaloneState['kind'] { return this.#state.kind }
@@ -74,7 +80,7 @@ export class LocalSession implements PumpClients {
 
   /** Nothing here for the session: no upstream GET held or being opened, no client. */
   get unused (): boolean {
-    return (this.#state.kind === 'idle' || this.#state.kind === 'watching') && this.clients.size === 0
+    return (this.#state.kind === 'idle' || this.#state.kind === 'watching') && this.#clients.size === 0
   }
 
   /** Headers of the latest standalone GET here: a takeover opens the upstream GET with them. */
@@ -94,7 +100,25 @@ export class LocalSession implements PumpClients {
   deleteRefused (): void { this.#deleting = false }
 
   /** The client of the standalone stream attached here, if any. */
-  get standaloneClient (): ClientStream | undefined { return this.clients.get(STANDALONE_STREAM) }
+  get standaloneClient (): ClientStream | undefined { return this.#clients.get(STANDALONE_STREAM) }
+
+  /** Client streams attached here. */
+  get clientCount (): number { return this.#clients.size }
+
+  /** The client streams attached here, as a copy (closing them detaches them meanwhile). */
+  clientStreams (): ClientStream[] { return [...this.#clients.values()] }
+
+  /** `client` becomes its stream's connection here; returns the one it supersedes, for the caller to end. */
+  attachClient (client: ClientStream): ClientStream | undefined {
+    const previous = this.#clients.get(client.streamId)
+    this.#clients.set(client.streamId, client)
+    return previous === client ? undefined : previous
+  }
+
+  /** `client` closed: it leaves, unless a newer connection superseded it. */
+  detachClient (client: ClientStream): void {
+    if (this.#clients.get(client.streamId) === client) this.#clients.delete(client.streamId)
+  }
 
   /**
    * idle → watching: `begin` starts watching the holder's lease and returns
@@ -162,9 +186,9 @@ export class LocalSession implements PumpClients {
 
   // PumpClients: the pump's view of the standalone client attached here (methods,
   // not closures per session).
-  localClients (): number { return this.clients.has(STANDALONE_STREAM) ? 1 : 0 }
-  writeUnrecorded (events: readonly EventInput[]): void { this.clients.get(STANDALONE_STREAM)?.writeUnrecorded(events) }
-  storedAfterAll (afterSeq: number, throughSeq: number): void { this.clients.get(STANDALONE_STREAM)?.storedAfterAll(afterSeq, throughSeq) }
+  localClients (): number { return this.#clients.has(STANDALONE_STREAM) ? 1 : 0 }
+  writeUnrecorded (events: readonly EventInput[]): void { this.#clients.get(STANDALONE_STREAM)?.writeUnrecorded(events) }
+  storedAfterAll (afterSeq: number, throughSeq: number): void { this.#clients.get(STANDALONE_STREAM)?.storedAfterAll(afterSeq, throughSeq) }
 }
 
 /** The sessions this process holds something for: a client, an upstream GET, one being opened. */
@@ -201,7 +225,7 @@ export class LocalSessions {
   /** Client streams open here. */
   get clientCount (): number {
     let n = 0
-    for (const s of this.#sessions.values()) n += s.clients.size
+    for (const s of this.#sessions.values()) n += s.clientCount
     return n
   }
 

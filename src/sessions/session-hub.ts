@@ -147,16 +147,14 @@ export class SessionHub {
 
   /** An older connection to the same stream is closed (superseded). */
   #attach (s: LocalSession, sessionId: string, client: ClientStream): void {
-    const previous = s.clients.get(client.streamId)
-    s.clients.set(client.streamId, client)
-    if (previous !== undefined && previous !== client) previous.end('superseded')
+    s.attachClient(client)?.end('superseded')
     const standalone = client.streamId === STANDALONE_STREAM
     if (standalone) {
       if (s.pumping) s.pump?.clientsChanged()
       else this.#holder.watch(s, sessionId)
     }
     client.onClose(() => {
-      if (s.clients.get(client.streamId) === client) s.clients.delete(client.streamId)
+      s.detachClient(client)
       if (standalone) {
         s.pump?.clientsChanged()
         if (s.standaloneClient === undefined) s.stopWatching()
@@ -188,7 +186,7 @@ export class SessionHub {
     if (s === undefined) return
     s.stopWatching()
     s.pump?.stop()
-    for (const client of [...s.clients.values()]) client.end(outcome)
+    for (const client of s.clientStreams()) client.end(outcome)
     this.#sessions.delete(sessionId)
   }
 

@@ -52,7 +52,7 @@ export class StreamDrain {
    */
   async closeClients (spreadMs: number, deadline: number): Promise<number> {
     const clients: Array<[string, ClientStream]> = []
-    for (const [sessionId, s] of this.#sessions.entries()) for (const client of s.clients.values()) clients.push([sessionId, client])
+    for (const [sessionId, s] of this.#sessions.entries()) for (const client of s.clientStreams()) clients.push([sessionId, client])
     const step = clients.length > 1 ? spreadMs / clients.length : 0
     const timers = clients.map(([sessionId, client], i) => setTimeout(() => this.#closeForDrain(client, deadline, sessionId), Math.round(i * step)))
     while (clients.some(([, client]) => !client.closed) && Date.now() < deadline) await sleep(DRAIN_POLL_MS)
@@ -65,7 +65,7 @@ export class StreamDrain {
   closeAll (retryMs: number): void {
     this.#exitRetryMs = retryMs
     for (const s of this.#sessions.values()) {
-      for (const client of [...s.clients.values()]) client.close('draining', retryMs)
+      for (const client of s.clientStreams()) client.close('draining', retryMs)
     }
   }
 

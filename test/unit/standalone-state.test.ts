@@ -3,6 +3,7 @@
 import t from 'tap'
 import { LocalSession, LocalSessions, type Opened, type StandaloneState } from '../../src/sessions/local-session.js'
 import type { ClientStream } from '../../src/sse/client-stream.js'
+import { STANDALONE_STREAM } from '../../src/store/contract.js'
 import type { StandalonePump } from '../../src/sessions/standalone-pump.js'
 import type { UpstreamResponse } from '../../src/upstream/client.js'
 
@@ -268,7 +269,7 @@ t.test('LocalSessions forgets a session only when nothing is held for it, stoppi
     t.equal(sessions.get(kind), s, `${kind}: kept`)
   }
   const withClient = sessions.local('client')
-  withClient.clients.set('standalone', {} as ClientStream)
+  withClient.attachClient({ streamId: STANDALONE_STREAM } as ClientStream)
   sessions.forget('client')
   t.equal(sessions.get('client'), withClient, 'a client: kept')
 
@@ -282,4 +283,30 @@ t.test('LocalSessions forgets a session only when nothing is held for it, stoppi
   sessions.local('idle')
   sessions.forget('idle')
   t.equal(sessions.get('idle'), undefined, 'idle: forgotten')
+})
+
+t.test('client streams: only attach adds one, only its own close removes it', async t => {
+  const s = new LocalSession()
+  const first = { streamId: STANDALONE_STREAM } as ClientStream
+  const second = { streamId: STANDALONE_STREAM } as ClientStream
+  const request = { streamId: '7' } as ClientStream
+  t.equal(s.attachClient(first), undefined, 'the first connection supersedes nothing')
+  t.equal(s.attachClient(first), undefined, 'attached again: it does not supersede itself')
+  t.equal(s.attachClient(request), undefined, 'another stream\'s connection supersedes nothing')
+  t.equal(s.attachClient(second), first, 'a newer connection to the same stream supersedes the older, for the caller to end')
+  t.equal(s.standaloneClient, second)
+  t.equal(s.clientCount, 2)
+
+  s.detachClient(first)
+  t.equal(s.standaloneClient, second, 'the superseded connection closing late leaves its successor attached')
+  t.equal(s.localClients(), 1)
+
+  const copy = s.clientStreams()
+  s.detachClient(second)
+  t.same(copy, [second, request], 'a copy: detaching while walking it changes nothing in it')
+  t.equal(s.standaloneClient, undefined, 'the current connection closing detaches it')
+  t.equal(s.localClients(), 0)
+  s.detachClient(request)
+  t.equal(s.clientCount, 0)
+  t.ok(s.unused, 'no client, idle: unused')
 })
