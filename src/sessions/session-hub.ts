@@ -45,18 +45,21 @@ export class SessionHub {
   get clientCount (): number { return this.#sessions.clientCount }
 
   /**
-   * Make sure the session's upstream GET is held, here or by another
-   * replica. Resolves null when it is (already or now); otherwise with the
-   * upstream's refusal to pass through.
+   * A client's GET: make sure the session's upstream GET is held, here or by
+   * another replica. Resolves null when it is (already or now); otherwise
+   * with the upstream's refusal to pass through.
    */
   async ensurePump (sessionId: string, headers: Record<string, string | string[]>, log: Logger): Promise<UpstreamResponse | null> {
+    const refusal = await this.#ensurePump(sessionId, headers, log)
+    // The client attaches once its position is read: the hold must not run out meanwhile.
+    if (refusal === null) this.#sessions.get(sessionId)?.pump?.clientAsked()
+    return refusal
+  }
+
+  async #ensurePump (sessionId: string, headers: Record<string, string | string[]>, log: Logger): Promise<UpstreamResponse | null> {
     const s = this.#sessions.local(sessionId)
     s.standaloneGet(headers, log)
-    if (s.pumping) {
-      // The client attaches once its position is read: the hold must not run out meanwhile.
-      s.pump?.clientAsked()
-      return null
-    }
+    if (s.pumping) return null
     if (s.opening !== undefined) return await s.opening
     // Another replica holds it (we watch), or we are draining: the client follows the store.
     if (s.watching || this.#drain.draining) return null
@@ -82,7 +85,7 @@ export class SessionHub {
    * is left for the client's own GET to meet and pass through, once.
    */
   openEarly (sessionId: string, headers: Record<string, string | string[]>, log: Logger): void {
-    this.ensurePump(sessionId, headers, log).then(refusal => {
+    this.#ensurePump(sessionId, headers, log).then(refusal => {
       if (refusal === null) return
       if (refusal.statusCode === 405) this.#refusedGets.note(sessionId)
       discardBody(refusal.body)
