@@ -7,12 +7,14 @@
 // held back to open that window wide. Real gateway (embedded store) in front
 // of the SDK example upstream, raw HTTP.
 import t from 'tap'
+import type { Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { startGateway } from '../fixtures/gateway.js'
 import { exchange, rawInitialize, sseEvents, until, type RawSession } from '../fixtures/hardening.js'
 import type { EventStore } from '../../src/store/contract.js'
+import type { SessionHub } from '../../src/sessions/session-hub.js'
 
 const VERSION = '2025-11-25'
 /** How long the first cursor read after arming waits: past the 1 s hold. */
@@ -51,16 +53,24 @@ async function broadcast (mcpUrl: string, session: RawSession, count: number): P
   await answer.body.text()
 }
 
-t.test('the early hold runs out while a client GET is on its way: the upstream GET is kept for it', async t => {
+/**
+ * The example upstream behind a gateway whose early hold is 1 s and whose
+ * hold is `holdSeconds`, and a session whose upstream GET initialize opened.
+ */
+async function sessionWithHold (t: Test, holdSeconds: number): Promise<{ hub: SessionHub, mcpUrl: string, session: RawSession, stall: { arm: () => void } }> {
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
   let stall!: { arm: () => void }
-  const gw = await startGateway(t, 'memory', upstream.url, { STANDALONE_EARLY_HOLD_SECONDS: '1', STANDALONE_HOLD_SECONDS: '120' }, store => { stall = stallNextCursorRead(store) })
+  const gw = await startGateway(t, 'memory', upstream.url, { STANDALONE_EARLY_HOLD_SECONDS: '1', STANDALONE_HOLD_SECONDS: String(holdSeconds) }, store => { stall = stallNextCursorRead(store) })
   const hub = gw.gateway.hub
   const mcpUrl = `${gw.url}/mcp`
   const session = await rawInitialize(mcpUrl, { version: VERSION })
   t.ok(await until(() => hub.pumpCount === 1, 2000), 'initialize opened the upstream GET')
+  return { hub, mcpUrl, session, stall }
+}
 
+t.test('the early hold runs out while a client GET is on its way: the upstream GET is kept for it', async t => {
+  const { hub, mcpUrl, session, stall } = await sessionWithHold(t, 120)
   stall.arm()
   const get = exchange(mcpUrl, { headers: session.getHeaders() }, 4000)
   // Watch the upstream GET while the client's position is read and past the early hold.
@@ -84,15 +94,7 @@ t.test('the early hold runs out while a client GET is on its way: the upstream G
 })
 
 t.test('the hold runs out while a client GET is on its way: the upstream GET is opened again for it', async t => {
-  const upstream = await startExampleServer()
-  t.teardown(() => upstream.close())
-  let stall!: { arm: () => void }
-  const gw = await startGateway(t, 'memory', upstream.url, { STANDALONE_EARLY_HOLD_SECONDS: '1', STANDALONE_HOLD_SECONDS: '1' }, store => { stall = stallNextCursorRead(store) })
-  const hub = gw.gateway.hub
-  const mcpUrl = `${gw.url}/mcp`
-  const session = await rawInitialize(mcpUrl, { version: VERSION })
-  t.ok(await until(() => hub.pumpCount === 1, 2000), 'initialize opened the upstream GET')
-
+  const { hub, mcpUrl, session, stall } = await sessionWithHold(t, 1)
   stall.arm()
   const started = Date.now()
   let endedAt = 0
