@@ -72,7 +72,7 @@ async function sessionWithHold (t: Test, holdSeconds: number): Promise<{ hub: Se
 t.test('the early hold runs out while a client GET is on its way: the upstream GET is kept for it', async t => {
   const { hub, mcpUrl, session, stall } = await sessionWithHold(t, 120)
   stall.arm()
-  const get = exchange(mcpUrl, { headers: session.getHeaders() }, 4000)
+  const get = exchange(mcpUrl, { headers: session.getHeaders() }, 6000)
   // Watch the upstream GET while the client's position is read and past the early hold.
   let released = false
   const watching = (async () => {
@@ -98,13 +98,13 @@ t.test('the hold runs out while a client GET is on its way: the upstream GET is 
   stall.arm()
   const started = Date.now()
   let endedAt = 0
-  const get = exchange(mcpUrl, { headers: session.getHeaders() }, 6000).finally(() => { endedAt = Date.now() })
+  const get = exchange(mcpUrl, { headers: session.getHeaders() }, 8000).finally(() => { endedAt = Date.now() })
   t.ok(await until(() => hub.pumpCount === 0, STALL_MS), 'the hold released the upstream GET while the client\'s position was read')
   t.ok(await until(() => hub.clientCount === 1, 3000), 'the client attached after it')
   t.ok(await until(() => hub.pumpCount === 1, 4000), 'and the upstream GET was opened again for it')
   await broadcast(mcpUrl, session, 3)
   const answer = await get
   t.equal(answer.status, 200)
-  t.ok(endedAt - started >= 5500, `the stream stayed open for the whole read window (${endedAt - started} ms)`)
+  t.ok(endedAt - started >= 7500, `the stream stayed open for the whole read window (${endedAt - started} ms)`)
   t.same(read(answer.text).seqs, [0, 1, 2], 'what the upstream sent after the reopening reached the client')
 })
