@@ -1,3 +1,4 @@
+import parseForwarded from 'forwarded-parse'
 import { hostAllowed, hostName, type HostPolicy } from './host-policy.js'
 
 /** What a request says about the name and scheme it was made for. */
@@ -10,6 +11,8 @@ export interface AuthorityInput {
   readonly trustedPeer: boolean
   readonly forwardedHost?: string | undefined
   readonly forwardedProto?: string | undefined
+  /** The RFC 7239 Forwarded header (its lines joined), passed on as it is from a trusted peer: its host and proto are checked. */
+  readonly forwarded?: string | undefined
   /** The connection's own scheme. */
   readonly protocol: 'http' | 'https'
 }
@@ -50,12 +53,43 @@ export function requestAuthority (policy: HostPolicy, input: AuthorityInput): Au
     }
     const protos = list(input.forwardedProto)?.map(p => p.toLowerCase())
     if (protos !== undefined) {
-      if (protos.some(p => p !== 'http' && p !== 'https')) return { kind: 'malformed', reason: 'an X-Forwarded-Proto other than http or https' }
+      if (protos.some(p => !isHttp(p))) return { kind: 'malformed', reason: 'an X-Forwarded-Proto other than http or https' }
       protocol = protos[0] as 'http' | 'https'
     }
+    const refused = checkForwarded(input.forwarded, names)
+    if (refused !== undefined) return { kind: 'malformed', reason: refused }
   }
   if (!names.every(name => hostAllowed(policy, name))) return { kind: 'forbidden' }
   return { kind: 'served', host: served === '' ? undefined : served, protocol }
+}
+
+function isHttp (proto: string): boolean {
+  return proto === 'http' || proto === 'https'
+}
+
+/**
+ * The Forwarded header of a trusted proxy goes to the upstream as it is, and
+ * a framework may build URLs from it rather than from X-Forwarded-Host: each
+ * element's host joins `names` (checked like Host), and its proto must say
+ * http or https. Returns why it is malformed, if it is.
+ */
+function checkForwarded (forwarded: string | undefined, names: Array<string | undefined>): string | undefined {
+  if (forwarded === undefined) return undefined
+  let elements: Array<Record<string, string>>
+  try {
+    elements = parseForwarded(forwarded)
+  } catch {
+    return 'a Forwarded header that is not a list of name=value pairs (RFC 7239)'
+  }
+  for (const element of elements) {
+    const { host, proto } = element
+    if (host !== undefined) {
+      if (hostName(host) === undefined) return 'a Forwarded host that is not a host[:port]'
+      names.push(host)
+    }
+    if (proto !== undefined && !isHttp(proto.toLowerCase())) return 'a Forwarded proto other than http or https'
+  }
+  return undefined
 }
 
 /** The values of every line of header `name` (lower case) in Node's rawHeaders. */

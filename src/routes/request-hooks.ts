@@ -34,6 +34,7 @@ export function registerRequestHooks (app: FastifyInstance, config: HookConfig, 
       trustedPeer: request.fromTrustedProxy,
       forwardedHost: headerValue(request.headers['x-forwarded-host']),
       forwardedProto: headerValue(request.headers['x-forwarded-proto']),
+      forwarded: headerValue(request.headers.forwarded),
       protocol: 'encrypted' in request.socket ? 'https' : 'http'
     })
     if (authority.kind === 'malformed') throw errors.badHost(authority.reason)

@@ -144,11 +144,17 @@ t.test('forwarding headers from TRUSTED_PROXIES: Host always checked, every X-Fo
   for (const proto of ['javascript', 'https, ftp', 'HTTPS2', '']) {
     t.equal((await get(`${gw.url}/x`, { 'x-forwarded-proto': proto })).status, 400, `X-Forwarded-Proto "${proto}": 400`)
   }
+  // Forwarded goes on as it is from a trusted proxy: a framework may read its host rather than X-Forwarded-Host.
+  t.equal((await get(`${gw.url}/x`, { forwarded: 'for=192.0.2.1;host=evil.example.com;proto=https' })).status, 403, 'Forwarded host=evil.example.com: 403')
+  t.equal((await get(`${gw.url}/x`, { forwarded: 'host=localhost, for=192.0.2.1;host=evil.example.com' })).status, 403, 'in a later element: 403')
+  t.equal((await get(`${gw.url}/x`, { forwarded: 'proto=javascript' })).status, 400, 'Forwarded proto=javascript: 400')
+  t.equal((await get(`${gw.url}/x`, { forwarded: 'host=localhost:8443' })).status, 400, 'a Forwarded that does not parse (a port unquoted): 400')
   t.equal(upstream.seen.length, before, 'the upstream saw none of them')
-  t.equal((await get(`${gw.url}/x`, { 'x-forwarded-host': 'LocalHost:8443, 127.0.0.1', 'x-forwarded-proto': 'HTTPS, http' })).status, 200)
+  t.equal((await get(`${gw.url}/x`, { 'x-forwarded-host': 'LocalHost:8443, 127.0.0.1', 'x-forwarded-proto': 'HTTPS, http', forwarded: 'for=192.0.2.1;host="localhost:8443";proto=https' })).status, 200)
   const seen = upstream.seen.at(-1)?.headers ?? {}
   t.equal(seen['x-forwarded-host'], 'localhost:8443', 'the first entry (the name the client used), alone, lower case')
   t.equal(seen['x-forwarded-proto'], 'https', 'one scheme')
+  t.equal(seen.forwarded, 'for=192.0.2.1;host="localhost:8443";proto=https', 'a Forwarded whose hosts are allowed goes on as it is')
 })
 
 /** Sends a request with Expect: 100-continue the way curl does: the body only after 100 Continue. */
