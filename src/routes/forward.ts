@@ -36,6 +36,8 @@ declare module 'fastify' {
     fromTrustedProxy: boolean
     /** The name and scheme the request was checked for (the Host hook), passed on as X-Forwarded-Host/-Proto. */
     authority: Extract<Authority, { kind: 'served' }> | null
+    /** PRINCIPAL_HEADER: the gateway reads it, so it reaches the upstream whatever Connection says. */
+    principalHeader: string
   }
 }
 
@@ -46,7 +48,8 @@ export function upstreamHeadersFor (request: FastifyRequest, keepContentLength: 
     trustedPeer: request.fromTrustedProxy,
     // Both from the peer, or from a trusted proxy's X-Forwarded-Proto/-Host, checked.
     protocol: request.authority?.protocol ?? 'http',
-    host: request.authority?.host
+    host: request.authority?.host,
+    principalHeader: request.principalHeader
   }, keepContentLength)
 }
 

@@ -9,7 +9,7 @@ import { headerValue } from '../upstream/headers.js'
 import { sessionHash } from './mcp/session-guard.js'
 import { targetAuthority } from './path.js'
 
-type HookConfig = Pick<GatewayConfig, 'allowedHosts' | 'allowedOrigins' | 'mcpPath' | 'maxBodyBytes'>
+type HookConfig = Pick<GatewayConfig, 'allowedHosts' | 'allowedOrigins' | 'mcpPath' | 'maxBodyBytes' | 'principalHeader'>
 
 export interface HookParts {
   readonly metrics: GatewayMetrics
@@ -25,6 +25,8 @@ export interface HookParts {
 export function registerRequestHooks (app: FastifyInstance, config: HookConfig, parts: HookParts): void {
   app.decorateRequest('fromTrustedProxy', false)
   app.decorateRequest('authority', null)
+  // One value for every request (on the prototype): the configuration's.
+  app.decorateRequest('principalHeader', config.principalHeader)
   // DNS-rebinding protection, before anything else looks at the request (or its body is read).
   app.addHook('onRequest', async request => {
     request.fromTrustedProxy = parts.fromTrustedProxy(request.socket.remoteAddress)

@@ -67,6 +67,11 @@ export interface ForwardContext {
   readonly trustedPeer: boolean
   readonly protocol: 'http' | 'https'
   readonly host: string | undefined
+  /**
+   * The header the gateway read the request's principal from (PRINCIPAL_HEADER),
+   * when not one of the checked ones already: a Connection token cannot drop it either.
+   */
+  readonly principalHeader?: string | undefined
 }
 
 /**
@@ -79,6 +84,7 @@ export interface ForwardContext {
 export function upstreamRequestHeaders (incoming: IncomingHttpHeaders, ctx: ForwardContext, keepContentLength: boolean): Record<string, string | string[]> {
   const drop = connectionTokens(incoming.connection)
   for (const name of CHECKED) drop.delete(name)
+  if (ctx.principalHeader !== undefined) drop.delete(ctx.principalHeader)
   const out: Record<string, string | string[]> = {}
   for (const [name, value] of Object.entries(incoming)) {
     if (value === undefined) continue

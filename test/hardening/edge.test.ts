@@ -176,6 +176,17 @@ async function expectContinue (port: number, path: string, headers: readonly str
   return { continued, status: answer.status, text: answer.text }
 }
 
+t.test('a Connection header cannot drop PRINCIPAL_HEADER on the way upstream: the gateway bound the session to it', async t => {
+  const { gw, upstream } = await gatewayFor(t, { PRINCIPAL_HEADER: 'x-api-key' })
+  const before = upstream.seen.length
+  const answer = await rawHttp(gw.port, raw(['GET /other HTTP/1.1', 'host: 127.0.0.1', 'connection: close, X-Api-Key, x-debug', 'x-api-key: k-1', 'x-debug: 1']))
+  t.equal(answer.status, 200)
+  t.equal(upstream.seen.length, before + 1, 'forwarded')
+  const seen = upstream.seen.at(-1)?.headers ?? {}
+  t.equal(seen['x-api-key'], 'k-1', 'the principal header reached the upstream')
+  t.notOk('x-debug' in seen, 'another header the Connection header named did not')
+})
+
 t.test('Expect: 100-continue is answered here and the request goes through', async t => {
   const { gw, upstream } = await gatewayFor(t)
   const body = JSON.stringify({ big: 'x'.repeat(2000) })

@@ -245,4 +245,11 @@ t.test('upstreamRequestHeaders: Connection cannot make the headers the gateway c
   }, ctx, true)
   for (const name of ['authorization', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id']) t.ok(name in out, `${name} kept`)
   t.notOk('x-debug' in out, 'another nominated header is still dropped')
+
+  // PRINCIPAL_HEADER=x-api-key: the session is bound to the principal read from it.
+  const sent: IncomingHttpHeaders = { connection: 'X-Api-Key, x-debug', 'x-api-key': 'k', 'x-debug': '1' }
+  const keyed = upstreamRequestHeaders(sent, { ...ctx, principalHeader: 'x-api-key' }, true)
+  t.equal(keyed['x-api-key'], 'k', 'the principal header is kept')
+  t.notOk('x-debug' in keyed, 'the other nominated header is still dropped')
+  t.notOk('x-api-key' in upstreamRequestHeaders(sent, ctx, true), 'a header the gateway does not read stays hop-by-hop when nominated')
 })
