@@ -42,6 +42,29 @@ export type ResumeOutcome = typeof RESUME_OUTCOMES[number]
 export type StoreOp = typeof STORE_OPS[number]
 
 /**
+ * Events per resume: powers of ten, from a reconnect that missed nothing to
+ * ten times RETENTION_MAX_EVENTS's default (10,000), where a client that
+ * fell behind a raised retention lands.
+ */
+const REPLAY_EVENTS_BUCKETS: readonly number[] = [0, 1, 10, 100, 1000, 10000, 100000]
+/**
+ * Replay time: a short resume answers in about a millisecond, 10,000 events
+ * take 7-40 ms (docs/performance.md); seconds mean a slow client or store.
+ */
+const REPLAY_SECONDS_BUCKETS: readonly number[] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5]
+/**
+ * Store operations: from a Redis round trip on the same host (0.1-0.5 ms) in
+ * fine steps up to the tens of milliseconds a busy replica's event loop or a
+ * distant Redis adds, then 0.5 and 1 s for an operation that is stuck.
+ */
+const STORE_SECONDS_BUCKETS: readonly number[] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1]
+/**
+ * Upstream response heads: milliseconds for an SSE answer or a quick call,
+ * up to 30 s for a JSON answer that waits for a long tool call to finish.
+ */
+const UPSTREAM_SECONDS_BUCKETS: readonly number[] = [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30]
+
+/**
  * The gateway's Prometheus metrics, on an application-owned registry (tests
  * build as many gateways as they like). Labels are small closed sets: never a
  * session id, event id or anything a client chooses.
@@ -107,12 +130,12 @@ export class GatewayMetrics {
     this.eventsReplayed = new Counter({ name: `${p}events_replayed_total`, help: 'Events written to clients from history on resume.', registers })
     this.eventsDelivered = new Counter({ name: `${p}events_delivered_total`, help: 'Events written to client streams (live and replayed).', registers })
     this.eventsUnrecorded = new Counter({ name: `${p}events_unrecorded_total`, help: 'Upstream events that could not be stored, by reason.', labelNames: ['reason'], registers })
-    this.replayEvents = new Histogram({ name: `${p}replay_events`, help: 'Events replayed per resume (Last-Event-ID) that found the stream\'s history.', buckets: [0, 1, 10, 100, 1000, 10000, 100000], registers })
-    this.replayDuration = new Histogram({ name: `${p}replay_duration_seconds`, help: 'Time to replay history on resume, from its first store request until live (or until the stream ended or the client left).', buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5], registers })
-    this.storeOperationDuration = new Histogram({ name: `${p}store_operation_duration_seconds`, help: 'Event store operation latency, by operation.', labelNames: ['op'], buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers })
+    this.replayEvents = new Histogram({ name: `${p}replay_events`, help: 'Events replayed per resume (Last-Event-ID) that found the stream\'s history.', buckets: [...REPLAY_EVENTS_BUCKETS], registers })
+    this.replayDuration = new Histogram({ name: `${p}replay_duration_seconds`, help: 'Time to replay history on resume, from its first store request until live (or until the stream ended or the client left).', buckets: [...REPLAY_SECONDS_BUCKETS], registers })
+    this.storeOperationDuration = new Histogram({ name: `${p}store_operation_duration_seconds`, help: 'Event store operation latency, by operation.', labelNames: ['op'], buckets: [...STORE_SECONDS_BUCKETS], registers })
     this.storeErrors = new Counter({ name: `${p}store_errors_total`, help: 'Event store operations that failed, by operation.', labelNames: ['op'], registers })
     this.appendResends = new Counter({ name: `${p}append_resends_total`, help: 'Failed appends resent before their events were passed on unrecorded, by outcome: recorded (applied, or found applied already) or unrecorded (the confirm window ran out).', labelNames: ['outcome'], registers })
-    this.upstreamRequestDuration = new Histogram({ name: `${p}upstream_request_duration_seconds`, help: 'Time to upstream response headers, by method and status class.', labelNames: ['method', 'status_class'], buckets: [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30], registers })
+    this.upstreamRequestDuration = new Histogram({ name: `${p}upstream_request_duration_seconds`, help: 'Time to upstream response headers, by method and status class.', labelNames: ['method', 'status_class'], buckets: [...UPSTREAM_SECONDS_BUCKETS], registers })
     this.upstreamErrors = new Counter({ name: `${p}upstream_errors_total`, help: 'Upstream requests or streams that failed, by kind.', labelNames: ['kind'], registers })
     this.upstreamStreamsOpen = new Gauge({ name: `${p}upstream_streams_open`, help: 'Upstream SSE answers being read, by kind.', labelNames: ['kind'], registers })
     this.slowClientDisconnects = new Counter({ name: `${p}slow_client_disconnects_total`, help: 'Client streams closed because their send buffer exceeded CLIENT_BUFFER_MAX_BYTES.', registers })
