@@ -153,7 +153,7 @@ class Recording implements ReadAheadSink {
       return await this.#concludeBroken(err)
     }
     if (body === undefined) {
-      o.log.info({ streamId: o.streamId }, 'upstream refused to resume its stream: concluding it')
+      o.log.info({ streamId: o.streamId }, 'upstream stream not resumed (the upstream refused, or its session is going): concluding it')
       return await this.#concludeEnded()
     }
     o.log.debug({ streamId: o.streamId }, 'upstream ended its stream early: resumed it with its Last-Event-ID')

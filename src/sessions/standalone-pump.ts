@@ -56,6 +56,8 @@ export interface PumpOptions {
 export interface PumpClients extends LiveClients {
   /** How many are attached here (0 or 1). */
   localClients: () => number
+  /** A DELETE of the session is on its way upstream: an end of the upstream GET now is the DELETE's. */
+  readonly deleting: boolean
 }
 
 /** After these outcomes the upstream GET ended cleanly: the next holder owes clients no gap marker. */
@@ -186,6 +188,11 @@ export class StandalonePump {
    */
   async #resume (lastEventId: string | undefined): Promise<Readable | undefined> {
     if (this.#stopped) return undefined
+    // The upstream ended the GET with the session it is deleting: reopening it would only meet a 404.
+    if (this.#o.clients.deleting) {
+      this.#o.log.debug('a DELETE of the session is on its way upstream: its ended GET stream is not reopened')
+      return undefined
+    }
     const { upstream, metrics } = this.#o
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
     const headers = lastEventId === undefined ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }

@@ -1,0 +1,69 @@
+// A DELETE the upstream answers by ending the session's GET stream first (as
+// the SDK's transport does, closing its streams before the answer): the
+// gateway does not send a GET to reopen the stream of a session on its way
+// out, which could only meet a 404. Real gateway (embedded store), an upstream
+// that counts its GETs, raw HTTP.
+import t from 'tap'
+import { createServer, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { request } from 'undici'
+import { startGateway } from '../fixtures/gateway.js'
+import { rawInitialize, until } from '../fixtures/hardening.js'
+
+const VERSION = '2025-06-18'
+/** How long the upstream takes to answer a DELETE after ending the session's streams. */
+const DELETE_ANSWER_MS = 300
+
+t.test('a DELETE that ends the upstream GET: the stream is not reopened for the session going', async t => {
+  const sessions = new Set<string>()
+  const getsBySession = new Map<string, number>()
+  const streams = new Map<string, ServerResponse[]>()
+  const upstream = createServer((req, res) => {
+    const session = req.headers['mcp-session-id'] as string | undefined
+    if (req.method === 'GET') {
+      if (session === undefined || !sessions.has(session)) {
+        res.writeHead(404).end()
+        if (session !== undefined) getsBySession.set(session, (getsBySession.get(session) ?? 0) + 1)
+        return
+      }
+      getsBySession.set(session, (getsBySession.get(session) ?? 0) + 1)
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write(': open\n\n')
+      streams.set(session, [...(streams.get(session) ?? []), res])
+      return
+    }
+    if (req.method === 'DELETE' && session !== undefined) {
+      sessions.delete(session)
+      for (const stream of streams.get(session) ?? []) stream.end()
+      setTimeout(() => res.writeHead(200).end(), DELETE_ANSWER_MS)
+      return
+    }
+    let body = ''
+    req.on('data', (chunk: Buffer) => { body += chunk.toString() })
+    req.on('end', () => {
+      const message = JSON.parse(body) as { id?: number, method?: string }
+      if (message.method === 'initialize') {
+        const id = `up-${sessions.size + 1}`
+        sessions.add(id)
+        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': id })
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: VERSION, capabilities: {}, serverInfo: { name: 'x', version: '1' } } }))
+        return
+      }
+      res.writeHead(202).end()
+    })
+  })
+  await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>(resolve => { upstream.closeAllConnections(); upstream.close(() => resolve()) }))
+  const gw = await startGateway(t, 'memory', `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`)
+  const mcpUrl = `${gw.url}/mcp`
+
+  const session = await rawInitialize(mcpUrl, { version: VERSION })
+  t.ok(await until(() => getsBySession.get('up-1') === 1, 2000), 'initialize opened the upstream GET')
+  const deleted = await request(mcpUrl, { method: 'DELETE', headers: session.headers() })
+  await deleted.body.text()
+  t.equal(deleted.statusCode, 200, 'DELETE answered')
+  await sleep(300)
+  t.equal(getsBySession.get('up-1'), 1, 'no GET was sent to reopen the stream of the session being deleted')
+  t.equal(gw.gateway.hub.pumpCount, 0, 'and no upstream GET is held for it')
+})
