@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import { startGateway } from '../fixtures/gateway.js'
+import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
 import { rawInitialize, until } from '../fixtures/hardening.js'
 
 const VERSION = '2025-06-18'
@@ -39,19 +40,15 @@ t.test('a DELETE that ends the upstream GET: the stream is not reopened for the 
       setTimeout(() => res.writeHead(200).end(), DELETE_ANSWER_MS)
       return
     }
-    let body = ''
-    req.on('data', (chunk: Buffer) => { body += chunk.toString() })
-    req.on('end', () => {
-      const message = JSON.parse(body) as { id?: number, method?: string }
-      if (message.method === 'initialize') {
-        const id = `up-${sessions.size + 1}`
-        sessions.add(id)
-        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': id })
-        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: VERSION, capabilities: {}, serverInfo: { name: 'x', version: '1' } } }))
+    readMessage(req).then(message => {
+      if (message.method !== 'initialize') {
+        res.writeHead(202).end()
         return
       }
-      res.writeHead(202).end()
-    })
+      const id = `up-${sessions.size + 1}`
+      sessions.add(id)
+      answerInitialize(res, message, id, VERSION)
+    }, () => res.writeHead(400).end())
   })
   await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
   t.teardown(() => new Promise<void>(resolve => { upstream.closeAllConnections(); upstream.close(() => resolve()) }))

@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import { startGateway, type StoreKind } from '../fixtures/gateway.js'
+import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
 import { waitUntil } from '../fixtures/mcp-client.js'
 
 const VERSION = '2025-06-18'
@@ -23,19 +24,15 @@ for (const kind of ['memory'] as StoreKind[]) {
         res.writeHead(405, { allow: 'POST' }).end()
         return
       }
-      let body = ''
-      req.on('data', (chunk: Buffer) => { body += chunk.toString() })
-      req.on('end', () => {
-        const message = JSON.parse(body) as { id?: number, method?: string }
+      readMessage(req).then(message => {
         if (message.method === 'initialize') {
-          res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'sess-405' })
-          res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: VERSION, capabilities: {}, serverInfo: { name: 'x', version: '1' } } }))
+          answerInitialize(res, message, 'sess-405', VERSION)
           return
         }
         // An event with an id and a long retry hint, then the end: no response.
         res.writeHead(200, { 'content-type': 'text/event-stream' })
         res.end('id: up-1\nretry: 3000\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"working"}}\n\n')
-      })
+      }, () => res.writeHead(400).end())
     })
     await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
     t.teardown(() => { upstream.closeAllConnections(); upstream.close() })
