@@ -5,7 +5,6 @@ import { errors, GatewayError } from '../errors.js'
 import { EndpointSet, type EndpointKey, type EndpointRoute } from './endpoint-set.js'
 import { headerValue } from './headers.js'
 import { targetOfUrl } from './upstream-url.js'
-import type { SessionPlacement } from './session-placement.js'
 
 /**
  * What an upstream answer's body buffers while its reader is paused, before
@@ -33,9 +32,9 @@ export interface UpstreamRequest {
    * The endpoint that holds the request's session (the key kept with the
    * session): the request goes there, or fails with `upstreamEndpointGone`
    * when that endpoint left the set, is set aside, or refuses the connection,
-   * for the caller to establish the session elsewhere. Absent: the endpoint
-   * this process placed the session's `Mcp-Session-Id` on, if any; else
-   * balanced (`newSession`: by the placement policy).
+   * for the caller to establish the session elsewhere. Every request of a
+   * session names it: the session's record is where each replica finds it
+   * (sessionRequest). Absent: balanced (`newSession`: by the placement policy).
    */
   readonly endpoint?: EndpointKey | undefined
   /** An initialize: the endpoint is chosen by the placement policy, not round robin. */
@@ -69,8 +68,6 @@ export interface UpstreamResponse {
 export type UpstreamClientOptions = {
   readonly headersTimeoutMs: number
   readonly dispatcher?: Dispatcher
-  /** Sessions placed by this process (when the request names no endpoint). */
-  readonly placement?: SessionPlacement
 } & ({
   /** One endpoint. */
   readonly origin: URL
@@ -91,7 +88,6 @@ export type UpstreamClientOptions = {
  */
 export class UpstreamClient {
   readonly endpoints: EndpointSet
-  readonly #placement: SessionPlacement | undefined
   readonly #dispatcher: Dispatcher
   readonly #ownsDispatcher: boolean
   readonly #headersTimeoutMs: number
@@ -102,7 +98,6 @@ export class UpstreamClient {
     this.endpoints = 'endpoints' in options
       ? options.endpoints
       : new EndpointSet([{ ...targetOfUrl(options.origin), resolvable: false }], { setAsideMs: 1000 })
-    this.#placement = options.placement
     this.#headersTimeoutMs = options.headersTimeoutMs
     this.#ownsDispatcher = options.dispatcher === undefined
     this.#dispatcher = options.dispatcher ?? new Agent({
@@ -121,10 +116,8 @@ export class UpstreamClient {
   }
 
   async request (req: UpstreamRequest): Promise<UpstreamResponse> {
-    const sessionId = headerValue(req.headers['mcp-session-id'])
-    const pinned = req.endpoint ?? (sessionId === undefined ? undefined : this.#placement?.get(sessionId))
-    if (pinned !== undefined) return await this.#toSessionEndpoint(pinned, req)
-    return await this.#balanced(req, sessionId === undefined)
+    if (req.endpoint !== undefined) return await this.#toSessionEndpoint(req.endpoint, req)
+    return await this.#balanced(req, req.headers['mcp-session-id'] === undefined)
   }
 
   async #toSessionEndpoint (key: EndpointKey, req: UpstreamRequest): Promise<UpstreamResponse> {
@@ -150,10 +143,7 @@ export class UpstreamClient {
       try {
         const res = await this.#send(key, route, req)
         const issued = headerValue(res.headers['mcp-session-id'])
-        if (sessionless && issued !== undefined) {
-          this.endpoints.sessionPlaced(key)
-          this.#placement?.set(issued, key)
-        }
+        if (sessionless && issued !== undefined) this.endpoints.sessionPlaced(key)
         return res
       } catch (err) {
         // Set aside, it is not picked again while another is in rotation.

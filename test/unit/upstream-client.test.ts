@@ -92,9 +92,8 @@ t.test('UpstreamAbort ends a request before its answer and a stream in the middl
   t.equal(late.listenerCount('abort'), 0, 'undici let go of the signal')
 })
 
-t.test('several endpoints: a named endpoint or a placed session goes there, or fails with upstreamEndpointGone; a request without a session goes past a refusing endpoint', async t => {
+t.test('several endpoints: a request naming its session\'s endpoint goes there, or fails with upstreamEndpointGone; a request without a session goes past a refusing endpoint', async t => {
   const { EndpointSet } = await import('../../src/upstream/endpoint-set.js')
-  const { SessionPlacement } = await import('../../src/upstream/session-placement.js')
   const { targetOfUrl } = await import('../../src/upstream/upstream-url.js')
   const { freePort } = await import('../fixtures/net.js')
   const server = createServer((req, res) => {
@@ -109,8 +108,7 @@ t.test('several endpoints: a named endpoint or a placed session goes there, or f
   const dead = `http://127.0.0.1:${await freePort()}`
   // random 0: the first draw is the refusing endpoint, and wins the tie.
   const endpoints = new EndpointSet([dead, alive].map(o => targetOfUrl(new URL(`${o}/mcp`))), { setAsideMs: 60_000, random: () => 0 })
-  const placement = new SessionPlacement({ maxSessions: 10, ttlMs: 60_000 })
-  const client = new UpstreamClient({ endpoints, placement, headersTimeoutMs: 2000 })
+  const client = new UpstreamClient({ endpoints, headersTimeoutMs: 2000 })
   t.teardown(() => client.close())
 
   const first = await client.request({ method: 'POST', path: '/mcp', headers: {}, body: Buffer.from('{}'), newSession: true })
@@ -118,12 +116,14 @@ t.test('several endpoints: a named endpoint or a placed session goes there, or f
   t.equal(first.endpoint, alive, 'the answer names its endpoint')
   discardBody(first.body)
   t.equal(endpoints.snapshot().find(v => v.endpoint === dead)?.state, 'set_aside')
-  t.equal(placement.get('upstream-session-1'), alive, 'the issued session is placed where it was issued')
-  t.equal(endpoints.snapshot().find(v => v.endpoint === alive)?.sessionsPlaced, 1)
+  t.equal(endpoints.snapshot().find(v => v.endpoint === alive)?.sessionsPlaced, 1, 'the issued session is counted where it was placed')
 
-  const again = await client.request({ method: 'GET', path: '/mcp', headers: { 'mcp-session-id': 'upstream-session-1' } })
-  t.equal(again.endpoint, alive, 'a request of the session goes to its endpoint')
+  // The session's requests name the endpoint its record keeps (sessionRequest); a
+  // session id alone is balanced like any request, so the record is the only routing.
+  const again = await client.request({ method: 'GET', path: '/mcp', headers: { 'mcp-session-id': 'upstream-session-1' }, endpoint: first.endpoint })
+  t.equal(again.endpoint, alive, 'a request naming the session\'s endpoint goes there')
   discardBody(again.body)
+  t.equal(endpoints.snapshot().find(v => v.endpoint === alive)?.sessionsPlaced, 1, 'a request carrying a session id places no new session')
   await t.rejects(client.request({ method: 'GET', path: '/mcp', headers: {}, endpoint: dead }), { code: 'MCPGW_UPSTREAM_ENDPOINT_GONE', statusCode: 404 }, 'named, set aside: gone')
   await t.rejects(client.request({ method: 'GET', path: '/mcp', headers: {}, endpoint: 'http://10.9.9.9:1' }), { code: 'MCPGW_UPSTREAM_ENDPOINT_GONE' }, 'named, not in the set: gone')
 
