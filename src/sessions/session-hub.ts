@@ -96,16 +96,22 @@ export class SessionHub {
   }
 
   /**
-   * The session was established upstream again: its upstream GET, if none
-   * runs here, is opened again under the new upstream id (with the headers
-   * of the last one), so what the new upstream session sends on it is not
-   * dropped. One still running here is on the old session: it ends with it,
-   * and its client's reconnect opens the new one.
+   * The session was established upstream again: its upstream GET, unless one
+   * runs or opens here, is opened under the new upstream id (the pump reads
+   * the record), so what the new upstream session sends on it is not
+   * dropped. With the headers of the session's last GET here, else
+   * `headers` (the re-establishing request's): the old GET may have ended,
+   * and its client gone, before the session was established again. One
+   * running here on the old session goes to the new one at its next resume
+   * upstream, which reads the record again; one held by another replica,
+   * likewise.
    */
-  reopen (sessionId: string): void {
+  reopen (sessionId: string, headers: Record<string, string | string[]>, log: Logger): void {
+    // The upstream has no standalone stream (405): nothing to reopen.
+    if (this.#refusedGets.has(sessionId)) return
     const s = this.#sessions.get(sessionId)
-    if (s === undefined || s.pumping || s.opening !== undefined || s.headers === undefined) return
-    this.openEarly(sessionId, s.headers, s.log ?? this.#o.log)
+    if (s !== undefined && (s.pumping || s.opening !== undefined)) return
+    this.openEarly(sessionId, s?.headers ?? headers, s?.log ?? log)
   }
 
   /** Did the upstream answer this session's GET with 405 (known here)? Its streams cannot be resumed upstream. */

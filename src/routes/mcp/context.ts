@@ -22,7 +22,23 @@ import type { FastifyRequest } from 'fastify'
 import type { SessionCache } from './session-cache.js'
 import type { SessionGuard } from './session-guard.js'
 import { sessionHash } from './session-guard.js'
-import { recordableHeaders } from './request-headers.js'
+import { recordableHeaders, upstreamGetHeaders } from './request-headers.js'
+
+/**
+ * How long a request waits for its session's upstream GET, being opened (at
+ * initialize, or after the session was established upstream again), to
+ * open: one upstream round trip normally; beyond it the request goes on
+ * without it, as it would without the gateway's own GET.
+ */
+export const STANDALONE_OPEN_WAIT_MS = 2000
+/**
+ * The same wait for the request that met the upstream's loss of its session,
+ * once the session is established there again: longer, because every
+ * session of a restarted upstream is established again at once, and their
+ * GETs open in a crowd. The request has waited for the re-establishment
+ * already; an event lost for want of the GET would not come back.
+ */
+const REESTABLISHED_OPEN_WAIT_MS = 10_000
 
 export interface McpRouteDeps {
   readonly maxBodyBytes: number
@@ -157,7 +173,11 @@ export class McpContext {
       case 'reestablished':
       case 'joined':
         this.sessions.set(sessionId, result.record)
-        this.deps.hub.reopen(sessionId)
+        // The new upstream session's GET first, then the request that met the loss:
+        // what that request makes the upstream send on the standalone stream (an SDK
+        // server drops it while no GET is open) then finds the stream open.
+        this.deps.hub.reopen(sessionId, upstreamGetHeaders(request, 'keep'), log)
+        await this.deps.hub.opened(sessionId, REESTABLISHED_OPEN_WAIT_MS)
         return result.record
       case 'incompatible':
         await this.forgetSession(sessionId, log)

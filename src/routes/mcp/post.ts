@@ -21,16 +21,9 @@ import { sessionStateChange } from '../../protocol/session-state.js'
 import { sessionRequest } from '../../upstream/session-request.js'
 import { clientResponseHeaders, headerValue, mediaType } from '../../upstream/headers.js'
 import { sendUpstreamResponse } from '../forward.js'
-import type { McpContext } from './context.js'
+import { STANDALONE_OPEN_WAIT_MS, type McpContext } from './context.js'
 import { isUpstreamSessionId, recordableHeaders, sessionIdOf, upstreamGetHeaders } from './request-headers.js'
 import { sessionHash } from './session-guard.js'
-
-/**
- * How long a request waits for its session's upstream GET, opening at
- * initialize, to open: one upstream round trip normally; beyond it the
- * request goes on without it, as it would without the early GET.
- */
-const EARLY_GET_WAIT_MS = 2000
 
 export async function handlePost (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
   const { guard } = ctx
@@ -42,7 +35,7 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
     record = await guard.requireSession(sessionId, principal, request)
     // The session's upstream GET, opened at initialize, first: what this request
     // makes the upstream send on the standalone stream then finds it open.
-    await hub.opened(sessionId, EARLY_GET_WAIT_MS)
+    await hub.opened(sessionId, STANDALONE_OPEN_WAIT_MS)
   }
   // Not tied to the client connection: the answer is read to its end and recorded.
   let res: UpstreamResponse
