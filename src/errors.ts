@@ -30,6 +30,7 @@ export const REFUSALS = {
   MCPGW_UPSTREAM_UNAVAILABLE: { status: 502, rpcCode: -32000, reason: 'upstream_unavailable' },
   MCPGW_AUTH_UNAVAILABLE: { status: 503, rpcCode: -32000, reason: 'auth_unavailable' },
   MCPGW_DRAINING: { status: 503, rpcCode: -32000, reason: 'draining' },
+  MCPGW_SESSION_REESTABLISHING: { status: 503, rpcCode: -32000, reason: 'session_reestablishing' },
   MCPGW_STORE_UNAVAILABLE: { status: 503, rpcCode: -32000, reason: 'store_unavailable' },
   MCPGW_TOO_MANY_SESSIONS: { status: 503, rpcCode: -32000, reason: 'too_many_sessions' },
   MCPGW_UPSTREAM_TIMEOUT: { status: 504, rpcCode: -32000, reason: 'upstream_timeout' }
@@ -133,6 +134,14 @@ export const errors = {
     'Too Many Requests: MAX_REPLAYS_PER_STREAM resumes of this stream are replaying on this gateway already. Keep one connection per stream; retry after the Retry-After delay.', { 'retry-after': '1' }),
   initializeRateLimited: (retryAfterSeconds: number) => refusal('MCPGW_INITIALIZE_RATE_LIMITED',
     'Too Many Requests: this address exceeds INITIALIZES_PER_MINUTE_PER_ADDRESS new sessions. Reuse the session you have, or retry after the Retry-After delay.', { 'retry-after': String(retryAfterSeconds) }),
+  /**
+   * The upstream lost the session and it could not be established there again
+   * for now (the upstream restarting or unreachable, or another replica's
+   * re-establishment not done in time). The session is kept: the next request
+   * tries again.
+   */
+  sessionReestablishing: () => refusal('MCPGW_SESSION_REESTABLISHING',
+    'Service Unavailable: the upstream lost this session and the gateway could not establish it there again yet (the upstream is restarting or unreachable). The session is kept; retry shortly.', { 'retry-after': '1' }),
   draining: () => refusal('MCPGW_DRAINING',
     'Service Unavailable: this gateway is shutting down. Retry; another replica will answer.', { 'retry-after': '1' })
 }

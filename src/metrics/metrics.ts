@@ -19,10 +19,13 @@ const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', '
  * `joined` (another request or replica did it meanwhile), `incompatible` (the
  * new initialize result promises something else: the session ends),
  * `unrecorded` (no complete recipe: an older or adopted session, or too many
- * subscriptions), `failed` (the upstream did not establish it), `timed_out`
- * (waited in vain for another replica's).
+ * subscriptions), `failed` (the upstream answered, and did not establish
+ * it), `unavailable` (the upstream or the store could not be reached, or the
+ * upstream answered with a server error: the session is kept and the client
+ * told to retry), `timed_out` (waited in vain for another replica's; kept
+ * and retried likewise).
  */
-export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'incompatible', 'unrecorded', 'failed', 'timed_out'] as const
+export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'incompatible', 'unrecorded', 'failed', 'unavailable', 'timed_out'] as const
 export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const

@@ -81,37 +81,51 @@ export class SessionReestablisher {
   }
 
   async #run (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
-    const { store, metrics } = this.#o
+    const { metrics } = this.#o
     const startedAt = performance.now()
     const token = randomBytes(12).toString('base64url')
     let result: Reestablished
     try {
-      if (await metrics.timeStore('session_fence', () => store.acquireSessionFence(sessionId, token, this.#fenceMs))) {
-        try {
-          result = await this.#underFence(sessionId, stale, headers, log)
-        } finally {
-          await store.releaseSessionFence(sessionId, token).catch(() => {})
-        }
-      } else {
-        result = await this.#awaitOther(sessionId, stale)
-      }
+      result = await this.#fenced(sessionId, token, stale, headers, log) ??
+        // Another replica holds the fence: wait for the record to move, or for the fence to go.
+        await this.#awaitOther(sessionId, token, stale, headers, log)
     } catch (err) {
-      log.warn({ err }, 'could not establish the session upstream again')
-      result = { outcome: 'failed' }
+      // Nothing definitive was answered (the upstream or the store could not be reached,
+      // a connection broke): the session is kept, and the next request tries again.
+      log.warn({ err }, 'could not establish the session upstream again for now; the session is kept')
+      result = { outcome: 'unavailable' }
     }
     metrics.upstreamSessionsReestablished.inc({ outcome: result.outcome })
     log.info({ outcome: result.outcome, durationMs: Math.round(performance.now() - startedAt) }, 'upstream session re-establishment')
     return result
   }
 
-  /** Another replica holds the fence: wait for the record to move (or the fence to go, then try again). */
-  async #awaitOther (sessionId: string, stale: SessionRecord): Promise<Reestablished> {
+  /** The re-establishment under the session's fence; undefined when another holds the fence. */
+  async #fenced (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished | undefined> {
+    const { store, metrics } = this.#o
+    if (!await metrics.timeStore('session_fence', () => store.acquireSessionFence(sessionId, token, this.#fenceMs))) return undefined
+    try {
+      return await this.#underFence(sessionId, stale, headers, log)
+    } finally {
+      await store.releaseSessionFence(sessionId, token).catch(() => {})
+    }
+  }
+
+  /**
+   * Another replica holds the fence: wait for the record to move. Should the
+   * fence go without it moving (that replica could not reach the upstream, or
+   * died), this one tries in turn.
+   */
+  async #awaitOther (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
+    const { store, metrics } = this.#o
     const deadline = Date.now() + this.#fenceMs
     while (Date.now() < deadline) {
       await sleep(WAIT_STEP_MS)
-      const record = await this.#o.metrics.timeStore('get_session', () => this.#o.store.getSession(sessionId))
+      const record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
       if (record === null) return { outcome: 'incompatible' }
       if (record.upstreamSessionId !== stale.upstreamSessionId) return { outcome: 'joined', record }
+      const mine = await this.#fenced(sessionId, token, stale, headers, log)
+      if (mine !== undefined) return mine
     }
     return { outcome: 'timed_out' }
   }
@@ -127,7 +141,7 @@ export class SessionReestablisher {
     if (current.upstreamSessionId !== stale.upstreamSessionId) return { outcome: 'joined', record: current }
     if (recipe === null || !recipe.complete) return { outcome: 'unrecorded' }
     const established = await this.#initialize(recipe, baseHeaders(headers), log)
-    if (established === null) return { outcome: 'failed' }
+    if (established === 'failed' || established === 'unavailable') return { outcome: established }
     if (established === 'incompatible') return { outcome: 'incompatible' }
     const { upstreamSessionId, version, endpoint } = established
     const sessionHeaders = { ...baseHeaders(headers), 'mcp-protocol-version': version }
@@ -143,17 +157,25 @@ export class SessionReestablisher {
     return moved.upstreamSessionId === upstreamSessionId ? { outcome: 'reestablished', record: moved } : { outcome: 'joined', record: moved }
   }
 
-  /** POST the recorded initialize; the new session's id and version, 'incompatible', or null when the upstream did not establish one. */
-  async #initialize (recipe: SessionRecipe, headers: Record<string, string | string[]>, log: Logger): Promise<{ upstreamSessionId: string, version: string, endpoint: string | undefined } | 'incompatible' | null> {
+  /**
+   * POST the recorded initialize: the new session's id and version;
+   * 'incompatible'; 'unavailable' when the upstream answered with a server
+   * error, or asked to be called later (408, 429); else 'failed' when it did
+   * not establish one.
+   */
+  async #initialize (recipe: SessionRecipe, headers: Record<string, string | string[]>, log: Logger): Promise<{ upstreamSessionId: string, version: string, endpoint: string | undefined } | 'incompatible' | 'failed' | 'unavailable'> {
     const id = `mcpgw-reinit-${randomBytes(6).toString('base64url')}`
     const body = withId(recipe.initialize, id)
-    if (body === undefined) return null
+    if (body === undefined) return 'failed'
     const res = await this.#post(headers, body)
     const upstreamSessionId = headerValue(res.headers['mcp-session-id'])
     const response = await this.#response(res, id)
     if (res.statusCode !== 200 || upstreamSessionId === undefined || response?.result === undefined) {
-      log.warn({ status: res.statusCode, sessionIssued: upstreamSessionId !== undefined }, 'the upstream did not establish the session again')
-      return null
+      const unavailable = res.statusCode >= 500 || res.statusCode === 408 || res.statusCode === 429
+      log.warn({ status: res.statusCode, sessionIssued: upstreamSessionId !== undefined }, unavailable
+        ? 'the upstream could not establish the session again for now; the session is kept'
+        : 'the upstream did not establish the session again')
+      return unavailable ? 'unavailable' : 'failed'
     }
     const promised = initializePromise(response.result)
     if (promised !== recipe.initializeResult) return 'incompatible'

@@ -4,6 +4,7 @@
 // The gateway establishes the session upstream again from what it recorded; the
 // client keeps its session id and never notices.
 import t, { type Test } from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { startGateway, startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
 import { metricSum, metrics } from '../fixtures/hardening.js'
 import { connectClient, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
@@ -85,4 +86,68 @@ t.test('REESTABLISH_UPSTREAM_SESSIONS=false: the upstream\'s 404, as before', as
   await t.rejects(echo(mcp, 'after'), /404|Session not found/, 'the client gets the upstream\'s 404')
   t.equal(upstream.life.initialized.length, 0, 'nothing was initialized again')
   t.equal(await gw.store.getSession(mcp.sessionId as string), null, 'and the gateway dropped the session\'s records')
+})
+
+// Not the upstream's last word: the session stays, the client is told to retry, and its
+// next request establishes the session again. Before, the upstream's 404 went to the
+// client and the gateway dropped the session: a restart that took a moment longer
+// ended every session whose client called in between.
+for (const kind of ['memory', 'redis'] as const) {
+  t.test(`${kind} store: a call while the restarted upstream does not listen yet: 503, the session kept, the next call goes on with it`, async t => {
+    const upstream = await startRestartableUpstream()
+    t.teardown(() => upstream.close())
+    const gw = await gatewayFor(t, kind, upstream)
+    const mcp = await connectClient(`${gw.url}/mcp`)
+    t.teardown(() => mcp.close())
+    const sessionId = mcp.sessionId as string
+    t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+    await upstream.stop()
+    await t.rejects(echo(mcp, 'while down'), /503|could not establish it there again yet/, 'the call gets 503')
+    t.not(await gw.store.getSession(sessionId), null, 'the session\'s records are kept')
+    await upstream.start()
+    t.same(await echo(mcp, 'back'), [{ type: 'text', text: 'back' }], 'the next call succeeds once the upstream listens')
+    t.equal(mcp.sessionId, sessionId, 'in the same client session')
+    t.equal(upstream.life.initialized.length, 1, 'established again once')
+    const text = await metrics(gw.adminUrl)
+    t.ok(metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'unavailable' }) >= 1, 'the attempt while down counted as unavailable')
+    t.equal(metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'reestablished' }), 1, 'then one re-establishment')
+    t.equal(metricSum(text, 'mcpgw_requests_refused_total', { reason: 'session_reestablishing' }), 1, 'one refusal, counted')
+  })
+}
+
+t.test('a restarted upstream that answers the new initialize with 503: the session kept, the next call goes on with it', async t => {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const gw = await gatewayFor(t, 'memory', upstream)
+  const mcp = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => mcp.close())
+  const sessionId = mcp.sessionId as string
+  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  await upstream.stop()
+  await upstream.start({ refuseInitializes: 1 })
+  await t.rejects(echo(mcp, 'starting'), /503|could not establish it there again yet/, 'the call gets 503')
+  t.not(await gw.store.getSession(sessionId), null, 'the session\'s records are kept')
+  t.same(await echo(mcp, 'ready'), [{ type: 'text', text: 'ready' }], 'the next call succeeds')
+  t.equal(mcp.sessionId, sessionId, 'in the same client session')
+  t.equal(upstream.life.initialized.length, 1, 'established again once')
+})
+
+t.test('a re-establishment waiting for another replica\'s takes the fence when that one lets it go without moving the record', async t => {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const gw = await gatewayFor(t, 'memory', upstream)
+  const mcp = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => mcp.close())
+  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  await upstream.restart()
+  // Another replica holds the fence: it is establishing the session, then gives up.
+  t.ok(await gw.store.acquireSessionFence(mcp.sessionId as string, 'other-replica', 10_000), 'the fence taken by someone else')
+  const started = Date.now()
+  const call = echo(mcp, 'after')
+  await sleep(300)
+  await gw.store.releaseSessionFence(mcp.sessionId as string, 'other-replica')
+  t.same(await call, [{ type: 'text', text: 'after' }], 'the call succeeds')
+  const waited = Date.now() - started
+  t.ok(waited < 5000, `soon after the fence went, not at the end of the wait (${waited} ms)`)
+  t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'reestablished' }), 1, 'established again by this replica')
 })

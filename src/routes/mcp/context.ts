@@ -163,7 +163,12 @@ export class McpContext {
     return await send(moved)
   }
 
-  /** The record to retry under once the session is established upstream again; undefined: the first answer stands. Throws 404 when the session cannot carry over. */
+  /**
+   * The record to retry under once the session is established upstream again;
+   * undefined: the first answer stands. Throws 404 when the session cannot
+   * carry over, and 503 (the session kept) when it could not be established
+   * for now.
+   */
   async reestablish (request: FastifyRequest, sessionId: string, record: SessionRecord): Promise<SessionRecord | undefined> {
     const reestablisher = this.deps.reestablisher
     if (reestablisher === undefined) return undefined
@@ -182,7 +187,12 @@ export class McpContext {
       case 'incompatible':
         await this.forgetSession(sessionId, log)
         throw errors.sessionNotFound()
-      default:
+      case 'unavailable':
+      case 'timed_out':
+        // Not the upstream's last word: the session stays, and the client's retry tries again.
+        throw errors.sessionReestablishing()
+      case 'failed':
+      case 'unrecorded':
         return undefined
     }
   }
