@@ -7,6 +7,7 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { request } from 'undici'
 import { startGateway, type StoreKind } from '../fixtures/gateway.js'
+import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
 import { waitUntil } from '../fixtures/mcp-client.js'
 
 const BAD_IDS: Record<string, string> = { 'U+2028': 'a\u2028b', 'U+0001': 'c\u0001d' }
@@ -17,9 +18,7 @@ for (const kind of ['memory', 'redis'] as StoreKind[]) {
       const gets: Array<string | undefined> = []
       const upstream = createServer((req, res) => {
         if (req.method === 'POST') {
-          req.resume()
-          res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'sess-1' })
-          res.end(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { protocolVersion: '2025-06-18', capabilities: {}, serverInfo: { name: 'x', version: '1' } } }))
+          readMessage(req).then(message => answerInitialize(res, message, 'sess-1', '2025-06-18'), () => res.writeHead(400).end())
           return
         }
         gets.push(req.headers['last-event-id'] as string | undefined)

@@ -21,6 +21,7 @@ import { decodeEventId } from '../../src/protocol/event-id.js'
 import { SLOW_CLIENT_GRACE_MS } from '../../src/sse/client-stream.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { startGateway, testConfig } from '../fixtures/gateway.js'
+import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
 import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil, type McpTestClient, type SseEventRecord } from '../fixtures/mcp-client.js'
 import { startRedisServer, uniquePrefix } from '../fixtures/redis.js'
 import { standaloneItems } from '../fixtures/standalone-log.js'
@@ -174,21 +175,17 @@ t.test('an upstream that hangs', async t => {
   t.test('answers initialize, then hangs on a tool call: the SDK call fails fast with 504', async t => {
     const held = new Set<ServerResponse>()
     const upstream = createHttpServer((req: IncomingMessage, res: ServerResponse) => {
-      let body = ''
-      req.on('data', (chunk: Buffer) => { body += chunk.toString() })
-      req.on('end', () => {
-        if (req.method === 'GET') { res.writeHead(405).end(); return }
-        if (req.method === 'DELETE') { res.writeHead(200).end(); return }
-        const message = JSON.parse(body) as { id?: number, method?: string }
+      if (req.method === 'GET') { res.writeHead(405).end(); return }
+      if (req.method === 'DELETE') { res.writeHead(200).end(); return }
+      readMessage(req).then(message => {
         if (message.method === 'initialize') {
-          res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'hang-1' })
-          res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'hang', version: '0' } } }))
+          answerInitialize(res, message, 'hang-1', '2025-06-18', { tools: {} })
           return
         }
         if (message.id === undefined) { res.writeHead(202).end(); return }
         held.add(res) // never answered
         res.on('close', () => held.delete(res))
-      })
+      }, () => res.writeHead(400).end())
     })
     await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
     t.teardown(async () => {
@@ -217,24 +214,20 @@ async function startPadUpstream (t: Test): Promise<{ url: string, emit: (count: 
   let stream: ServerResponse | undefined
   let sent = 0
   const upstream = createHttpServer((req, res) => {
-    let body = ''
-    req.on('data', (chunk: Buffer) => { body += chunk.toString() })
-    req.on('end', () => {
-      if (req.method === 'GET') {
-        res.writeHead(200, { 'content-type': 'text/event-stream' })
-        res.flushHeaders()
-        stream = res
-        return
-      }
-      if (req.method === 'DELETE') { res.writeHead(200).end(); return }
-      const message = JSON.parse(body) as { id?: number, method?: string }
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.flushHeaders()
+      stream = res
+      return
+    }
+    if (req.method === 'DELETE') { res.writeHead(200).end(); return }
+    readMessage(req).then(message => {
       if (message.method === 'initialize') {
-        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'pad-1' })
-        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: '2025-06-18', capabilities: {}, serverInfo: { name: 'pad', version: '0' } } }))
+        answerInitialize(res, message, 'pad-1', '2025-06-18')
         return
       }
       res.writeHead(202).end()
-    })
+    }, () => res.writeHead(400).end())
   })
   await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
   t.teardown(async () => {
@@ -528,21 +521,17 @@ async function answerEndsDuringOutage (t: Test, longOutage: boolean): Promise<vo
   const redis = await startPersistentRedis(t)
   let pending: ServerResponse | undefined
   const upstream = createHttpServer((req, res) => {
-    let body = ''
-    req.on('data', (chunk: Buffer) => { body += chunk.toString() })
-    req.on('end', () => {
-      if (req.method !== 'POST') { res.writeHead(req.method === 'GET' ? 405 : 200).end(); return }
-      const message = JSON.parse(body) as { id?: number, method?: string }
+    if (req.method !== 'POST') { res.writeHead(req.method === 'GET' ? 405 : 200).end(); return }
+    readMessage(req).then(message => {
       if (message.method === 'initialize') {
-        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'end-1' })
-        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: '2025-06-18', capabilities: {}, serverInfo: { name: 'end', version: '0' } } }))
+        answerInitialize(res, message, 'end-1', '2025-06-18')
         return
       }
       if (message.id === undefined) { res.writeHead(202).end(); return }
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       for (let i = 0; i < 3; i++) res.write(`data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":${i}}}\n\n`)
       pending = res // the response comes later
-    })
+    }, () => res.writeHead(400).end())
   })
   await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
   t.teardown(async () => {
@@ -597,26 +586,22 @@ t.test('1,000 clients reconnecting at once', async t => {
   const streams = new Map<string, ServerResponse>()
   let sessions = 0
   const upstream = createHttpServer((req, res) => {
-    let body = ''
-    req.on('data', (chunk: Buffer) => { body += chunk.toString() })
-    req.on('end', () => {
-      const sessionId = req.headers['mcp-session-id'] as string | undefined
-      if (req.method === 'GET' && sessionId !== undefined) {
-        res.writeHead(200, { 'content-type': 'text/event-stream' })
-        res.flushHeaders()
-        streams.set(sessionId, res)
-        res.on('close', () => { if (streams.get(sessionId) === res) streams.delete(sessionId) })
-        return
-      }
-      if (req.method !== 'POST') { res.writeHead(200).end(); return }
-      const message = JSON.parse(body) as { id?: number, method?: string }
+    const sessionId = req.headers['mcp-session-id'] as string | undefined
+    if (req.method === 'GET' && sessionId !== undefined) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.flushHeaders()
+      streams.set(sessionId, res)
+      res.on('close', () => { if (streams.get(sessionId) === res) streams.delete(sessionId) })
+      return
+    }
+    if (req.method !== 'POST') { res.writeHead(200).end(); return }
+    readMessage(req).then(message => {
       if (message.method === 'initialize') {
-        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': `storm-${++sessions}` })
-        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: '2025-06-18', capabilities: {}, serverInfo: { name: 'storm', version: '0' } } }))
+        answerInitialize(res, message, `storm-${++sessions}`, '2025-06-18')
         return
       }
       res.writeHead(202).end()
-    })
+    }, () => res.writeHead(400).end())
   })
   upstream.maxConnections = N * 3
   await new Promise<void>(resolve => upstream.listen({ port: 0, host: '127.0.0.1', backlog: 4096 }, resolve))

@@ -24,6 +24,7 @@ import { SseDecoder, type UpstreamEvent } from '../../src/sse/decoder.js'
 import { EventTooLargeError } from '../../src/sse/event-too-large.js'
 import { decodeEventId } from '../../src/protocol/event-id.js'
 import { startGateway } from '../fixtures/gateway.js'
+import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
 import { exchange, rawInitialize, sseEvents, type RawSession } from '../fixtures/hardening.js'
 import { dataOf, eventOf } from '../fixtures/events.js'
 
@@ -351,7 +352,7 @@ interface FuzzUpstream {
 async function startFuzzUpstream (t: Test): Promise<FuzzUpstream> {
   const plans = new Map<number, { chunks: Buffer[], gapMs: number }>()
   let sessions = 0
-  const answer = async (req: IncomingMessage, res: ServerResponse, body: string): Promise<void> => {
+  const answer = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     if (req.method === 'GET') {
       res.writeHead(405, { allow: 'POST' }).end()
       return
@@ -360,10 +361,9 @@ async function startFuzzUpstream (t: Test): Promise<FuzzUpstream> {
       res.writeHead(200).end()
       return
     }
-    const message = JSON.parse(body) as { id?: number, method?: string }
+    const message = await readMessage(req)
     if (message.method === 'initialize') {
-      res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': `fuzz-${++sessions}` })
-      res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: '2025-06-18', capabilities: {}, serverInfo: { name: 'fuzz', version: '0' } } }))
+      answerInitialize(res, message, `fuzz-${++sessions}`, '2025-06-18')
       return
     }
     if (message.id === undefined) {
@@ -383,12 +383,7 @@ async function startFuzzUpstream (t: Test): Promise<FuzzUpstream> {
     }
     res.end()
   }
-  const server = createServer((req, res) => {
-    let body = ''
-    req.setEncoding('utf8')
-    req.on('data', (chunk: string) => { body += chunk })
-    req.on('end', () => { answer(req, res, body).catch(() => res.destroy()) })
-  })
+  const server = createServer((req, res) => { answer(req, res).catch(() => res.destroy()) })
   await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`
   const close = async (): Promise<void> => {

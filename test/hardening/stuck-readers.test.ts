@@ -14,6 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { startGatewayWithLog, type LoggingGateway } from '../fixtures/gateway.js'
+import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
 import { metricSum, metrics, rawInitialize, rawRequest, RawSse, until, type RawSession } from '../fixtures/hardening.js'
 
 t.setTimeout(120_000)
@@ -29,14 +30,10 @@ const BUDGET = 16 * 1024 * 1024
 /** An upstream whose tools/call answers with EVENTS notifications of EVENT_PAD bytes, then the result. */
 async function startLargeAnswerUpstream (t: Test): Promise<string> {
   const upstream = createServer((req, res: ServerResponse) => {
-    let body = ''
-    req.on('data', (chunk: Buffer) => { body += chunk.toString() })
-    req.on('end', () => {
-      if (req.method !== 'POST') { res.writeHead(405).end(); return }
-      const message = JSON.parse(body) as { id?: number, method?: string }
+    if (req.method !== 'POST') { res.writeHead(405).end(); return }
+    readMessage(req).then(message => {
       if (message.method === 'initialize') {
-        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'large-1' })
-        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { protocolVersion: '2025-06-18', capabilities: {}, serverInfo: { name: 'large', version: '0' } } }))
+        answerInitialize(res, message, 'large-1', '2025-06-18')
         return
       }
       if (message.method !== 'tools/call') { res.writeHead(202).end(); return }
@@ -44,7 +41,7 @@ async function startLargeAnswerUpstream (t: Test): Promise<string> {
       const pad = 'p'.repeat(EVENT_PAD)
       for (let i = 0; i < EVENTS; i++) res.write(`data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":{"seq":${i},"pad":"${pad}"}}}\n\n`)
       res.end(`data: {"jsonrpc":"2.0","id":${String(message.id)},"result":{"content":[]}}\n\n`)
-    })
+    }, () => res.writeHead(400).end())
   })
   await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
   t.teardown(async () => {
