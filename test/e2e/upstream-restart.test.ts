@@ -151,3 +151,21 @@ t.test('a re-establishment waiting for another replica\'s takes the fence when t
   t.ok(waited < 5000, `soon after the fence went, not at the end of the wait (${waited} ms)`)
   t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'reestablished' }), 1, 'established again by this replica')
 })
+
+t.test('the upstream loses the session again right after it was established again: 503, the session kept, the next call goes on with it', async t => {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const gw = await gatewayFor(t, 'memory', upstream)
+  const mcp = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => mcp.close())
+  const sessionId = mcp.sessionId as string
+  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  await upstream.stop()
+  // The first session the new life establishes is gone before the call is sent again.
+  await upstream.start({ forgetSessions: 1 })
+  await t.rejects(echo(mcp, 'lost again'), /503|could not establish it there again yet/, 'the call sent again meets a 404: the client gets 503')
+  t.not(await gw.store.getSession(sessionId), null, 'the session\'s records are kept')
+  t.same(await echo(mcp, 'then'), [{ type: 'text', text: 'then' }], 'the next call establishes it again and succeeds')
+  t.equal(mcp.sessionId, sessionId, 'in the same client session')
+  t.equal(upstream.life.initialized.length, 2, 'two initializes: the lost one, and the one that held')
+})

@@ -40,6 +40,18 @@ export const STANDALONE_OPEN_WAIT_MS = 2000
  */
 const REESTABLISHED_OPEN_WAIT_MS = 10_000
 
+/**
+ * The answer to a request sent again once its session was established
+ * upstream again. A 404 to it says the upstream lost the session once more
+ * (it restarted again meanwhile), not that the session ended: the session is
+ * kept, and the client's retry establishes it again.
+ */
+export function sentAgain (res: UpstreamResponse): UpstreamResponse {
+  if (!upstreamLostSession(res)) return res
+  discardBody(res.body)
+  throw errors.sessionReestablishing()
+}
+
 export interface McpRouteDeps {
   readonly maxBodyBytes: number
   readonly config: GatewayConfig
@@ -154,13 +166,13 @@ export class McpContext {
       if (!upstreamUnreachable(err)) throw err
       const moved = await this.reestablish(request, sessionId, record)
       if (moved === undefined) throw err
-      return await send(moved)
+      return sentAgain(await send(moved))
     }
     if (!upstreamLostSession(first)) return first
     const moved = await this.reestablish(request, sessionId, record)
     if (moved === undefined) return first
     discardBody(first.body)
-    return await send(moved)
+    return sentAgain(await send(moved))
   }
 
   /**
@@ -190,6 +202,7 @@ export class McpContext {
       case 'unavailable':
       case 'timed_out':
         // Not the upstream's last word: the session stays, and the client's retry tries again.
+        // (The answer to the request sent again after a re-establishment is read likewise: sentAgain.)
         throw errors.sessionReestablishing()
       case 'failed':
       case 'unrecorded':

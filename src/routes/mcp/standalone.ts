@@ -12,7 +12,7 @@ import { STANDALONE_STREAM, type SessionRecord, type StreamState } from '../../s
 import { discardBody, type UpstreamResponse } from '../../upstream/client.js'
 import { upstreamLostSession, upstreamUnreachable } from '../../sessions/reestablish.js'
 import { sendUpstreamResponse } from '../forward.js'
-import type { McpContext } from './context.js'
+import { sentAgain, type McpContext } from './context.js'
 import { enterReplay, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
 import { recordableHeaders } from './request-headers.js'
 import { resumePoint } from './resume-point.js'
@@ -31,12 +31,18 @@ async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: 
     refusal = await hub.ensurePump(sessionId, headers, log)
   } catch (err) {
     if (!upstreamUnreachable(err) || await ctx.reestablish(request, sessionId, record) === undefined) throw err
-    return await hub.ensurePump(sessionId, headers, log)
+    return await ensuredAgain(hub.ensurePump(sessionId, headers, log))
   }
   if (refusal === null || !upstreamLostSession(refusal)) return refusal
   if (await ctx.reestablish(request, sessionId, record) === undefined) return refusal
   discardBody(refusal.body)
-  return await hub.ensurePump(sessionId, headers, log)
+  return await ensuredAgain(hub.ensurePump(sessionId, headers, log))
+}
+
+/** The upstream GET asked for again after a re-establishment: a 404 to it is the upstream losing the session once more (see sentAgain). */
+async function ensuredAgain (ensured: Promise<UpstreamResponse | null>): Promise<UpstreamResponse | null> {
+  const refusal = await ensured
+  return refusal === null ? null : sentAgain(refusal)
 }
 
 export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
