@@ -125,3 +125,25 @@ t.test('store health: one line when operations start failing, one when they succ
   ])
   t.equal(lines.length, 2)
 })
+
+t.test('docs/observability.md names every label value the metrics export', async t => {
+  const { readFile } = await import('node:fs/promises')
+  const doc = await readFile(new URL('../../docs/observability.md', import.meta.url), 'utf8')
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  // Values that are not a closed set of the code's: bucket bounds, the build's own
+  // version, store and Node, and HTTP statuses (the refusal table is checked in refusals.test.ts).
+  const open = new Set(['le', 'version', 'node_version', 'store', 'status', 'endpoint'])
+  const undocumented = new Set<string>()
+  let checked = 0
+  for (const metric of await metrics.registry.getMetricsAsJSON()) {
+    for (const { labels } of metric.values) {
+      for (const [name, value] of Object.entries(labels)) {
+        if (open.has(name)) continue
+        checked++
+        if (!doc.includes(`\`${String(value)}\``)) undocumented.add(`${metric.name}{${name}="${String(value)}"}`)
+      }
+    }
+  }
+  t.ok(checked > 50, `label values checked: ${checked}`)
+  t.same([...undocumented], [], 'each named in the doc')
+})
