@@ -6,7 +6,7 @@
 import t, { type Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startGateway, startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
-import { metricSum, metrics } from '../fixtures/hardening.js'
+import { exchange, metricSum, metrics, rawInitialize, until } from '../fixtures/hardening.js'
 import { connectClient, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
 import { useRedis } from '../fixtures/redis.js'
 import { startRestartableUpstream, type RestartableUpstream } from '../fixtures/restartable-upstream.js'
@@ -168,4 +168,25 @@ t.test('the upstream loses the session again right after it was established agai
   t.same(await echo(mcp, 'then'), [{ type: 'text', text: 'then' }], 'the next call establishes it again and succeeds')
   t.equal(mcp.sessionId, sessionId, 'in the same client session')
   t.equal(upstream.life.initialized.length, 2, 'two initializes: the lost one, and the one that held')
+})
+
+t.test('a client\'s GET meets the upstream losing the session again right after it was established again: 503, the session kept, the next GET opens the stream', async t => {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const gw = await gatewayFor(t, 'memory', upstream)
+  const mcpUrl = `${gw.url}/mcp`
+  const session = await rawInitialize(mcpUrl, { version: '2025-11-25' })
+  t.ok(await until(() => gw.gateway.hub.pumpCount === 1, 2000), 'the session\'s upstream GET opened at initialize')
+  await upstream.stop()
+  t.ok(await until(() => gw.gateway.hub.pumpCount === 0, 2000), 'and ended with the upstream')
+  await upstream.start({ forgetSessions: 1 })
+  const first = await exchange(mcpUrl, { headers: session.getHeaders() }, 3000)
+  t.equal(first.status, 503, 'the GET gets 503')
+  t.match(first.text, /could not establish it there again yet/, 'saying why')
+  t.not(await gw.store.getSession(session.sessionId), null, 'the session\'s records are kept')
+  const second = await exchange(mcpUrl, { headers: session.getHeaders() }, 1500)
+  t.equal(second.status, 200, 'the next GET opens the stream')
+  t.equal(upstream.life.initialized.length, 2, 'on the second session established upstream')
+  const held = upstream.life.initialized[1]
+  t.ok(upstream.life.requests.some(r => r.method === 'GET' && r.sessionId === held), 'whose GET is open upstream')
 })
