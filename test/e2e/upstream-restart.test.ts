@@ -88,50 +88,6 @@ t.test('REESTABLISH_UPSTREAM_SESSIONS=false: the upstream\'s 404, as before', as
   t.equal(await gw.store.getSession(mcp.sessionId as string), null, 'and the gateway dropped the session\'s records')
 })
 
-// Not the upstream's last word: the session stays, the client is told to retry, and its
-// next request establishes the session again. Before, the upstream's 404 went to the
-// client and the gateway dropped the session: a restart that took a moment longer
-// ended every session whose client called in between.
-for (const kind of ['memory', 'redis'] as const) {
-  t.test(`${kind} store: a call while the restarted upstream does not listen yet: 503, the session kept, the next call goes on with it`, async t => {
-    const upstream = await startRestartableUpstream()
-    t.teardown(() => upstream.close())
-    const gw = await gatewayFor(t, kind, upstream)
-    const mcp = await connectClient(`${gw.url}/mcp`)
-    t.teardown(() => mcp.close())
-    const sessionId = mcp.sessionId as string
-    t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
-    await upstream.stop()
-    await t.rejects(echo(mcp, 'while down'), /503|could not establish it there again yet/, 'the call gets 503')
-    t.not(await gw.store.getSession(sessionId), null, 'the session\'s records are kept')
-    await upstream.start()
-    t.same(await echo(mcp, 'back'), [{ type: 'text', text: 'back' }], 'the next call succeeds once the upstream listens')
-    t.equal(mcp.sessionId, sessionId, 'in the same client session')
-    t.equal(upstream.life.initialized.length, 1, 'established again once')
-    const text = await metrics(gw.adminUrl)
-    t.ok(metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'unavailable' }) >= 1, 'the attempt while down counted as unavailable')
-    t.equal(metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'reestablished' }), 1, 'then one re-establishment')
-    t.equal(metricSum(text, 'mcpgw_requests_refused_total', { reason: 'session_reestablishing' }), 1, 'one refusal, counted')
-  })
-}
-
-t.test('a restarted upstream that answers the new initialize with 503: the session kept, the next call goes on with it', async t => {
-  const upstream = await startRestartableUpstream()
-  t.teardown(() => upstream.close())
-  const gw = await gatewayFor(t, 'memory', upstream)
-  const mcp = await connectClient(`${gw.url}/mcp`)
-  t.teardown(() => mcp.close())
-  const sessionId = mcp.sessionId as string
-  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
-  await upstream.stop()
-  await upstream.start({ refuseInitializes: 1 })
-  await t.rejects(echo(mcp, 'starting'), /503|could not establish it there again yet/, 'the call gets 503')
-  t.not(await gw.store.getSession(sessionId), null, 'the session\'s records are kept')
-  t.same(await echo(mcp, 'ready'), [{ type: 'text', text: 'ready' }], 'the next call succeeds')
-  t.equal(mcp.sessionId, sessionId, 'in the same client session')
-  t.equal(upstream.life.initialized.length, 1, 'established again once')
-})
-
 t.test('a re-establishment waiting for another replica\'s takes the fence when that one lets it go without moving the record', async t => {
   const upstream = await startRestartableUpstream()
   t.teardown(() => upstream.close())
@@ -150,24 +106,6 @@ t.test('a re-establishment waiting for another replica\'s takes the fence when t
   const waited = Date.now() - started
   t.ok(waited < 5000, `soon after the fence went, not at the end of the wait (${waited} ms)`)
   t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'reestablished' }), 1, 'established again by this replica')
-})
-
-t.test('the upstream loses the session again right after it was established again: 503, the session kept, the next call goes on with it', async t => {
-  const upstream = await startRestartableUpstream()
-  t.teardown(() => upstream.close())
-  const gw = await gatewayFor(t, 'memory', upstream)
-  const mcp = await connectClient(`${gw.url}/mcp`)
-  t.teardown(() => mcp.close())
-  const sessionId = mcp.sessionId as string
-  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
-  await upstream.stop()
-  // The first session the new life establishes is gone before the call is sent again.
-  await upstream.start({ forgetSessions: 1 })
-  await t.rejects(echo(mcp, 'lost again'), /503|could not establish it there again yet/, 'the call sent again meets a 404: the client gets 503')
-  t.not(await gw.store.getSession(sessionId), null, 'the session\'s records are kept')
-  t.same(await echo(mcp, 'then'), [{ type: 'text', text: 'then' }], 'the next call establishes it again and succeeds')
-  t.equal(mcp.sessionId, sessionId, 'in the same client session')
-  t.equal(upstream.life.initialized.length, 2, 'two initializes: the lost one, and the one that held')
 })
 
 t.test('a client\'s GET meets the upstream losing the session again right after it was established again: 503, the session kept, the next GET opens the stream', async t => {
@@ -190,3 +128,38 @@ t.test('a client\'s GET meets the upstream losing the session again right after 
   const held = upstream.life.initialized[1]
   t.ok(upstream.life.requests.some(r => r.method === 'GET' && r.sessionId === held), 'whose GET is open upstream')
 })
+
+// Not the upstream's last word: the session stays, the client is told to retry, and its
+// next request establishes the session again. Before, the upstream's 404 went to the
+// client and the gateway dropped the session: a restart that took a moment longer
+// ended every session whose client called in between.
+const notYet: Array<{ what: string, down: (u: RestartableUpstream) => Promise<void>, up: (u: RestartableUpstream) => Promise<void>, initializes: number, reestablished: number, unavailable: boolean }> = [
+  { what: 'does not listen yet', down: async u => await u.stop(), up: async u => await u.start(), initializes: 1, reestablished: 1, unavailable: true },
+  { what: 'answers the new initialize with 503', down: async u => { await u.stop(); await u.start({ refuseInitializes: 1 }) }, up: async () => {}, initializes: 1, reestablished: 1, unavailable: true },
+  // The first session the new life establishes is gone before the call is sent again: its 404 is the upstream losing it again.
+  { what: 'loses the session again right after it was established again', down: async u => { await u.stop(); await u.start({ forgetSessions: 1 }) }, up: async () => {}, initializes: 2, reestablished: 2, unavailable: false }
+]
+for (const kind of ['memory', 'redis'] as const) {
+  for (const c of notYet) {
+    t.test(`${kind} store: the restarted upstream ${c.what}: 503, the session kept, the next call goes on with it`, async t => {
+      const upstream = await startRestartableUpstream()
+      t.teardown(() => upstream.close())
+      const gw = await gatewayFor(t, kind, upstream)
+      const mcp = await connectClient(`${gw.url}/mcp`)
+      t.teardown(() => mcp.close())
+      const sessionId = mcp.sessionId as string
+      t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+      await c.down(upstream)
+      await t.rejects(echo(mcp, 'meanwhile'), /503|could not establish it there again yet/, 'the call gets 503')
+      t.not(await gw.store.getSession(sessionId), null, 'the session\'s records are kept')
+      await c.up(upstream)
+      t.same(await echo(mcp, 'then'), [{ type: 'text', text: 'then' }], 'the next call succeeds')
+      t.equal(mcp.sessionId, sessionId, 'in the same client session')
+      t.equal(upstream.life.initialized.length, c.initializes, `${c.initializes} initialize(s) on the upstream's new life`)
+      const text = await metrics(gw.adminUrl)
+      t.equal(metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'unavailable' }) > 0, c.unavailable, c.unavailable ? 'the failed attempt counted as unavailable' : 'no attempt counted as unavailable')
+      t.equal(metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'reestablished' }), c.reestablished, `${c.reestablished} re-establishment(s) done`)
+      t.equal(metricSum(text, 'mcpgw_requests_refused_total', { reason: 'session_reestablishing' }), 1, 'one refusal, counted')
+    })
+  }
+}
