@@ -24,6 +24,17 @@ async function gatewayFor (t: Test, kind: 'memory' | 'redis', upstream: Restarta
   return await startGatewayOnRedis(t, await useRedis(t, 'restart-up'), upstream.url, env)
 }
 
+/** A store-less upstream, a gateway in front of it, and an SDK client whose session has made one call. */
+async function sessionThrough (t: Test, kind: 'memory' | 'redis', env: Record<string, string> = {}): Promise<{ upstream: RestartableUpstream, gw: RunningGateway, mcp: McpTestClient, sessionId: string }> {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const gw = await gatewayFor(t, kind, upstream, env)
+  const mcp = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => mcp.close())
+  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }], 'a call before')
+  return { upstream, gw, mcp, sessionId: mcp.sessionId as string }
+}
+
 for (const kind of ['memory', 'redis'] as const) {
   t.test(`${kind} store: the upstream restarted twice during one session`, async t => {
     const upstream = await startRestartableUpstream()
@@ -62,13 +73,7 @@ for (const kind of ['memory', 'redis'] as const) {
 }
 
 t.test('a restarted upstream whose initialize result has other capabilities: 404, the session ends', async t => {
-  const upstream = await startRestartableUpstream()
-  t.teardown(() => upstream.close())
-  const gw = await gatewayFor(t, 'memory', upstream)
-  const mcp = await connectClient(`${gw.url}/mcp`)
-  t.teardown(() => mcp.close())
-  const sessionId = mcp.sessionId as string
-  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  const { upstream, gw, mcp, sessionId } = await sessionThrough(t, 'memory')
   await upstream.restart({ capabilities: { experimental: { somethingNew: {} } } })
   await t.rejects(echo(mcp, 'after'), /404|Session not found/, 'the client gets 404')
   t.equal(await gw.store.getSession(sessionId), null, 'the gateway dropped the session')
@@ -76,12 +81,7 @@ t.test('a restarted upstream whose initialize result has other capabilities: 404
 })
 
 t.test('REESTABLISH_UPSTREAM_SESSIONS=false: the upstream\'s 404, as before', async t => {
-  const upstream = await startRestartableUpstream()
-  t.teardown(() => upstream.close())
-  const gw = await gatewayFor(t, 'memory', upstream, { REESTABLISH_UPSTREAM_SESSIONS: 'false' })
-  const mcp = await connectClient(`${gw.url}/mcp`)
-  t.teardown(() => mcp.close())
-  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  const { upstream, gw, mcp } = await sessionThrough(t, 'memory', { REESTABLISH_UPSTREAM_SESSIONS: 'false' })
   await upstream.restart()
   await t.rejects(echo(mcp, 'after'), /404|Session not found/, 'the client gets the upstream\'s 404')
   t.equal(upstream.life.initialized.length, 0, 'nothing was initialized again')
@@ -89,12 +89,7 @@ t.test('REESTABLISH_UPSTREAM_SESSIONS=false: the upstream\'s 404, as before', as
 })
 
 t.test('a re-establishment waiting for another replica\'s takes the fence when that one lets it go without moving the record', async t => {
-  const upstream = await startRestartableUpstream()
-  t.teardown(() => upstream.close())
-  const gw = await gatewayFor(t, 'memory', upstream)
-  const mcp = await connectClient(`${gw.url}/mcp`)
-  t.teardown(() => mcp.close())
-  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  const { upstream, gw, mcp } = await sessionThrough(t, 'memory')
   await upstream.restart()
   // Another replica holds the fence: it is establishing the session, then gives up.
   t.ok(await gw.store.acquireSessionFence(mcp.sessionId as string, 'other-replica', 10_000), 'the fence taken by someone else')
@@ -142,13 +137,7 @@ const notYet: Array<{ what: string, down: (u: RestartableUpstream) => Promise<vo
 for (const kind of ['memory', 'redis'] as const) {
   for (const c of notYet) {
     t.test(`${kind} store: the restarted upstream ${c.what}: 503, the session kept, the next call goes on with it`, async t => {
-      const upstream = await startRestartableUpstream()
-      t.teardown(() => upstream.close())
-      const gw = await gatewayFor(t, kind, upstream)
-      const mcp = await connectClient(`${gw.url}/mcp`)
-      t.teardown(() => mcp.close())
-      const sessionId = mcp.sessionId as string
-      t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+      const { upstream, gw, mcp, sessionId } = await sessionThrough(t, kind)
       await c.down(upstream)
       await t.rejects(echo(mcp, 'meanwhile'), /503|could not establish it there again yet/, 'the call gets 503')
       t.not(await gw.store.getSession(sessionId), null, 'the session\'s records are kept')
