@@ -140,16 +140,19 @@ export class SessionReestablisher {
     // Another replica did it just before this one took the fence.
     if (current.upstreamSessionId !== stale.upstreamSessionId) return { outcome: 'joined', record: current }
     if (recipe === null || !recipe.complete) return { outcome: 'unrecorded' }
-    const established = await this.#initialize(recipe, baseHeaders(headers), log)
+    // The upstream's answers within the fence's time: one that accepts the requests and
+    // never answers must not hold the client's request (and the fence) for long.
+    const signal = AbortSignal.timeout(this.#fenceMs)
+    const established = await this.#initialize(recipe, baseHeaders(headers), signal, log)
     if (established === 'failed' || established === 'unavailable') return { outcome: established }
     if (established === 'incompatible') return { outcome: 'incompatible' }
     const { upstreamSessionId, version, endpoint } = established
     const sessionHeaders = { ...baseHeaders(headers), 'mcp-protocol-version': version }
     // Where the upstream placed the new session (with several endpoints, maybe not where the old one was).
     const placement: UpstreamPlacement = { upstreamSessionId, ...(endpoint !== undefined && { endpoint }) }
-    await this.#notify(placement, sessionHeaders)
+    await this.#notify(placement, sessionHeaders, signal)
     for (const request of stateRequests(recipe)) {
-      const response = await this.#call(placement, sessionHeaders, request)
+      const response = await this.#call(placement, sessionHeaders, request, signal)
       if (response?.error !== undefined) log.warn({ method: request.method, error: response.error }, 'the upstream refused a session-state request replayed on re-establishment; going on without it')
     }
     const moved = await metrics.timeStore('move_placement', () => store.movePlacement(sessionId, stale.upstreamSessionId, placement))
@@ -163,11 +166,11 @@ export class SessionReestablisher {
    * error, or asked to be called later (408, 429); else 'failed' when it did
    * not establish one.
    */
-  async #initialize (recipe: SessionRecipe, headers: Record<string, string | string[]>, log: Logger): Promise<{ upstreamSessionId: string, version: string, endpoint: string | undefined } | 'incompatible' | 'failed' | 'unavailable'> {
+  async #initialize (recipe: SessionRecipe, headers: Record<string, string | string[]>, signal: AbortSignal, log: Logger): Promise<{ upstreamSessionId: string, version: string, endpoint: string | undefined } | 'incompatible' | 'failed' | 'unavailable'> {
     const id = `mcpgw-reinit-${randomBytes(6).toString('base64url')}`
     const body = withId(recipe.initialize, id)
     if (body === undefined) return 'failed'
-    const res = await this.#post(headers, body)
+    const res = await this.#post(headers, body, signal)
     const upstreamSessionId = headerValue(res.headers['mcp-session-id'])
     const response = await this.#response(res, id)
     if (res.statusCode !== 200 || upstreamSessionId === undefined || response?.result === undefined) {
@@ -182,21 +185,21 @@ export class SessionReestablisher {
     return { upstreamSessionId, version: (response.result as { protocolVersion: string }).protocolVersion, endpoint: res.endpoint }
   }
 
-  async #notify (placement: UpstreamPlacement, headers: Record<string, string | string[]>): Promise<void> {
-    const res = await this.#post(headers, Buffer.from('{"jsonrpc":"2.0","method":"notifications/initialized"}'), placement)
+  async #notify (placement: UpstreamPlacement, headers: Record<string, string | string[]>, signal: AbortSignal): Promise<void> {
+    const res = await this.#post(headers, Buffer.from('{"jsonrpc":"2.0","method":"notifications/initialized"}'), signal, placement)
     discardBody(res.body)
   }
 
-  async #call (placement: UpstreamPlacement, headers: Record<string, string | string[]>, request: { method: string, body: string }): Promise<JsonRpcResponse | undefined> {
+  async #call (placement: UpstreamPlacement, headers: Record<string, string | string[]>, request: { method: string, body: string }, signal: AbortSignal): Promise<JsonRpcResponse | undefined> {
     const id = `mcpgw-restate-${randomBytes(6).toString('base64url')}`
     const body = withId(request.body, id)
     if (body === undefined) return undefined
-    return await this.#response(await this.#post(headers, body, placement), id)
+    return await this.#response(await this.#post(headers, body, signal, placement), id)
   }
 
   /** A request of the new session (`placement`), or without one: an initialize, placed as a new session is. */
-  async #post (headers: Record<string, string | string[]>, body: Buffer, placement?: UpstreamPlacement): Promise<UpstreamResponse> {
-    const post = { method: 'POST', path: this.#o.mcpPath, headers, body }
+  async #post (headers: Record<string, string | string[]>, body: Buffer, signal: AbortSignal, placement?: UpstreamPlacement): Promise<UpstreamResponse> {
+    const post = { method: 'POST', path: this.#o.mcpPath, headers, body, signal }
     return await this.#o.upstream.request(placement === undefined ? { ...post, newSession: true } : sessionRequest(placement, post))
   }
 
