@@ -146,6 +146,11 @@ export const errors = {
     'Service Unavailable: this gateway is shutting down. Retry; another replica will answer.', { 'retry-after': '1' })
 }
 
+/** Is `err` the gateway's 404 for a session it does not know (or not for this principal)? */
+export function isSessionNotFound (err: unknown): boolean {
+  return err instanceof GatewayError && err.code === 'MCPGW_SESSION_NOT_FOUND'
+}
+
 /** The store has no record of the session (never created, expired, deleted or lost). */
 export class SessionGoneError extends Error {
   constructor (sessionId: string) {

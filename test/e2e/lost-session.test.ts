@@ -149,3 +149,43 @@ t.test('on Redis the intact mark decides; a mark that is not a time reads as int
   t.ok(sseEvents(served.text).some(e => e.data.includes('"back"')), 'and served by the upstream')
   t.not(await store.getSession(session.sessionId), null, 'recorded again in Redis')
 })
+
+t.test('the resume of a request stream of a session the store lost: its response is reported lost, not the session; the session\'s next request records it again', async (t) => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const first = await startGateway(t, 'memory', upstream.url)
+  const session = await rawInitialize(`${first.url}/mcp`, { version: VERSION })
+  const call = await post(first.url, session.sessionId, callTool(3, 'echo', { text: 'x' }))
+  const lastId = sseEvents(call.text).map(e => e.id).filter(id => id !== undefined).at(-1)
+  t.ok(lastId !== undefined, 'the call\'s answer carried gateway event ids')
+  // The process restarts with an empty embedded store.
+  await first.close()
+  const second = await startGateway(t, 'memory', upstream.url)
+
+  const resumed = await exchange(`${second.url}/mcp`, { headers: session.getHeaders(lastId) })
+  t.equal(resumed.status, 200, 'the resume is answered, not refused')
+  t.equal(resumed.headers['x-mcp-gateway-gap'], 'epoch', 'with the gap the store\'s loss made')
+  const answer = sseEvents(resumed.text).map(e => e.data === '' ? undefined : JSON.parse(e.data) as { id?: unknown, error?: { message?: string } }).find(m => m?.id === 3)
+  t.match(answer?.error, { code: -32000, message: /lost/ }, 'its request answered with the error for a lost response: the client retries it')
+  t.equal(await second.store.getSession(session.sessionId), null, 'nothing recorded by the resume (it never reaches the upstream)')
+
+  const stranger = await exchange(`${second.url}/mcp`, { headers: session.getHeaders(lastId, { authorization: 'Bearer someone-else' }) })
+  t.equal(stranger.status, 404, 'another principal with the same id and Last-Event-ID: 404, as before')
+
+  const next = await post(second.url, session.sessionId, callTool(4, 'echo', { text: 'again' }))
+  t.equal(next.status, 200, 'the session\'s next request is served')
+  t.ok(sseEvents(next.text).some(e => e.data.includes('"again"')), 'by the upstream, on the same session')
+  t.not(await second.store.getSession(session.sessionId), null, 'and records the session again')
+})
+
+t.test('the resume of a request stream of a deleted session: 404, as before', async (t) => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const gw = await startGateway(t, 'memory', upstream.url)
+  const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
+  const call = await post(gw.url, session.sessionId, callTool(3, 'echo', { text: 'x' }))
+  const lastId = sseEvents(call.text).map(e => e.id).filter(id => id !== undefined).at(-1)
+  t.equal((await exchange(`${gw.url}/mcp`, { method: 'DELETE', headers: session.headers() })).status, 200, 'deleted')
+  await sleep(2100) // past the gateway's 2 s cache of verified sessions
+  t.equal((await exchange(`${gw.url}/mcp`, { headers: session.getHeaders(lastId) })).status, 404, 'the resume gets 404')
+})

@@ -3,14 +3,14 @@
  * from a Last-Event-ID on it), or the resume of a request stream.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { errors } from '../../errors.js'
+import { errors, isSessionNotFound } from '../../errors.js'
 import type { ProtocolInfo } from '../../protocol/era.js'
 import { decodeEventId, type EventPosition } from '../../protocol/event-id.js'
-import { STANDALONE_STREAM } from '../../store/contract.js'
+import { STANDALONE_STREAM, type SessionRecord } from '../../store/contract.js'
 import { forwardTransparently } from '../forward.js'
 import type { McpContext } from './context.js'
 import { acceptsEventStream, sessionIdOf } from './request-headers.js'
-import { resumeRequestStream } from './resume.js'
+import { answerLostWithTheStore, resumeRequestStream } from './resume.js'
 import { attachStandalone } from './standalone.js'
 
 export async function handleGet (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
@@ -30,9 +30,19 @@ export async function handleGet (ctx: McpContext, request: FastifyRequest, reply
   // A session whose records are gone (deleted, expired) gets 404, as the transports
   // spec requires for a terminated session: the client starts a new one. One the store
   // lost is recovered only on the standalone stream, whose upstream GET can refuse it;
-  // the resume of a request stream never reaches the upstream.
+  // the resume of a request stream never reaches the upstream, and is told its
+  // response was lost (SessionGuard.lostWithTheStore).
   const requestStream = position !== null && position.streamId !== STANDALONE_STREAM ? position : null
-  const record = await ctx.guard.requireSession(sessionId, ctx.guard.principalOf(request), requestStream === null ? request : undefined)
-  if (requestStream !== null) return await resumeRequestStream(ctx, request, reply, proto, sessionId, record, requestStream)
-  return await attachStandalone(ctx, request, reply, proto, sessionId, record, position)
+  const principal = ctx.guard.principalOf(request)
+  if (requestStream === null) return await attachStandalone(ctx, request, reply, proto, sessionId, await ctx.guard.requireSession(sessionId, principal, request), position)
+  let record: SessionRecord
+  try {
+    record = await ctx.guard.requireSession(sessionId, principal)
+  } catch (err) {
+    // A session the store lost is not a session that ended: its response was lost with
+    // the store, and its next request (which the upstream confirms) records it again.
+    if (isSessionNotFound(err) && await ctx.guard.lostWithTheStore(sessionId, principal)) return answerLostWithTheStore(ctx, request, reply, proto, sessionId, requestStream)
+    throw err
+  }
+  return await resumeRequestStream(ctx, request, reply, proto, sessionId, record, requestStream)
 }

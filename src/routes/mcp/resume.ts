@@ -63,15 +63,7 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
   if (state === null) {
     // The store has no history for this stream (expired, or lost with the epoch):
     // say so, and answer the request with an error so the call fails fast.
-    const reason: GapReason = 'unknown_stream'
-    const requestId = requestIdOfStream(position.streamId)
-    if (requestId !== undefined) return answerLostResponse(ctx, request, reply, proto, position, requestId, reason)
-    metrics.resumes.inc({ outcome: 'unknown' })
-    metrics.countGap(reason)
-    log.warn({ reason }, 'gap: resume of a stream whose history is gone')
-    const client = ctx.clientStream(reply, log, 'resume', record.epoch, position.streamId, proto)
-    client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
-    client.end('completed')
+    answerHistoryGone(ctx, request, reply, proto, position, record.epoch, 'unknown_stream', log)
     return
   }
   const client = ctx.clientStream(reply, log, 'resume', state.epoch, position.streamId, proto)
@@ -99,6 +91,35 @@ function answerLostResponse (ctx: McpContext, request: FastifyRequest, reply: Fa
   const client = ctx.clientStream(reply, log, 'resume', position.epoch, position.streamId, proto)
   client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
   client.writeSynthesized(encodeEventId({ epoch: position.epoch, streamId: position.streamId, seq: REPAIRED_SEQ }), lostResponseError(requestId, LOST_PHRASES[reason]))
+  client.end('completed')
+}
+
+/**
+ * The resume of a request stream of a session the store lost (see
+ * SessionGuard.lostWithTheStore): its history went with the store, so its
+ * request is answered with the JSON-RPC error for a lost response, and the
+ * client retries it; a stream id without a request id gets the gap alone.
+ */
+export function answerLostWithTheStore (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, position: EventPosition): void {
+  answerHistoryGone(ctx, request, reply, proto, position, position.epoch, 'epoch', request.log.child({ sessionHash: sessionHash(sessionId), streamId: position.streamId }))
+}
+
+/**
+ * A resume whose stream's history is gone: its request answered with the
+ * JSON-RPC error for a lost response, so the call fails fast; a stream id
+ * without a request id gets the gap alone (in `epoch`).
+ */
+function answerHistoryGone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, position: EventPosition, epoch: string, reason: GapReason, log: Logger): void {
+  const requestId = requestIdOfStream(position.streamId)
+  if (requestId !== undefined) {
+    answerLostResponse(ctx, request, reply, proto, position, requestId, reason)
+    return
+  }
+  ctx.deps.metrics.resumes.inc({ outcome: 'unknown' })
+  ctx.deps.metrics.countGap(reason)
+  log.warn({ reason }, 'gap: resume of a stream whose history is gone')
+  const client = ctx.clientStream(reply, log, 'resume', epoch, position.streamId, proto)
+  client.open({ [GAP_HEADER]: reason }, position.seq, { reason, streamId: position.streamId })
   client.end('completed')
 }
 

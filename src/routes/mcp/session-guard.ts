@@ -175,8 +175,39 @@ export class SessionGuard {
     return record
   }
 
+  /**
+   * A session the store does not know, named by a resume of one of its
+   * request streams (which never reaches the upstream, so cannot confirm
+   * it): was it `principal`'s, and lost with the store rather than deleted?
+   * Then the resume is told its response was lost, not that the session is
+   * gone: the session's next request, which reaches the upstream, records it
+   * again (recoverLostSession). Nothing is recorded here.
+   */
+  async lostWithTheStore (sessionId: string, principal: string): Promise<boolean> {
+    try {
+      if (await this.#lostSince(sessionId, principal) === null) return false
+      return !await this.#metrics.timeStore('session_deleted', () => this.#store.sessionDeleted(sessionId))
+    } catch (err) {
+      throw errors.storeUnavailable(err)
+    }
+  }
+
   /** Record a lost session again (see recoverLostSession): the store's record, or null when it was not lost, or too long ago. */
   async #adoptLost (sessionId: string, principal: string): Promise<{ record: SessionRecord, intactSince: number } | null> {
+    const lost = await this.#lostSince(sessionId, principal)
+    if (lost === null) return null
+    const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, { upstreamSessionId: lost.firstUpstreamId }))
+    return { record, intactSince: lost.intactSince }
+  }
+
+  /**
+   * Since when the store has been intact, and the upstream id the session
+   * id carries, when the session may be taken for one the store lost:
+   * recovery is on, the id is bound to `principal` (and no other principal
+   * was seen with it), and the store lost its data less than a session's
+   * lifetime ago. Null otherwise.
+   */
+  async #lostSince (sessionId: string, principal: string): Promise<{ intactSince: number, firstUpstreamId: string } | null> {
     if (!this.#config.recoverLostSessions) return null
     const parsed = parseSessionId(sessionId)
     if (parsed.kind !== 'bound' || !this.ids.verify(parsed, principal)) return null
@@ -186,8 +217,7 @@ export class SessionGuard {
     const lostFor = Date.now() - Math.min(intactSince, Date.now())
     // A mark that is not a time (written by something else) reads as intact: no recovery.
     if (!Number.isFinite(lostFor) || lostFor >= this.#config.retention.ttlMs) return null
-    const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, { upstreamSessionId: parsed.firstUpstreamId }))
-    return { record, intactSince }
+    return { intactSince, firstUpstreamId: parsed.firstUpstreamId }
   }
 
   /**
