@@ -4,7 +4,8 @@
 // and a small `fastmcp` server (scripts/interop-fastmcp-server.mjs). For each,
 // the same steps run directly and through the gateway (`node dist/src/main.js`,
 // what the container runs), with the official SDK client on its DEFAULT options
-// and with the MCP Inspector CLI. Prints one line per step.
+// and with the MCP Inspector CLI; then each server is restarted under a session, as
+// a deploy does, directly and through the gateway. Prints one line per step.
 //
 // Usage: npm run build && node scripts/interop-outside.mjs [--redis] [--keep=<dir>]
 //   --redis   the gateway on Redis (TEST_REDIS_URL, default redis://127.0.0.1:6379;
@@ -88,17 +89,66 @@ if (install.code !== 0) throw new Error(`npm install failed: ${install.out.slice
 const node24 = install.out.trim().split('\n').at(-1)
 copyFileSync(join(root, 'scripts/interop-fastmcp-server.mjs'), join(scratch, 'fastmcp-server.mjs'))
 
+/**
+ * One of the servers on a port of its own; `restart()` stops its process and
+ * starts a new one on the same port, as a deploy does: every session it kept
+ * in memory is forgotten.
+ */
+async function startServer (name, args, port) {
+  const url = `http://127.0.0.1:${port}/mcp`
+  const launch = async () => (await start(name, node24, args, { PORT: String(port) }, () => answers(url))).child
+  let child = await launch()
+  return {
+    url,
+    async restart () {
+      const exited = new Promise((resolve) => child.once('close', resolve))
+      child.kill('SIGTERM')
+      await exited
+      children.delete(child)
+      child = await launch()
+    }
+  }
+}
+
 async function startUpstreams () {
-  const everythingPort = await freePort()
-  const everything = `http://127.0.0.1:${everythingPort}/mcp`
-  await start('server-everything', node24, [join(scratch, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js'), 'streamableHttp'], { PORT: String(everythingPort) }, () => answers(everything))
-  const fastmcpPort = await freePort()
-  const fastmcp = `http://127.0.0.1:${fastmcpPort}/mcp`
-  await start('fastmcp', node24, [join(scratch, 'fastmcp-server.mjs')], { PORT: String(fastmcpPort) }, () => answers(fastmcp))
+  const everything = await startServer('server-everything', [join(scratch, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js'), 'streamableHttp'], await freePort())
+  const fastmcp = await startServer('fastmcp', [join(scratch, 'fastmcp-server.mjs')], await freePort())
   return [
-    { name: `server-everything@${VERSIONS.everything}`, kind: 'everything', url: everything },
-    { name: `fastmcp@${VERSIONS.fastmcp}`, kind: 'fastmcp', url: fastmcp }
+    { name: `server-everything@${VERSIONS.everything}`, kind: 'everything', ...everything },
+    { name: `fastmcp@${VERSIONS.fastmcp}`, kind: 'fastmcp', ...fastmcp }
   ]
+}
+
+/**
+ * A deploy of the server under a session: the SDK client (default options)
+ * calls a tool, the server restarts, the client calls again on the same
+ * session. Directly, the new server knows nothing of the session (the step
+ * reports the failure the client meets); through the gateway, the session
+ * goes on.
+ */
+async function restartSteps (upstream, url, direct) {
+  const client = new Client({ name: 'interop-restart', version: '1.0.0' })
+  const transport = new StreamableHTTPClientTransport(new URL(url))
+  const call = () => upstream.kind === 'everything'
+    ? client.callTool({ name: 'echo', arguments: { message: 'again' } })
+    : client.callTool({ name: 'add', arguments: { a: 1, b: 1 } })
+  const started = Date.now()
+  let step
+  try {
+    await within(20_000, client.connect(transport))
+    await within(20_000, call())
+    const sessionId = transport.sessionId
+    await upstream.restart()
+    const outcome = await within(20_000, call()).then((result) => ({ ok: result.isError !== true, detail: JSON.stringify(result.content?.[0]).slice(0, 80) }), (err) => ({ ok: false, detail: err.message.split('\n')[0].slice(0, 160) }))
+    const same = transport.sessionId === sessionId
+    step = direct
+      ? { name: 'upstream restarted under the session: the next call (expected to fail directly)', ok: !outcome.ok, detail: `the call ${outcome.ok ? 'succeeded' : 'failed'}: ${outcome.detail}` }
+      : { name: 'upstream restarted under the session: the next call goes on, same session', ok: outcome.ok && same, detail: `${outcome.detail}; session ${same ? 'kept' : 'changed'}` }
+  } catch (err) {
+    step = { name: 'upstream restarted under the session', ok: false, detail: err.message.split('\n')[0].slice(0, 160) }
+  }
+  await client.close().catch(() => {})
+  return [{ ...step, ms: Date.now() - started }]
 }
 
 async function startGateway (upstreamUrl, env) {
@@ -218,7 +268,8 @@ try {
     const gateway = await startGateway(upstream.url, env)
     for (const [path, url] of [['direct', upstream.url], [`gateway (${values.redis ? 'Redis' : 'embedded store'})`, gateway]]) {
       console.log(`\n== ${upstream.name}, ${path}: ${url}`)
-      for (const s of [...await sdkSteps(upstream.kind, url), ...await inspectorSteps(upstream.kind, url)]) {
+      const steps = [...await sdkSteps(upstream.kind, url), ...await inspectorSteps(upstream.kind, url), ...await restartSteps(upstream, url, path === 'direct')]
+      for (const s of steps) {
         console.log(`${s.ok ? 'ok  ' : 'FAIL'} ${s.name} (${s.ms} ms): ${s.detail}`)
       }
     }

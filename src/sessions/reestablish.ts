@@ -9,6 +9,7 @@
  * store); the others wait for the record to move and use it.
  */
 import { randomBytes } from 'node:crypto'
+import { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { GatewayMetrics, ReestablishOutcome } from '../metrics/metrics.js'
@@ -38,9 +39,41 @@ export type Reestablished =
 const FENCE_MS = 10_000
 const WAIT_STEP_MS = 50
 
-/** An upstream answer that says the upstream lost the session: 404 to a request naming it. */
-export function upstreamLostSession (res: UpstreamResponse): boolean {
-  return res.statusCode === 404
+/** The longest 400 answer read to tell whether it speaks of the session id. */
+const LOST_SESSION_BODY_BYTES = 4096
+
+/**
+ * Does the upstream's answer to a request naming a session say that it does
+ * not know the session? 404, as the transports specification has it; and a
+ * short 400 whose body speaks of the session id: servers built on the SDK's
+ * example code (server-everything among them) answer an unknown session with
+ * `400 Bad Request: No valid session ID provided`. `res` is the answer to pass
+ * on either way (a 400's body, read to tell, is given back whole).
+ */
+export async function lostSession (answer: UpstreamResponse): Promise<{ readonly lost: boolean, readonly res: UpstreamResponse }> {
+  if (answer.statusCode === 404) return { lost: true, res: answer }
+  const length = Number(headerValue(answer.headers['content-length']) ?? 0)
+  if (answer.statusCode !== 400 || length > LOST_SESSION_BODY_BYTES) return { lost: false, res: answer }
+  // Read to its end, or until it is too long to be such an error (then handed on as it goes).
+  const reading = answer.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>
+  const head: Buffer[] = []
+  let size = 0
+  while (size <= LOST_SESSION_BODY_BYTES) {
+    const next = await reading.next()
+    if (next.done === true) {
+      const body = Buffer.concat(head)
+      return { lost: /session/i.test(body.toString('utf8')), res: { ...answer, body: Readable.from([body]) } }
+    }
+    head.push(next.value)
+    size += next.value.length
+  }
+  return { lost: false, res: { ...answer, body: Readable.from(rest(head, reading)) } }
+}
+
+/** The chunks read already, then the rest of the body. */
+async function * rest (head: readonly Buffer[], reading: AsyncIterator<Buffer>): AsyncGenerator<Buffer> {
+  yield * head
+  for (let next = await reading.next(); next.done !== true; next = await reading.next()) yield next.value
 }
 
 /**

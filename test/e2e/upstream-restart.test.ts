@@ -152,3 +152,25 @@ for (const kind of ['memory', 'redis'] as const) {
     })
   }
 }
+
+t.test('a server that answers an unknown session with 400, as the SDK\'s example servers do: the session is established again, on a call and on the client\'s GET', async t => {
+  const upstream = await startRestartableUpstream({ unknownSession: 400 })
+  t.teardown(() => upstream.close())
+  const gw = await gatewayFor(t, 'memory', upstream)
+  const mcp = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => mcp.close())
+  const sessionId = mcp.sessionId as string
+  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  await upstream.restart()
+  t.same(await echo(mcp, 'after'), [{ type: 'text', text: 'after' }], 'the call after the restart succeeds')
+  t.equal(mcp.sessionId, sessionId, 'in the same client session')
+  t.equal(upstream.life.initialized.length, 1, 'established again once')
+
+  const raw = await rawInitialize(`${gw.url}/mcp`, { version: '2025-11-25' })
+  t.ok(await until(() => gw.gateway.hub.pumpCount === 2, 2000), 'a second session\'s upstream GET opened at initialize')
+  await upstream.restart()
+  t.ok(await until(() => gw.gateway.hub.pumpCount === 0, 2000), 'both ended with the upstream')
+  const get = await exchange(`${gw.url}/mcp`, { headers: raw.getHeaders() }, 1500)
+  t.equal(get.status, 200, 'the client\'s GET gets its stream')
+  t.ok(upstream.life.initialized.length >= 1 && upstream.life.requests.some(r => r.method === 'GET' && upstream.life.initialized.includes(r.sessionId as string)), 'open upstream on a session established again')
+})

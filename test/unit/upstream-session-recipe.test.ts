@@ -6,6 +6,7 @@ import { Readable } from 'node:stream'
 import { canonicalJson, initializePromise } from '../../src/protocol/initialize.js'
 import { sessionStateChange } from '../../src/protocol/session-state.js'
 import { readJsonRpcAnswer } from '../../src/upstream/json-rpc-answer.js'
+import type { UpstreamResponse } from '../../src/upstream/client.js'
 
 async function text (body: Readable): Promise<string> {
   const chunks: Buffer[] = []
@@ -62,4 +63,29 @@ t.test('sessionStateChange: the requests a recipe keeps', async t => {
   for (const other of [undefined, body({ method: 'tools/call', params: { name: 'logging/setLevel' } }), Buffer.from('logging/setLevel'), body([{ method: 'logging/setLevel' }]), body({ method: 'resources/subscribe', params: {} })]) {
     t.equal(sessionStateChange(other), undefined)
   }
+})
+
+t.test('lostSession: 404, or a short 400 that speaks of the session id; any other answer handed on whole', async t => {
+  const { lostSession } = await import('../../src/sessions/reestablish.js')
+  const answer = (statusCode: number, body: string, pieces = 1, length = true): UpstreamResponse => {
+    const bytes = Buffer.from(body)
+    const size = Math.ceil(bytes.length / pieces)
+    const chunks = Array.from({ length: pieces }, (_, i) => bytes.subarray(i * size, (i + 1) * size))
+    return { statusCode, headers: length ? { 'content-length': String(bytes.length) } : {}, body: Readable.from(chunks) }
+  }
+  const sdkExample = '{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}'
+  t.equal((await lostSession(answer(404, 'Session not found'))).lost, true, '404: lost')
+  const told = await lostSession(answer(400, sdkExample))
+  t.equal(told.lost, true, 'the SDK example\'s 400: lost')
+  t.equal(await text(told.res.body), sdkExample, 'its body handed on whole')
+  t.equal((await lostSession(answer(400, 'Invalid or missing session ID', 3, false))).lost, true, 'a chunked one too (the example\'s GET answer)')
+  const parse = '{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}'
+  const other = await lostSession(answer(400, parse))
+  t.equal(other.lost, false, 'a 400 about something else: not lost')
+  t.equal(await text(other.res.body), parse, 'its body handed on whole')
+  const long = `{"message":"session ${'x'.repeat(5000)}"}`
+  const longTold = await lostSession(answer(400, long, 7, false))
+  t.equal(longTold.lost, false, 'a long 400 is not such an error')
+  t.equal(await text(longTold.res.body), long, 'and is handed on whole, what was read first included')
+  t.equal((await lostSession(answer(500, 'session'))).lost, false, 'another status: not lost')
 })

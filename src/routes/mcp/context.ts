@@ -13,7 +13,7 @@ import type { KeepAliveTicker } from '../../sse/keep-alive.js'
 import type { EventStore } from '../../store/contract.js'
 import type { ReplayLimiter } from './replay-limit.js'
 import type { SessionReestablisher } from '../../sessions/reestablish.js'
-import { upstreamLostSession, upstreamUnreachable } from '../../sessions/reestablish.js'
+import { lostSession, upstreamUnreachable } from '../../sessions/reestablish.js'
 import type { SessionRecord } from '../../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
 import { sessionRequest } from '../../upstream/session-request.js'
@@ -42,12 +42,14 @@ const REESTABLISHED_OPEN_WAIT_MS = 10_000
 
 /**
  * The answer to a request sent again once its session was established
- * upstream again. A 404 to it says the upstream lost the session once more
- * (it restarted again meanwhile), not that the session ended: the session is
- * kept, and the client's retry establishes it again.
+ * upstream again. One that says the upstream lost the session (lostSession)
+ * says it lost it once more (it restarted again meanwhile), not that the
+ * session ended: the session is kept, and the client's retry establishes it
+ * again.
  */
-export function sentAgain (res: UpstreamResponse): UpstreamResponse {
-  if (!upstreamLostSession(res)) return res
+export async function sentAgain (answer: UpstreamResponse): Promise<UpstreamResponse> {
+  const { lost, res } = await lostSession(answer)
+  if (!lost) return res
   discardBody(res.body)
   throw errors.sessionReestablishing()
 }
@@ -150,7 +152,7 @@ export class McpContext {
 
   /**
    * A request of a session, sent upstream where the session lives. When the
-   * upstream lost the session (404, or no answer at all: its process gone),
+   * upstream lost the session (lostSession, or no answer at all: its process gone),
    * the session is established there again and the request sent once more
    * (the upstream never executed it; its body is a buffer). A session whose
    * new initialize result promises something else ends: 404. Otherwise the
@@ -166,13 +168,14 @@ export class McpContext {
       if (!upstreamUnreachable(err)) throw err
       const moved = await this.reestablish(request, sessionId, record)
       if (moved === undefined) throw err
-      return sentAgain(await send(moved))
+      return await sentAgain(await send(moved))
     }
-    if (!upstreamLostSession(first)) return first
+    const told = await lostSession(first)
+    if (!told.lost) return told.res
     const moved = await this.reestablish(request, sessionId, record)
-    if (moved === undefined) return first
-    discardBody(first.body)
-    return sentAgain(await send(moved))
+    if (moved === undefined) return told.res
+    discardBody(told.res.body)
+    return await sentAgain(await send(moved))
   }
 
   /**

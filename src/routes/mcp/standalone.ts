@@ -10,7 +10,7 @@ import type { EventPosition } from '../../protocol/event-id.js'
 import { StreamFollower } from '../../sessions/follower.js'
 import { STANDALONE_STREAM, type SessionRecord, type StreamState } from '../../store/contract.js'
 import { discardBody, type UpstreamResponse } from '../../upstream/client.js'
-import { upstreamLostSession, upstreamUnreachable } from '../../sessions/reestablish.js'
+import { lostSession, upstreamUnreachable } from '../../sessions/reestablish.js'
 import { sendUpstreamResponse } from '../forward.js'
 import { sentAgain, type McpContext } from './context.js'
 import { enterReplay, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
@@ -20,7 +20,7 @@ import { sessionHash } from './session-guard.js'
 
 /**
  * The session's upstream GET held (see SessionHub.ensurePump). When the
- * upstream lost the session (404, or no answer: its process gone), the
+ * upstream lost the session (lostSession, or no answer: its process gone), the
  * session is established there again and the GET opened once more under
  * the new upstream id, which the pump reads from the record.
  */
@@ -33,16 +33,17 @@ async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: 
     if (!upstreamUnreachable(err) || await ctx.reestablish(request, sessionId, record) === undefined) throw err
     return await ensuredAgain(hub.ensurePump(sessionId, headers, log))
   }
-  if (refusal === null || !upstreamLostSession(refusal)) return refusal
-  if (await ctx.reestablish(request, sessionId, record) === undefined) return refusal
-  discardBody(refusal.body)
+  if (refusal === null) return null
+  const told = await lostSession(refusal)
+  if (!told.lost || await ctx.reestablish(request, sessionId, record) === undefined) return told.res
+  discardBody(told.res.body)
   return await ensuredAgain(hub.ensurePump(sessionId, headers, log))
 }
 
-/** The upstream GET asked for again after a re-establishment: a 404 to it is the upstream losing the session once more (see sentAgain). */
+/** The upstream GET asked for again after a re-establishment: the upstream losing the session once more is not its last word (see sentAgain). */
 async function ensuredAgain (ensured: Promise<UpstreamResponse | null>): Promise<UpstreamResponse | null> {
   const refusal = await ensured
-  return refusal === null ? null : sentAgain(refusal)
+  return refusal === null ? null : await sentAgain(refusal)
 }
 
 export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
