@@ -41,14 +41,19 @@ const WAIT_STEP_MS = 50
 
 /** The longest 400 answer read to tell whether it speaks of the session id. */
 const LOST_SESSION_BODY_BYTES = 4096
+/** What a 400 that means the session is unknown speaks of (see lostSession). */
+const LOST_SESSION_400 = /session|not initialized/i
 
 /**
  * Does the upstream's answer to a request naming a session say that it does
  * not know the session? 404, as the transports specification has it; and a
- * short 400 whose body speaks of the session id: servers built on the SDK's
- * example code (server-everything among them) answer an unknown session with
- * `400 Bad Request: No valid session ID provided`. `res` is the answer to pass
- * on either way (a 400's body, read to tell, is given back whole).
+ * short 400 whose body speaks of the session id, or of a server not
+ * initialized: servers built on the SDK's example code (server-everything
+ * among them) answer an unknown session with `400 Bad Request: No valid
+ * session ID provided`, and the SDK's transport, serving one session per
+ * process, answers any request to a new process with `400 Bad Request: Server
+ * not initialized`. `res` is the answer to pass on either way (a 400's body,
+ * read to tell, is given back whole).
  */
 export async function lostSession (answer: UpstreamResponse): Promise<{ readonly lost: boolean, readonly res: UpstreamResponse }> {
   if (answer.statusCode === 404) return { lost: true, res: answer }
@@ -62,7 +67,7 @@ export async function lostSession (answer: UpstreamResponse): Promise<{ readonly
     const next = await reading.next()
     if (next.done === true) {
       const body = Buffer.concat(head)
-      return { lost: /session/i.test(body.toString('utf8')), res: { ...answer, body: Readable.from([body]) } }
+      return { lost: LOST_SESSION_400.test(body.toString('utf8')), res: { ...answer, body: Readable.from([body]) } }
     }
     head.push(next.value)
     size += next.value.length

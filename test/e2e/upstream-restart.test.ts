@@ -5,6 +5,12 @@
 // client keeps its session id and never notices.
 import t, { type Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { randomUUID } from 'node:crypto'
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { z } from 'zod'
 import { startGateway, startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
 import { exchange, metricSum, metrics, rawInitialize, until } from '../fixtures/hardening.js'
 import { connectClient, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
@@ -173,4 +179,41 @@ t.test('a server that answers an unknown session with 400, as the SDK\'s example
   const get = await exchange(`${gw.url}/mcp`, { headers: raw.getHeaders() }, 1500)
   t.equal(get.status, 200, 'the client\'s GET gets its stream')
   t.ok(upstream.life.initialized.length >= 1 && upstream.life.requests.some(r => r.method === 'GET' && upstream.life.initialized.includes(r.sessionId as string)), 'open upstream on a session established again')
+})
+
+/**
+ * The SDK's transport serving one session per process (one transport made at start):
+ * a new process answers every request of the old session `400 Bad Request: Server
+ * not initialized` until its own initialize. `restart()` starts a new one on the same port.
+ */
+async function startOneSessionServer (t: Test): Promise<{ url: string, initializes: () => number, restart: () => Promise<void> }> {
+  let initializes = 0
+  let server: Server | undefined
+  let port = 0
+  const listen = async (): Promise<void> => {
+    const mcp = new McpServer({ name: 'one-session', version: '1.0.0' })
+    mcp.registerTool('echo', { inputSchema: { text: z.string() } }, async ({ text }) => ({ content: [{ type: 'text', text }] }))
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: randomUUID, onsessioninitialized: () => { initializes++ } })
+    await mcp.connect(transport)
+    server = createServer((req, res) => { transport.handleRequest(req, res).catch(() => res.destroy()) })
+    await new Promise<void>(resolve => (server as Server).listen(port, '127.0.0.1', resolve))
+    port = (server.address() as AddressInfo).port
+  }
+  const stop = async (): Promise<void> => { await new Promise<void>(resolve => { server?.closeAllConnections(); server?.close(() => resolve()) }) }
+  await listen()
+  t.teardown(stop)
+  return { url: `http://127.0.0.1:${port}/mcp`, initializes: () => initializes, restart: async () => { await stop(); await listen() } }
+}
+
+t.test('the SDK\'s one-session server restarted: its 400 "Server not initialized" is the session lost, and the session goes on', async t => {
+  const upstream = await startOneSessionServer(t)
+  const gw = await startGateway(t, 'memory', upstream.url)
+  const mcp = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => mcp.close())
+  const sessionId = mcp.sessionId as string
+  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  await upstream.restart()
+  t.same(await echo(mcp, 'after'), [{ type: 'text', text: 'after' }], 'the call after the restart succeeds')
+  t.equal(mcp.sessionId, sessionId, 'in the same client session')
+  t.equal(upstream.initializes(), 2, 'the new process was initialized by the gateway')
 })

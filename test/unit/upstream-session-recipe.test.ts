@@ -79,6 +79,7 @@ t.test('lostSession: 404, or a short 400 that speaks of the session id; any othe
   t.equal(told.lost, true, 'the SDK example\'s 400: lost')
   t.equal(await text(told.res.body), sdkExample, 'its body handed on whole')
   t.equal((await lostSession(answer(400, 'Invalid or missing session ID', 3, false))).lost, true, 'a chunked one too (the example\'s GET answer)')
+  t.equal((await lostSession(answer(400, '{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}'))).lost, true, 'a new process of a one-session SDK server: lost')
   const parse = '{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}'
   const other = await lostSession(answer(400, parse))
   t.equal(other.lost, false, 'a 400 about something else: not lost')
