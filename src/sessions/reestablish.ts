@@ -72,7 +72,10 @@ export async function lostSession (answer: UpstreamResponse): Promise<{ readonly
     head.push(next.value)
     size += next.value.length
   }
-  return { lost: false, res: { ...answer, body: Readable.from(rest(head, reading)) } }
+  const body = Readable.from(rest(head, reading))
+  // Its reader stopping early lets go of the upstream's body too.
+  body.once('close', () => { answer.body.destroy() })
+  return { lost: false, res: { ...answer, body } }
 }
 
 /** The chunks read already, then the rest of the body. */

@@ -89,4 +89,11 @@ t.test('lostSession: 404, or a short 400 that speaks of the session id; any othe
   t.equal(longTold.lost, false, 'a long 400 is not such an error')
   t.equal(await text(longTold.res.body), long, 'and is handed on whole, what was read first included')
   t.equal((await lostSession(answer(500, 'session'))).lost, false, 'another status: not lost')
+
+  // A long 400 whose reader stops early: the upstream's body goes too.
+  const source = Readable.from((function * () { for (let i = 0; i < 100; i++) yield Buffer.alloc(1000, 0x61) })())
+  const passed = await lostSession({ statusCode: 400, headers: {}, body: source })
+  passed.res.body.destroy()
+  await new Promise(resolve => setImmediate(resolve))
+  t.ok(source.destroyed, 'a long 400 handed on and dropped by its reader: the upstream body is let go')
 })
