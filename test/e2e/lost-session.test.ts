@@ -150,13 +150,18 @@ t.test('on Redis the intact mark decides; a mark that is not a time reads as int
   t.not(await store.getSession(session.sessionId), null, 'recorded again in Redis')
 })
 
+/** A session through the gateway at `url` with one call answered, and the last event id of that call's stream. */
+async function sessionWithCall (url: string): Promise<{ session: Awaited<ReturnType<typeof rawInitialize>>, lastId: string | undefined }> {
+  const session = await rawInitialize(`${url}/mcp`, { version: VERSION })
+  const call = await post(url, session.sessionId, callTool(3, 'echo', { text: 'x' }))
+  return { session, lastId: sseEvents(call.text).map(e => e.id).filter(id => id !== undefined).at(-1) }
+}
+
 t.test('the resume of a request stream of a session the store lost: its response is reported lost, not the session; the session\'s next request records it again', async (t) => {
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
   const first = await startGateway(t, 'memory', upstream.url)
-  const session = await rawInitialize(`${first.url}/mcp`, { version: VERSION })
-  const call = await post(first.url, session.sessionId, callTool(3, 'echo', { text: 'x' }))
-  const lastId = sseEvents(call.text).map(e => e.id).filter(id => id !== undefined).at(-1)
+  const { session, lastId } = await sessionWithCall(first.url)
   t.ok(lastId !== undefined, 'the call\'s answer carried gateway event ids')
   // The process restarts with an empty embedded store.
   await first.close()
@@ -182,9 +187,7 @@ t.test('the resume of a request stream of a deleted session: 404, as before', as
   const upstream = await startExampleServer()
   t.teardown(() => upstream.close())
   const gw = await startGateway(t, 'memory', upstream.url)
-  const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
-  const call = await post(gw.url, session.sessionId, callTool(3, 'echo', { text: 'x' }))
-  const lastId = sseEvents(call.text).map(e => e.id).filter(id => id !== undefined).at(-1)
+  const { session, lastId } = await sessionWithCall(gw.url)
   t.equal((await exchange(`${gw.url}/mcp`, { method: 'DELETE', headers: session.headers() })).status, 200, 'deleted')
   await sleep(2100) // past the gateway's 2 s cache of verified sessions
   t.equal((await exchange(`${gw.url}/mcp`, { headers: session.getHeaders(lastId) })).status, 404, 'the resume gets 404')

@@ -30,15 +30,20 @@ async function gatewayFor (t: Test, kind: 'memory' | 'redis', upstream: Restarta
   return await startGatewayOnRedis(t, await useRedis(t, 'restart-up'), upstream.url, env)
 }
 
-/** A store-less upstream, a gateway in front of it, and an SDK client whose session has made one call. */
-async function sessionThrough (t: Test, kind: 'memory' | 'redis', env: Record<string, string> = {}): Promise<{ upstream: RestartableUpstream, gw: RunningGateway, mcp: McpTestClient, sessionId: string }> {
-  const upstream = await startRestartableUpstream()
-  t.teardown(() => upstream.close())
-  const gw = await gatewayFor(t, kind, upstream, env)
+/** An SDK client (default options) of the gateway, whose session has made one call. */
+async function clientOf (t: Test, gw: RunningGateway): Promise<{ mcp: McpTestClient, sessionId: string }> {
   const mcp = await connectClient(`${gw.url}/mcp`)
   t.teardown(() => mcp.close())
   t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }], 'a call before')
-  return { upstream, gw, mcp, sessionId: mcp.sessionId as string }
+  return { mcp, sessionId: mcp.sessionId as string }
+}
+
+/** A store-less upstream, a gateway in front of it, and an SDK client whose session has made one call. */
+async function sessionThrough (t: Test, kind: 'memory' | 'redis', env: Record<string, string> = {}, upstreamOptions: Parameters<typeof startRestartableUpstream>[0] = {}): Promise<{ upstream: RestartableUpstream, gw: RunningGateway, mcp: McpTestClient, sessionId: string }> {
+  const upstream = await startRestartableUpstream(upstreamOptions)
+  t.teardown(() => upstream.close())
+  const gw = await gatewayFor(t, kind, upstream, env)
+  return { upstream, gw, ...await clientOf(t, gw) }
 }
 
 for (const kind of ['memory', 'redis'] as const) {
@@ -160,13 +165,7 @@ for (const kind of ['memory', 'redis'] as const) {
 }
 
 t.test('a server that answers an unknown session with 400, as the SDK\'s example servers do: the session is established again, on a call and on the client\'s GET', async t => {
-  const upstream = await startRestartableUpstream({ unknownSession: 400 })
-  t.teardown(() => upstream.close())
-  const gw = await gatewayFor(t, 'memory', upstream)
-  const mcp = await connectClient(`${gw.url}/mcp`)
-  t.teardown(() => mcp.close())
-  const sessionId = mcp.sessionId as string
-  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  const { upstream, gw, mcp, sessionId } = await sessionThrough(t, 'memory', {}, { unknownSession: 400 })
   await upstream.restart()
   t.same(await echo(mcp, 'after'), [{ type: 'text', text: 'after' }], 'the call after the restart succeeds')
   t.equal(mcp.sessionId, sessionId, 'in the same client session')
@@ -208,10 +207,7 @@ async function startOneSessionServer (t: Test): Promise<{ url: string, initializ
 t.test('the SDK\'s one-session server restarted: its 400 "Server not initialized" is the session lost, and the session goes on', async t => {
   const upstream = await startOneSessionServer(t)
   const gw = await startGateway(t, 'memory', upstream.url)
-  const mcp = await connectClient(`${gw.url}/mcp`)
-  t.teardown(() => mcp.close())
-  const sessionId = mcp.sessionId as string
-  t.same(await echo(mcp, 'before'), [{ type: 'text', text: 'before' }])
+  const { mcp, sessionId } = await clientOf(t, gw)
   await upstream.restart()
   t.same(await echo(mcp, 'after'), [{ type: 'text', text: 'after' }], 'the call after the restart succeeds')
   t.equal(mcp.sessionId, sessionId, 'in the same client session')
