@@ -9,7 +9,6 @@
  * store); the others wait for the record to move and use it.
  */
 import { randomBytes } from 'node:crypto'
-import { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { GatewayMetrics, ReestablishOutcome } from '../metrics/metrics.js'
@@ -17,6 +16,7 @@ import { initializePromise } from '../protocol/initialize.js'
 import type { EventStore, SessionRecipe, SessionRecord, UpstreamPlacement } from '../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { headerValue, mediaType } from '../upstream/headers.js'
+import { readAnswerStart } from '../upstream/answer-start.js'
 import { readJsonRpcAnswer, type JsonRpcResponse } from '../upstream/json-rpc-answer.js'
 import { sessionRequest } from '../upstream/session-request.js'
 
@@ -59,29 +59,9 @@ export async function lostSession (answer: UpstreamResponse): Promise<{ readonly
   if (answer.statusCode === 404) return { lost: true, res: answer }
   const length = Number(headerValue(answer.headers['content-length']) ?? 0)
   if (answer.statusCode !== 400 || length > LOST_SESSION_BODY_BYTES) return { lost: false, res: answer }
-  // Read to its end, or until it is too long to be such an error (then handed on as it goes).
-  const reading = answer.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>
-  const head: Buffer[] = []
-  let size = 0
-  while (size <= LOST_SESSION_BODY_BYTES) {
-    const next = await reading.next()
-    if (next.done === true) {
-      const body = Buffer.concat(head)
-      return { lost: LOST_SESSION_400.test(body.toString('utf8')), res: { ...answer, body: Readable.from([body]) } }
-    }
-    head.push(next.value)
-    size += next.value.length
-  }
-  const body = Readable.from(rest(head, reading))
-  // Its reader stopping early lets go of the upstream's body too.
-  body.once('close', () => { answer.body.destroy() })
-  return { lost: false, res: { ...answer, body } }
-}
-
-/** The chunks read already, then the rest of the body. */
-async function * rest (head: readonly Buffer[], reading: AsyncIterator<Buffer>): AsyncGenerator<Buffer> {
-  yield * head
-  for (let next = await reading.next(); next.done !== true; next = await reading.next()) yield next.value
+  const start = await readAnswerStart(answer.body, LOST_SESSION_BODY_BYTES)
+  const lost = start.ended && LOST_SESSION_400.test(Buffer.concat(start.chunks).toString('utf8'))
+  return { lost, res: { ...answer, body: start.body } }
 }
 
 /**

@@ -6,8 +6,9 @@
  * without the response, reading stops and nothing is found. The answer's
  * bytes are never lost: `body` gives what was read, then the rest.
  */
-import { PassThrough, pipeline, type Readable } from 'node:stream'
+import type { Readable } from 'node:stream'
 import { createParser } from 'eventsource-parser'
+import { readAnswerStart } from './answer-start.js'
 
 export interface JsonRpcAnswer {
   /** The response (result or error) to the request, when found within the bound. */
@@ -23,43 +24,16 @@ export interface JsonRpcResponse {
 }
 
 export async function readJsonRpcAnswer (body: Readable, kind: 'json' | 'sse', id: string | number, maxBytes: number): Promise<JsonRpcAnswer> {
-  const chunks: Buffer[] = []
-  let bytes = 0
   let response: JsonRpcResponse | undefined
   const parser = createParser({
     onEvent: event => { response ??= responseTo(event.data, id) }
   })
-  const ended = await new Promise<boolean>((resolve, reject) => {
-    const done = (end: boolean): void => {
-      body.off('data', onData)
-      body.off('end', onEnd)
-      body.off('error', onError)
-      if (!end) body.pause()
-      resolve(end)
-    }
-    const onData = (chunk: Buffer): void => {
-      chunks.push(chunk)
-      bytes += chunk.length
-      if (kind === 'sse') parser.feed(chunk.toString('utf8'))
-      if (response !== undefined || bytes > maxBytes) done(false)
-    }
-    const onEnd = (): void => done(true)
-    const onError = (err: Error): void => {
-      body.off('data', onData)
-      body.off('end', onEnd)
-      reject(err)
-    }
-    body.on('data', onData)
-    body.on('end', onEnd)
-    body.on('error', onError)
+  const start = await readAnswerStart(body, maxBytes, chunk => {
+    if (kind === 'sse') parser.feed(chunk.toString('utf8'))
+    return response !== undefined
   })
-  if (kind === 'json' && ended && bytes <= maxBytes) response = responseTo(Buffer.concat(chunks).toString('utf8'), id)
-  const rest = new PassThrough()
-  for (const chunk of chunks) rest.write(chunk)
-  if (ended) rest.end()
-  // Whoever drops the answer (destroys `rest`) drops the upstream's body too.
-  else pipeline(body, rest, () => {})
-  return { response, body: rest }
+  if (kind === 'json' && start.ended) response = responseTo(Buffer.concat(start.chunks).toString('utf8'), id)
+  return { response, body: start.body }
 }
 
 /** The JSON-RPC response to `id` in `data`, if it is one. */
