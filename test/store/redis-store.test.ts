@@ -407,9 +407,13 @@ t.test('redis: after a reconnect each channel is subscribed again once, by the s
   const heard: StreamNotice[] = []
   store.subscribe('sess', 's', (n) => heard.push(n))
   await eventually('subscribed', async () => (await redis.pubsub('NUMSUB', 'resub:{sess}:n') as [string, number])[1] === 1)
-  // Redis counting the subscription does not mean the reply has reached ioredis: a SUBSCRIBE
+  // Redis counting the subscription does not mean every SUBSCRIBE was answered: a SUBSCRIBE
   // still unanswered when Redis goes is resent by ioredis (its own promise, which the store
-  // handles). Replies come in order, so once PING is answered, SUBSCRIBE was too.
+  // handles), and would be counted below. The store subscribes once more on 'ready', which
+  // ioredis emits on a later tick: let it, then PING; replies come in order, so once PING is
+  // answered, every SUBSCRIBE was too.
+  await eventually('the subscriber ready', () => subscriber.status === 'ready')
+  await new Promise((resolve) => setImmediate(resolve))
   await subscriber.ping()
 
   const subscribes: string[][] = []
