@@ -14,7 +14,7 @@ import { z } from 'zod'
 import { startGateway, startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
 import { exchange, metricSum, metrics, rawInitialize, until } from '../fixtures/hardening.js'
 import { connectClient, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
-import { useRedis } from '../fixtures/redis.js'
+import { deleteKeys, useRedis } from '../fixtures/redis.js'
 import { startRestartableUpstream, type RestartableUpstream } from '../fixtures/restartable-upstream.js'
 
 async function echo (mcp: McpTestClient, text: string): Promise<unknown> {
@@ -212,4 +212,25 @@ t.test('the SDK\'s one-session server restarted: its 400 "Server not initialized
   t.same(await echo(mcp, 'after'), [{ type: 'text', text: 'after' }], 'the call after the restart succeeds')
   t.equal(mcp.sessionId, sessionId, 'in the same client session')
   t.equal(upstream.initializes(), 2, 'the new process was initialized by the gateway')
+})
+
+t.test('Redis lost the session after the upstream had been given it again under a new id: the session is recorded again toward that id, not the one it started with', async t => {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const redis = await useRedis(t, 'restart-then-loss')
+  const gw = await startGatewayOnRedis(t, redis, upstream.url)
+  const { mcp, sessionId } = await clientOf(t, gw)
+  await upstream.restart()
+  t.same(await echo(mcp, 'after the restart'), [{ type: 'text', text: 'after the restart' }], 'the session established again')
+  const upstreamId = upstream.life.initialized[0] as string
+  t.equal((await gw.store.getSession(sessionId))?.upstreamSessionId, upstreamId, 'the record points at the new upstream session')
+
+  // Redis restarts empty (every key of the gateway's, its intact mark included).
+  t.ok(await deleteKeys(redis.redis, redis.prefix) > 0, 'the store lost everything')
+  await sleep(2100) // past the gateway's 2 s cache of verified sessions: the next call meets the loss
+  t.same(await echo(mcp, 'after the loss'), [{ type: 'text', text: 'after the loss' }], 'the next call succeeds')
+  t.equal(mcp.sessionId, sessionId, 'in the same client session')
+  t.equal(upstream.life.initialized.length, 1, 'sent to the upstream session the upstream has: no initialize again')
+  t.equal((await gw.store.getSession(sessionId))?.upstreamSessionId, upstreamId, 'and recorded again toward it')
+  t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_sessions_recovered_total'), 1, 'counted as recovered')
 })

@@ -6,7 +6,7 @@ import type { GatewayConfig } from '../../config/load.js'
 import { errors } from '../../errors.js'
 import type { GatewayMetrics } from '../../metrics/metrics.js'
 import { parseSessionId, SessionIdIssuer } from '../../protocol/session-id.js'
-import type { EventStore, SessionRecord } from '../../store/contract.js'
+import type { EventStore, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
 import type { SessionCache } from './session-cache.js'
 
 export interface SessionGuardOptions {
@@ -139,7 +139,8 @@ export class SessionGuard {
    * principal its binding names (checked before, in requireSession): whoever
    * learnt the id gets 404, before or after the loss. An id without a binding
    * is never recovered: after a loss nothing tells who created it. The
-   * record goes on toward the upstream session the id names.
+   * record goes on toward the upstream session this replica last knew the
+   * session by, else the one the id names.
    */
   async recoverLostSession (sessionId: string, principal: string, request: FastifyRequest): Promise<SessionRecord | null> {
     try {
@@ -192,11 +193,21 @@ export class SessionGuard {
     }
   }
 
-  /** Record a lost session again (see recoverLostSession): the store's record, or null when it was not lost, or too long ago. */
+  /**
+   * Record a lost session again (see recoverLostSession): the store's record,
+   * or null when it was not lost, or too long ago. Its upstream placement is
+   * the last this replica knew of (the upstream may have been given the
+   * session again under another id, on another endpoint, since the id was
+   * issued), else the upstream session the id names.
+   */
   async #adoptLost (sessionId: string, principal: string): Promise<{ record: SessionRecord, intactSince: number } | null> {
     const lost = await this.#lostSince(sessionId, principal)
     if (lost === null) return null
-    const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, { upstreamSessionId: lost.firstUpstreamId }))
+    const known = this.#sessions.stale(sessionId)
+    const placement: UpstreamPlacement = known === undefined
+      ? { upstreamSessionId: lost.firstUpstreamId }
+      : { upstreamSessionId: known.upstreamSessionId, ...(known.endpoint !== undefined && { endpoint: known.endpoint }) }
+    const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, placement))
     return { record, intactSince: lost.intactSince }
   }
 

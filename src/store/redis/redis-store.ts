@@ -214,7 +214,7 @@ export class RedisEventStore implements EventStore {
     const keys = this.#keys.session(sessionId)
     const epoch = randomToken(8, this.#random)
     const reply = await this.#redis.mcpgwAdopt(keys.meta, keys.lease, keys.attached, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM),
-      epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '')
+      epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '', placement?.endpoint ?? '')
     // A new record: what this replica knew of the session's writes is history.
     if (reply[0] === epoch) this.#appender.forget(sessionId)
     return recordOf(sessionId, reply)
