@@ -91,6 +91,18 @@ export class LeaseCoordinator {
   }
 
   /**
+   * Take a lease lost with the store ('gone': the session's records went,
+   * the lease with them) again, once the session is recorded again, with the
+   * same token: the appends its holder is making, fenced with that token,
+   * stay valid. 'held' when another replica took it meanwhile.
+   */
+  async reacquire (lost: Lease): Promise<Lease | 'held' | 'gone'> {
+    const result = await this.backend.acquire(lost.sessionId, lost.token, this.#o.ttlMs)
+    if (result === 'gone') return result
+    return isGrant(result) ? this.#held.hold(lost.sessionId, result) : 'held'
+  }
+
+  /**
    * A client of the session is attached here and another replica holds its
    * stream: keep an attached marker up (so the holder keeps its upstream GET)
    * and take the lease when it frees up. Returns the function that stops.

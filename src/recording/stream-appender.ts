@@ -38,14 +38,20 @@ export interface AppenderOptions {
   /** The stream's lease token (the standalone stream): appends are fenced with it, see AppendOptions. */
   readonly fence?: string
   /**
-   * Request streams: the store lost the session (Redis restarted empty) while
-   * the upstream is still answering. Records the session again under a new
+   * The store lost the session (Redis restarted empty) while the upstream is
+   * still answering (a request's answer, or the standalone stream). Records the session again under a new
    * epoch and opens this stream in it; resolves with the stream's new state,
    * or undefined when the session is not to be recorded again (expired,
    * RECOVER_LOST_SESSIONS off). Never called for a session the store says
    * was deleted (sessionDeleted): that one stays deleted.
    */
   readonly recoverSession?: () => Promise<StreamState | undefined>
+  /**
+   * The standalone stream: its pump found the session lost before an append
+   * did (the lease's renewal) and recorded it again itself. The stream's
+   * state in the new epoch, handed over once; asked before each append.
+   */
+  readonly epochMoved?: () => StreamState | undefined
 }
 
 /** Waits between attempts to record a stream's end after the store refused it. */
@@ -201,14 +207,21 @@ export class StreamAppender {
       return false
     }
     if (state === undefined) return false
+    this.#movedTo(state)
+    return true
+  }
+
+  /** The session was recorded again under a new epoch: the stream goes on there, after a gap marker. */
+  #movedTo (state: StreamState): void {
     this.#storedThrough = state.lastSeq
     this.#epochGapPending = true
-    o.log.warn({ streamId: o.streamId, epoch: state.epoch }, 'the event store lost the session during its answer: recorded again under a new epoch, recording goes on after a gap marker')
-    return true
+    this.#o.log.warn({ streamId: this.#o.streamId, epoch: state.epoch }, 'the event store lost the session during its answer: recorded again under a new epoch, recording goes on after a gap marker')
   }
 
   async #appendOnce (events: EventBatch | readonly EventInput[], end: boolean, reason: RecordOutcome): Promise<boolean> {
     const o = this.#o
+    const moved = o.epochMoved?.()
+    if (moved !== undefined) this.#movedTo(moved)
     const read = events instanceof EventBatch ? events : EventBatch.from(events)
     if (read.length === 0 && !end && this.#unrecorded === 0) return true
     if (this.#unrecorded > 0) {

@@ -8,6 +8,7 @@ import { type LocalSession, LocalSessions, type Opened } from './local-session.j
 import { ReadAheadBudget } from '../recording/read-ahead.js'
 import { RefusedGets } from './refused-gets.js'
 import { StandaloneHolder, type StandaloneHolderOptions } from './standalone-holder.js'
+import type { SessionRecovery } from './standalone-pump.js'
 import { StreamDrain } from './stream-drain.js'
 
 /** What the hub needs: what holding upstream GETs does (see StandaloneHolderOptions). */
@@ -40,6 +41,16 @@ export class SessionHub {
   }
 
   get pumpCount (): number { return this.#holder.pumpCount }
+
+  /**
+   * How a session the store lost while this process holds its upstream GET
+   * is recorded again (set by the MCP route, which checks principals): the
+   * GET then stays open and its recording goes on in the new epoch. Without
+   * it, the GET stops and the client's reconnect opens it again.
+   */
+  recoverLostWith (recover: SessionRecovery): void {
+    this.#holder.recoverLostWith(recover)
+  }
 
   /** Client streams open, for drain progress. */
   get clientCount (): number { return this.#sessions.clientCount }

@@ -9,7 +9,7 @@ import type { LocalSession, LocalSessions, Opened } from './local-session.js'
 import type { PumpAdmission } from './principal-quota.js'
 import type { ReadAheadBudget } from '../recording/read-ahead.js'
 import type { ResumeBounds } from '../recording/upstream-resume.js'
-import { StandalonePump, type PumpOutcome } from './standalone-pump.js'
+import { StandalonePump, type PumpOutcome, type SessionRecovery } from './standalone-pump.js'
 
 export interface StandaloneHolderOptions {
   readonly upstream: UpstreamClient
@@ -51,12 +51,19 @@ export class StandaloneHolder {
   readonly #readAhead: ReadAheadBudget
   readonly #drain: DrainState
   #pumps = 0
+  /** How a session the store lost under an open upstream GET is recorded again; without it, the GET stops. */
+  #recoverSession: SessionRecovery | undefined
 
   constructor (options: StandaloneHolderOptions, sessions: LocalSessions, readAhead: ReadAheadBudget, drain: DrainState) {
     this.#o = options
     this.#sessions = sessions
     this.#readAhead = readAhead
     this.#drain = drain
+  }
+
+  /** Set once, by whoever checks sessions' principals (the MCP route). */
+  recoverLostWith (recover: SessionRecovery): void {
+    this.#recoverSession = recover
   }
 
   /** Upstream GETs held here. */
@@ -129,14 +136,12 @@ export class StandaloneHolder {
       readAhead: this.#readAhead,
       resumeBounds: this.#o.upstreamResumes,
       lease,
+      ...(this.#recoverSession !== undefined && { recoverSession: this.#recoverSession }),
+      reacquire: async lost => await this.#o.leases.reacquire(lost),
       clients: s,
       onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome)
     })
     s.pumpStarted(pump)
-    lease.onHandoverRequest = () => {
-      log.info('draining: another replica asked for the upstream GET stream; handing it over')
-      pump.handOver()
-    }
     this.#pumps++
     return await pump.open(s.headers ?? {})
   }

@@ -1,8 +1,8 @@
 import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { Lease } from '../cluster/coordinator.js'
+import { Lease } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
-import type { EventStore, UpstreamPlacement } from '../store/contract.js'
+import type { EventStore, SessionRecord, StreamState } from '../store/contract.js'
 import { errors } from '../errors.js'
 import { sessionRequest } from '../upstream/session-request.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
@@ -30,8 +30,8 @@ export interface PumpOptions {
   readonly metrics: GatewayMetrics
   readonly log: Logger
   readonly sessionId: string
-  /** Where the session lives upstream now (its record): read at each open and resume. Null: the session is gone. */
-  readonly placement: () => Promise<UpstreamPlacement | null>
+  /** The session's record (where it lives upstream now): read at each open and resume. Null: the session is gone. */
+  readonly placement: () => Promise<SessionRecord | null>
   readonly path: string
   readonly holdMs: number
   /**
@@ -46,6 +46,14 @@ export interface PumpOptions {
   readonly resumeBounds: ResumeBounds
   /** The session's lease, held by this replica: appends are fenced with its token. */
   readonly lease: Lease
+  /**
+   * The store lost the session while its upstream GET is open: record it
+   * again for the principal of its last record, toward the upstream session
+   * that GET goes to. False when it is not to be (see SessionRecovery).
+   */
+  readonly recoverSession?: SessionRecovery
+  /** Take a lease lost with the store again, with its token (LeaseCoordinator.reacquire). */
+  readonly reacquire: (lost: Lease) => Promise<Lease | 'held' | 'gone'>
   /** The client connections attached to the standalone stream in this process. */
   readonly clients: PumpClients
   /** Called once when the pump stops for good. */
@@ -59,6 +67,14 @@ export interface PumpClients extends LiveClients {
   /** A DELETE of the session is on its way upstream: an end of the upstream GET now is the DELETE's. */
   readonly deleting: boolean
 }
+
+/**
+ * Records a session the store lost again, for the principal and toward the
+ * upstream placement of `record` (its last record known here), if that may
+ * be done (recovery on, a real loss, the id bound to that principal). The
+ * upstream still answering the session's GET is its confirmation.
+ */
+export type SessionRecovery = (sessionId: string, record: SessionRecord, log: Logger) => Promise<boolean>
 
 /** After these outcomes the upstream GET ended cleanly: the next holder owes clients no gap marker. */
 const CLEAN_END: ReadonlySet<PumpOutcome> = new Set(['completed', 'session_gone', 'stopped'])
@@ -77,15 +93,27 @@ export class StandalonePump {
   #stopped = false
   /** A client attached here since the GET opened: from then on the hold is holdMs. */
   #clientSeen = false
+  /** The upstream GET opened and its recorder runs: from then on a lost lease stops the pump. */
+  #recording = false
   #headers: Record<string, string | string[]> = {}
   #released: Promise<void> = Promise.resolve()
+  /** The lease the stream is held under: another, same token, once the store lost the session (#recoverOnce). */
+  #lease: Lease
+  /** The session's record as last read: whose it is, and where its upstream GET goes. */
+  #record: SessionRecord | undefined
+  /** Recoveries from a store loss, one after the other. */
+  #recoveries: Promise<unknown> = Promise.resolve()
+  /** The stream's state in the epoch a recovery the lease's renewal started moved it to, until the recorder takes it. */
+  #moved: StreamState | undefined
 
   constructor (options: PumpOptions) {
     this.#o = options
+    this.#lease = options.lease
+    this.#useLease(options.lease)
   }
 
   get stopped (): boolean { return this.#stopped }
-  get lease (): Lease { return this.#o.lease }
+  get lease (): Lease { return this.#lease }
 
   /**
    * Open the upstream GET (resuming the upstream's own stream when the
@@ -94,7 +122,8 @@ export class StandalonePump {
    * through. The lease stays the caller's to release when it is refused.
    */
   async open (headers: Record<string, string | string[]>): Promise<UpstreamResponse | null> {
-    const { lease, log, metrics } = this.#o
+    const { log, metrics } = this.#o
+    const lease = this.#lease
     this.#headers = headers
     const lastId = lease.lastUpstreamId
     let resuming = lastId !== undefined && isResumableUpstreamId(lastId)
@@ -124,6 +153,7 @@ export class StandalonePump {
       this.#stop('refused')
       throw errors.sessionNotFound()
     }
+    this.#record = placement
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
     try {
       const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
@@ -138,7 +168,8 @@ export class StandalonePump {
   }
 
   async #start (res: UpstreamResponse, resuming: boolean): Promise<null> {
-    const { metrics, log, lease } = this.#o
+    const { metrics, log } = this.#o
+    const lease = this.#lease
     if (this.#stopped) {
       // Stopped while opening (session dropped, handed over): nothing to record.
       discardBody(res.body)
@@ -146,7 +177,7 @@ export class StandalonePump {
     }
     metrics.upstreamStreamsOpen.inc({ kind: 'standalone' })
     log.debug({ takeover: lease.takeover, resuming }, 'upstream GET stream opened')
-    lease.onLost = reason => this.#stop(reason === 'gone' ? 'session_gone' : 'lease_lost')
+    this.#recording = true
     if (lease.takeover) {
       metrics.leaseTakeovers.inc()
       if (!resuming) await this.#recordHandoverGap()
@@ -168,11 +199,16 @@ export class StandalonePump {
       readAhead: this.#o.readAhead,
       resumeBounds: this.#o.resumeBounds,
       endStreamOnFinish: false,
+      // The same token under a lease taken again after a store loss (#recoverOnce).
       fence: lease.token,
-      upstreamIds: lease,
+      upstreamIds: { noteUpstreamId: id => this.#lease.noteUpstreamId(id) },
       live: this.#o.clients,
       storedThrough,
-      resumeUpstream: lastEventId => this.#resume(lastEventId)
+      resumeUpstream: lastEventId => this.#resume(lastEventId),
+      ...(this.#o.recoverSession !== undefined && {
+        recoverSession: async () => await this.#recoverForRecorder(),
+        epochMoved: () => this.#takeMoved()
+      })
     }).then(outcome => {
       metrics.upstreamStreamsOpen.dec({ kind: 'standalone' })
       log.debug({ outcome }, 'upstream GET stream finished')
@@ -198,6 +234,7 @@ export class StandalonePump {
     const headers = lastEventId === undefined ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }
     const placement = await this.#o.placement()
     if (placement === null) return undefined
+    this.#record = placement
     const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
     end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
     if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
@@ -245,14 +282,92 @@ export class StandalonePump {
   }
 
   /**
+   * The lease the stream is held under from now on. Its loss stops the pump,
+   * unless the store lost the session with it ('gone') and the session can be
+   * recorded again: the upstream GET stays open, nothing it sends is dropped.
+   */
+  #useLease (lease: Lease): void {
+    this.#lease = lease
+    lease.onLost = reason => {
+      if (!this.#recording) return
+      if (reason === 'gone' && this.#o.recoverSession !== undefined) this.#lostWithTheStore()
+      else this.#stop(reason === 'gone' ? 'session_gone' : 'lease_lost')
+    }
+    lease.onHandoverRequest = () => {
+      this.#o.log.info('draining: another replica asked for the upstream GET stream; handing it over')
+      this.handOver()
+    }
+  }
+
+  /** The lease's renewal found the session's records gone: record it again now, before the next append finds out. */
+  #lostWithTheStore (): void {
+    this.#recover().then(state => {
+      if (state === undefined) this.#stop('session_gone')
+      else this.#moved = state
+    }, (err: unknown) => {
+      this.#o.log.warn({ err }, 'could not record again the session the event store lost; its upstream GET stops')
+      this.#stop('session_gone')
+    })
+  }
+
+  /** The recorder's append found the session gone: its state in the new epoch, undefined when it is not to go on. */
+  async #recoverForRecorder (): Promise<StreamState | undefined> {
+    const moved = this.#takeMoved()
+    if (moved !== undefined) return moved
+    const state = await this.#recover()
+    // Where the recorder goes on now: a move the renewal's recovery left is no news to it.
+    this.#moved = undefined
+    return state
+  }
+
+  #takeMoved (): StreamState | undefined {
+    const moved = this.#moved
+    this.#moved = undefined
+    return moved
+  }
+
+  /** One recovery at a time: a second finds the session recorded again by the first, and only checks. */
+  #recover (): Promise<StreamState | undefined> {
+    const next = this.#recoveries.then(async () => await this.#recoverOnce())
+    this.#recoveries = next.catch(() => {})
+    return next
+  }
+
+  /**
+   * Record the session again (SessionRecovery), take the lease back with
+   * the same token if it was lost with the records, and open the stream in
+   * the new epoch. Undefined when the pump is to stop: stopped already, the
+   * session deleted or not to be recorded again, or another replica holding
+   * its stream now.
+   */
+  async #recoverOnce (): Promise<StreamState | undefined> {
+    const { store, metrics, log, sessionId, recoverSession } = this.#o
+    const record = this.#record
+    if (this.#stopped || this.#o.clients.deleting || record === undefined || recoverSession === undefined) return undefined
+    if (await metrics.timeStore('session_deleted', () => store.sessionDeleted(sessionId))) return undefined
+    if (!await recoverSession(sessionId, record, log)) return undefined
+    if (this.#lease.settled) {
+      const again = await this.#o.reacquire(this.#lease)
+      if (!(again instanceof Lease)) {
+        log.info({ lease: again }, 'the session was recorded again after the event store lost it, and another replica holds its stream now')
+        this.#stop('lease_lost')
+        return undefined
+      }
+      this.#useLease(again)
+    }
+    if (this.#stopped) return undefined
+    return await metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM))
+  }
+
+  /**
    * The previous holder's upstream GET did not end cleanly and the upstream
    * cannot resume: what it sent in between is unknown. Say so in the stream,
    * before anything new, so every client reading across the handover is told.
    */
   async #recordHandoverGap (): Promise<void> {
-    const { store, metrics, log, lease, sessionId } = this.#o
+    const { store, metrics, log, sessionId } = this.#o
     try {
-      await metrics.timeStore('append', () => store.append(sessionId, STANDALONE_STREAM, [upstreamHandoverGap(STANDALONE_STREAM)], { fence: lease.token }))
+      await metrics.timeStore('append', () => store.append(sessionId, STANDALONE_STREAM, [upstreamHandoverGap(STANDALONE_STREAM)], { fence: this.#lease.token }))
       metrics.countGap('upstream_handover')
       log.warn('upstream GET taken over without upstream resumption: gap marker recorded')
     } catch (err) {
@@ -272,7 +387,7 @@ export class StandalonePump {
       this.#holdTimer = undefined
       if (this.#stopped || this.#o.clients.localClients() > 0) return
       // A client attached on another replica keeps the stream held (its marker lives in the store).
-      this.#o.lease.releaseIfIdle().then(wait => {
+      this.#lease.releaseIfIdle().then(wait => {
         if (this.#stopped) return
         if (wait === 0) {
           this.#o.log.debug('no client anywhere for the hold time: releasing the upstream GET stream')
@@ -297,7 +412,8 @@ export class StandalonePump {
     this.#holdTimer = undefined
     // A refusal's body is the caller's to pass on: not aborted.
     if (outcome !== 'refused') this.#abort.abort()
-    const { lease, log } = this.#o
+    const { log } = this.#o
+    const lease = this.#lease
     // Released after the abort, so the next holder's GET does not race this one
     // upstream. A lease already released or lost is left alone; a refused one
     // is the caller's (it may retry).

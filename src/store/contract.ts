@@ -126,6 +126,13 @@ export interface AppendOptions {
   readonly fence?: string
 }
 
+/** What adoptSession found or made. */
+export interface Adoption {
+  readonly record: SessionRecord
+  /** This call recorded the session (false: the store had it already, from another adoption or creation). */
+  readonly created: boolean
+}
+
 export interface EventStore {
   /** Human-readable name for logs: "memory" or "redis". */
   readonly kind: 'memory' | 'redis'
@@ -149,7 +156,7 @@ export interface EventStore {
    * fresh epoch, at `placement` (default: the session's own id). For
    * sessions the store lost (see intactSince). An adopted session has no recipe.
    */
-  adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<SessionRecord>
+  adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<Adoption>
   /**
    * Move the session to a new upstream placement, only if its upstream id is
    * still `expected` (compare and set: a replica that re-established the

@@ -67,6 +67,13 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   // Who requests act for, and whether the sessions they name are theirs.
   const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions })
   guard.register(app)
+  // An upstream GET held here whose session the store loses goes on: the session is recorded
+  // again for the principal of its last record, under the same rules as any recovery.
+  deps.hub.recoverLostWith(async (sessionId, record, log) => {
+    const placement = { upstreamSessionId: record.upstreamSessionId, ...(record.endpoint !== undefined && { endpoint: record.endpoint }) }
+    const again = await guard.recoverDuringAnswer(sessionId, record.principal, log, placement)
+    return again !== null
+  })
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
   const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
   const keepAlive = new KeepAliveTicker(config.keepaliveIntervalMs)

@@ -6,7 +6,7 @@ import type { GatewayConfig } from '../../config/load.js'
 import { errors } from '../../errors.js'
 import type { GatewayMetrics } from '../../metrics/metrics.js'
 import { parseSessionId, SessionIdIssuer } from '../../protocol/session-id.js'
-import type { EventStore, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
+import type { Adoption, EventStore, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
 import type { SessionCache } from './session-cache.js'
 
 export interface SessionGuardOptions {
@@ -18,8 +18,12 @@ export interface SessionGuardOptions {
   readonly principals?: PrincipalResolver
 }
 
-/** A lost session a request recorded again, until the upstream's answer settles it. */
-interface Recovery { readonly sessionId: string, readonly epoch: string, readonly intactSince: number }
+/**
+ * A lost session a request recorded again, until the upstream's answer
+ * settles it. `created`: this request's adoption made the record (another
+ * request may have made it first): only that one is counted.
+ */
+interface Recovery { readonly sessionId: string, readonly epoch: string, readonly intactSince: number, readonly created: boolean }
 
 export function createPrincipalResolver (config: GatewayConfig): PrincipalResolver {
   return config.jwt === undefined ? new HeaderPrincipal(config.principalHeader) : new JwtPrincipal(config.jwt)
@@ -146,8 +150,8 @@ export class SessionGuard {
     try {
       const adopted = await this.#adoptLost(sessionId, principal)
       if (adopted === null) return null
-      const { record, intactSince } = adopted
-      if (record.principal === principal) this.recovering.set(request, { sessionId, epoch: record.epoch, intactSince })
+      const { record, intactSince, created } = adopted
+      if (record.principal === principal) this.recovering.set(request, { sessionId, epoch: record.epoch, intactSince, created })
       return record
     } catch (err) {
       throw errors.storeUnavailable(err)
@@ -155,23 +159,24 @@ export class SessionGuard {
   }
 
   /**
-   * A session the store lost while the upstream was still streaming its
-   * answer to one of its requests, made for `principal`. The upstream
-   * answering is its confirmation, so it is recorded again at once (same
-   * rules as recoverLostSession); null when it is not to be, or the store
-   * has it for another principal already. Throws when the store fails.
+   * A session the store lost while the upstream was still streaming an
+   * answer of it: one of its requests', made for `principal`, or its
+   * standalone GET's (`principal` from the session's last record, and
+   * `placement` where that GET goes). The upstream answering is its
+   * confirmation, so it is recorded again at once (same rules as
+   * recoverLostSession); null when it is not to be, or the store has it for
+   * another principal already. Throws when the store fails.
    */
-  async recoverDuringAnswer (sessionId: string, principal: string, log: FastifyBaseLogger): Promise<SessionRecord | null> {
-    const known = this.#sessions.stale(sessionId)
-    const adopted = await this.#adoptLost(sessionId, principal)
+  async recoverDuringAnswer (sessionId: string, principal: string, log: FastifyBaseLogger, placement?: UpstreamPlacement): Promise<SessionRecord | null> {
+    const adopted = await this.#adoptLost(sessionId, principal, placement)
     if (adopted === null || adopted.record.principal !== principal) return null
-    const { record, intactSince } = adopted
+    const { record, intactSince, created } = adopted
     this.#sessions.set(sessionId, record)
-    // Another request may have recorded it again first: counted once.
-    if (known?.epoch !== record.epoch) {
+    // Another answer (or request) may have recorded it again first: counted once, by that one.
+    if (created) {
       this.#metrics.sessionsRecovered.inc()
       log.warn({ sessionHash: sessionHash(sessionId), epoch: record.epoch, storeIntactSince: new Date(intactSince).toISOString() },
-        'a session the event store had lost (it restarted empty, or evicted it) during a request\'s answer goes on under a new epoch; resuming clients are told of the gap')
+        'a session the event store had lost (it restarted empty, or evicted it) while the upstream was answering goes on under a new epoch; resuming clients are told of the gap')
     }
     return record
   }
@@ -196,19 +201,20 @@ export class SessionGuard {
   /**
    * Record a lost session again (see recoverLostSession): the store's record,
    * or null when it was not lost, or too long ago. Its upstream placement is
-   * the last this replica knew of (the upstream may have been given the
-   * session again under another id, on another endpoint, since the id was
-   * issued), else the upstream session the id names.
+   * `current` (where an upstream GET still open goes), else the last this
+   * replica knew of (the upstream may have been given the session again
+   * under another id, on another endpoint, since the id was issued), else
+   * the upstream session the id names.
    */
-  async #adoptLost (sessionId: string, principal: string): Promise<{ record: SessionRecord, intactSince: number } | null> {
+  async #adoptLost (sessionId: string, principal: string, current?: UpstreamPlacement): Promise<(Adoption & { intactSince: number }) | null> {
     const lost = await this.#lostSince(sessionId, principal)
     if (lost === null) return null
-    const known = this.#sessions.stale(sessionId)
+    const known = current ?? this.#sessions.stale(sessionId)
     const placement: UpstreamPlacement = known === undefined
       ? { upstreamSessionId: lost.firstUpstreamId }
       : { upstreamSessionId: known.upstreamSessionId, ...(known.endpoint !== undefined && { endpoint: known.endpoint }) }
-    const record = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, placement))
-    return { record, intactSince: lost.intactSince }
+    const adoption = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, placement))
+    return { ...adoption, intactSince: lost.intactSince }
   }
 
   /**
@@ -240,8 +246,9 @@ export class SessionGuard {
     const recovery = this.recovering.get(request)
     if (recovery === undefined) return
     this.recovering.delete(request)
-    const { sessionId, epoch, intactSince } = recovery
+    const { sessionId, epoch, intactSince, created } = recovery
     if (confirmed) {
+      if (!created) return
       this.#metrics.sessionsRecovered.inc()
       request.log.warn({ sessionHash: sessionHash(sessionId), epoch, storeIntactSince: new Date(intactSince).toISOString() },
         'a session the event store had lost (it restarted empty, or evicted it) goes on under a new epoch; resuming clients are told of the gap')

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import type {
-  AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecipe, SessionRecord, SessionStateChange, StoreUsage, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import { applyStateChange } from '../session-recipe.js'
@@ -100,12 +100,12 @@ export class MemoryEventStore implements EventStore {
     return record
   }
 
-  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<SessionRecord> {
+  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<Adoption> {
     // No await between the look-up and the creation: two adoptions never both create.
     const session = this.#sessions.live(sessionId)
-    if (session === undefined) return await this.createSession(sessionId, principal, placement === undefined ? {} : { placement })
+    if (session === undefined) return { record: await this.createSession(sessionId, principal, placement === undefined ? {} : { placement }), created: true }
     this.#sessions.touch(session)
-    return session.record
+    return { record: session.record, created: false }
   }
 
   async movePlacement (sessionId: string, expected: string, next: UpstreamPlacement): Promise<SessionRecord | null> {

@@ -6,7 +6,7 @@ import { STANDALONE_STREAM, SUBSCRIPTIONS_MAX } from '../contract.js'
 import type { EventBatch } from '../batch/event-batch.js'
 import type { NumberedBatch } from '../batch/numbered-batch.js'
 import type {
-  AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecipe, SessionRecord, SessionStateChange, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
@@ -210,14 +210,15 @@ export class RedisEventStore implements EventStore {
     return await this.#redis.exists(this.#keys.session(sessionId).deleted) === 1
   }
 
-  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<SessionRecord> {
+  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<Adoption> {
     const keys = this.#keys.session(sessionId)
     const epoch = randomToken(8, this.#random)
     const reply = await this.#redis.mcpgwAdopt(keys.meta, keys.lease, keys.attached, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM),
       epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '', placement?.endpoint ?? '')
     // A new record: what this replica knew of the session's writes is history.
-    if (reply[0] === epoch) this.#appender.forget(sessionId)
-    return recordOf(sessionId, reply)
+    const created = reply[0] === epoch
+    if (created) this.#appender.forget(sessionId)
+    return { record: recordOf(sessionId, reply), created }
   }
 
   /**

@@ -1,0 +1,80 @@
+// Redis emptied while the gateway holds a session's upstream GET (the standalone
+// stream), with a store-less SDK server upstream and the SDK client with its default
+// options. The upstream GET stays open: the pump records the session again for the
+// principal of its last record and goes on in the new epoch (src/sessions/standalone-pump.ts,
+// #recoverOnce). Had it stopped, the SDK server would have dropped everything it sent
+// until the client's reconnect opened a GET again.
+import t, { type Test } from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
+import { metricSum, metrics } from '../fixtures/hardening.js'
+import { checkDelivery, connectClient, formatRanges, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
+import { deleteKeys, useRedis, type TestRedis } from '../fixtures/redis.js'
+import { startRestartableUpstream, type RestartableUpstream } from '../fixtures/restartable-upstream.js'
+
+interface Setup { upstream: RestartableUpstream, redis: TestRedis, gw: RunningGateway, mcp: McpTestClient, upstreamId: string }
+
+async function setup (t: Test, env: Record<string, string> = {}): Promise<Setup> {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const redis = await useRedis(t, 'lost-standalone')
+  const gw = await startGatewayOnRedis(t, redis, upstream.url, env)
+  const mcp = await connectClient(`${gw.url}/mcp`)
+  t.teardown(() => mcp.close())
+  const upstreamId = upstream.life.initialized[0] as string
+  t.ok(await waitUntil(() => upstreamGets(upstream, upstreamId) === 1 && mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'the standalone GET is open, upstream and client')
+  return { upstream, redis, gw, mcp, upstreamId }
+}
+
+function upstreamGets (upstream: RestartableUpstream, upstreamId: string): number {
+  return upstream.life.requests.filter(r => r.method === 'GET' && r.sessionId === upstreamId).length
+}
+
+function broadcastSeqs (mcp: McpTestClient): number[] {
+  return mcp.notifications
+    .filter(n => n.method === 'notifications/message' && (n.params as { logger?: string }).logger === 'broadcast')
+    .map(n => (n.params as { data: number }).data)
+}
+
+async function broadcast (mcp: McpTestClient, count: number, intervalMs: number): Promise<void> {
+  await mcp.client.callTool({ name: 'broadcast_standalone', arguments: { count, intervalMs } })
+}
+
+t.test('Redis emptied while the upstream sends on the standalone stream: the upstream GET stays open, nothing is lost or duplicated', async t => {
+  const { upstream, redis, gw, mcp, upstreamId } = await setup(t)
+  const COUNT = 300
+  await broadcast(mcp, COUNT, 10)
+  t.ok(await waitUntil(() => broadcastSeqs(mcp).length >= 80, 10_000), 'the broadcast is flowing')
+  t.ok(await deleteKeys(redis.redis, redis.prefix) > 0, 'the store lost everything')
+  t.ok(await waitUntil(() => broadcastSeqs(mcp).includes(COUNT - 1), 20_000), 'the broadcast reaches its end')
+  const delivery = checkDelivery(broadcastSeqs(mcp), COUNT)
+  t.comment(`sent ${COUNT}, received ${delivery.received}, lost ${delivery.lost.length} [${formatRanges(delivery.lost)}], duplicated ${delivery.duplicated.length}`)
+  t.same(delivery.lost, [], 'nothing lost')
+  t.same(delivery.duplicated, [], 'nothing twice')
+  t.equal(upstreamGets(upstream, upstreamId), 1, 'the upstream saw one GET for the session: it stayed open')
+  t.not(await gw.store.getSession(mcp.sessionId as string), null, 'the session is recorded again')
+  t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_sessions_recovered_total'), 1, 'counted as recovered, once')
+})
+
+t.test('Redis emptied while the session is quiet: the lease\'s renewal finds it, the session is recorded again, the GET stays open', async t => {
+  // Renewal every 200 ms: the loss is found by the lease before any append or request.
+  const { upstream, redis, gw, mcp, upstreamId } = await setup(t, { LEASE_TTL_MS: '600' })
+  t.ok(await deleteKeys(redis.redis, redis.prefix) > 0, 'the store lost everything')
+  t.ok(await eventuallyRecorded(gw, mcp.sessionId as string), 'recorded again without any request of the client')
+  await sleep(600)
+  const COUNT = 50
+  await broadcast(mcp, COUNT, 10)
+  t.ok(await waitUntil(() => broadcastSeqs(mcp).includes(COUNT - 1), 20_000), 'a broadcast after the loss reaches its end')
+  const delivery = checkDelivery(broadcastSeqs(mcp), COUNT)
+  t.same([delivery.lost, delivery.duplicated], [[], []], 'nothing lost, nothing twice')
+  t.equal(upstreamGets(upstream, upstreamId), 1, 'the upstream saw one GET for the session: it stayed open')
+})
+
+async function eventuallyRecorded (gw: RunningGateway, sessionId: string): Promise<boolean> {
+  const deadline = Date.now() + 5000
+  while (Date.now() < deadline) {
+    if (await gw.store.getSession(sessionId) !== null) return true
+    await sleep(50)
+  }
+  return false
+}
