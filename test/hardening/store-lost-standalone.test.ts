@@ -6,6 +6,7 @@
 // until the client's reconnect opened a GET again.
 import t, { type Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { startBalancer } from '../fixtures/balancer.js'
 import { startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
 import { metricSum, metrics } from '../fixtures/hardening.js'
 import { checkDelivery, connectClient, formatRanges, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
@@ -78,3 +79,29 @@ async function eventuallyRecorded (gw: RunningGateway, sessionId: string): Promi
   }
   return false
 }
+
+t.test('two replicas, requests alternating: Redis emptied while the upstream sends on the standalone stream; the GET stays open on its holder, nothing is lost or duplicated', async t => {
+  const upstream = await startRestartableUpstream()
+  t.teardown(() => upstream.close())
+  const redis = await useRedis(t, 'lost-standalone-2')
+  const a = await startGatewayOnRedis(t, redis, upstream.url)
+  const b = await startGatewayOnRedis(t, redis, upstream.url)
+  const balancer = await startBalancer([a.port, b.port])
+  t.teardown(() => balancer.close())
+  // A new connection per request: the balancer alternates them between the replicas.
+  const mcp = await connectClient(balancer.url('/mcp'), { agentOptions: { pipelining: 0 } })
+  t.teardown(() => mcp.close())
+  const upstreamId = upstream.life.initialized[0] as string
+  t.ok(await waitUntil(() => upstreamGets(upstream, upstreamId) === 1 && mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'the standalone GET is open, upstream and client')
+  const COUNT = 300
+  await broadcast(mcp, COUNT, 10)
+  t.ok(await waitUntil(() => broadcastSeqs(mcp).length >= 80, 10_000), 'the broadcast is flowing')
+  t.ok(await deleteKeys(redis.redis, redis.prefix) > 0, 'the store lost everything')
+  t.ok(await waitUntil(() => broadcastSeqs(mcp).includes(COUNT - 1), 20_000), 'the broadcast reaches its end')
+  const delivery = checkDelivery(broadcastSeqs(mcp), COUNT)
+  t.comment(`sent ${COUNT}, received ${delivery.received}, lost ${delivery.lost.length} [${formatRanges(delivery.lost)}], duplicated ${delivery.duplicated.length}`)
+  t.same([delivery.lost, delivery.duplicated], [[], []], 'nothing lost, nothing twice')
+  t.equal(upstreamGets(upstream, upstreamId), 1, 'the upstream saw one GET for the session: it stayed open')
+  const recovered = await Promise.all([a, b].map(async gw => metricSum(await metrics(gw.adminUrl), 'mcpgw_sessions_recovered_total')))
+  t.equal(recovered[0] + recovered[1], 1, `counted as recovered once across the replicas (${recovered.join(' + ')})`)
+})
