@@ -25,7 +25,7 @@ const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', '
  * told to retry), `timed_out` (waited in vain for another replica's; kept
  * and retried likewise).
  */
-export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'incompatible', 'unrecorded', 'failed', 'unavailable', 'timed_out'] as const
+export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'incompatible', 'unrecorded', 'failed', 'unavailable', 'timed_out', 'busy'] as const
 export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const
@@ -227,6 +227,21 @@ export class GatewayMetrics {
       }
     })
     for (const what of EVICTED) evictions.inc({ what }, 0)
+  }
+
+  /** Re-establishments of upstream sessions in this process, read at each scrape: talking to the upstream, and waiting their turn. */
+  watchReestablishments (source: { readonly load: { readonly running: number, readonly waiting: number } }): void {
+    this.registry.registerMetric(new Gauge({
+      name: 'mcpgw_upstream_reestablishments',
+      help: 'Upstream sessions being established again in this process: running (at most REESTABLISH_CONCURRENCY), or waiting their turn.',
+      labelNames: ['state'],
+      registers: [],
+      collect () {
+        const { running, waiting } = source.load
+        this.set({ state: 'running' }, running)
+        this.set({ state: 'waiting' }, waiting)
+      }
+    }))
   }
 
   /** The upstream's endpoints, read at each scrape: how many in each state, and the sessions placed on each. */

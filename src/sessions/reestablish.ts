@@ -11,6 +11,7 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
+import PQueue from 'p-queue'
 import type { GatewayMetrics, ReestablishOutcome } from '../metrics/metrics.js'
 import { initializePromise } from '../protocol/initialize.js'
 import type { EventStore, SessionRecipe, SessionRecord, UpstreamPlacement } from '../store/contract.js'
@@ -27,8 +28,10 @@ export interface ReestablishOptions {
   readonly mcpPath: string
   /** Bound on an answer read for its JSON-RPC response (MAX_EVENT_BYTES). */
   readonly maxAnswerBytes: number
-  /** How long the fence holds, and how long a replica waits for another's re-establishment. */
+  /** How long the fence holds, and how long a replica waits for another's re-establishment, or for its turn. */
   readonly fenceMs?: number
+  /** Re-establishments talking to the upstream at once in this process (REESTABLISH_CONCURRENCY); the others wait their turn. */
+  readonly concurrency: number
 }
 
 /** How a re-establishment ended: the record to go on with, or why there is none. */
@@ -38,6 +41,13 @@ export type Reestablished =
 
 const FENCE_MS = 10_000
 const WAIT_STEP_MS = 50
+
+/** A re-establishment's turn did not come in time (REESTABLISH_CONCURRENCY). */
+class NoTurn extends Error {
+  constructor () {
+    super('no turn to establish the session upstream again in time')
+  }
+}
 
 /** The longest 400 answer read to tell whether it speaks of the session id. */
 const LOST_SESSION_BODY_BYTES = 4096
@@ -79,10 +89,18 @@ export class SessionReestablisher {
   readonly #fenceMs: number
   /** Re-establishments running in this process, by session: a second request joins the first. */
   readonly #running = new Map<string, Promise<Reestablished>>()
+  /** The turns of re-establishments under their fence (the part that talks to the upstream). */
+  readonly #turns: PQueue
 
   constructor (options: ReestablishOptions) {
     this.#o = options
     this.#fenceMs = options.fenceMs ?? FENCE_MS
+    this.#turns = new PQueue({ concurrency: options.concurrency })
+  }
+
+  /** Re-establishments talking to the upstream now, and waiting their turn. */
+  get load (): { readonly running: number, readonly waiting: number } {
+    return { running: this.#turns.pending, waiting: this.#turns.size }
   }
 
   /**
@@ -106,29 +124,51 @@ export class SessionReestablisher {
     const startedAt = performance.now()
     const token = randomBytes(12).toString('base64url')
     let result: Reestablished
+    const deadline = Date.now() + this.#fenceMs
     try {
-      result = await this.#fenced(sessionId, token, stale, headers, log) ??
+      result = await this.#fenced(sessionId, token, stale, headers, log, deadline) ??
         // Another replica holds the fence: wait for the record to move, or for the fence to go.
-        await this.#awaitOther(sessionId, token, stale, headers, log)
+        await this.#awaitOther(sessionId, token, stale, headers, log, deadline)
     } catch (err) {
+      if (err instanceof NoTurn) {
+        log.warn({ running: this.#turns.pending, waiting: this.#turns.size }, 'too many sessions being established upstream again at once (REESTABLISH_CONCURRENCY): this one waited too long for its turn; the session is kept')
+        result = { outcome: 'busy' }
+      } else {
       // Nothing definitive was answered (the upstream or the store could not be reached,
       // a connection broke): the session is kept, and the next request tries again.
-      log.warn({ err }, 'could not establish the session upstream again for now; the session is kept')
-      result = { outcome: 'unavailable' }
+        log.warn({ err }, 'could not establish the session upstream again for now; the session is kept')
+        result = { outcome: 'unavailable' }
+      }
     }
     metrics.upstreamSessionsReestablished.inc({ outcome: result.outcome })
     log.info({ outcome: result.outcome, durationMs: Math.round(performance.now() - startedAt) }, 'upstream session re-establishment')
     return result
   }
 
-  /** The re-establishment under the session's fence; undefined when another holds the fence. */
-  async #fenced (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished | undefined> {
+  /**
+   * The re-establishment under the session's fence, in its turn (at most
+   * `concurrency` at once; the fence is taken once the turn came, so waiting
+   * holds none); undefined when another holds the fence. Throws NoTurn when
+   * the turn did not come before `deadline`.
+   */
+  async #fenced (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger, deadline: number): Promise<Reestablished | undefined> {
     const { store, metrics } = this.#o
-    if (!await metrics.timeStore('session_fence', () => store.acquireSessionFence(sessionId, token, this.#fenceMs))) return undefined
+    const waited = new AbortController()
+    const timer = setTimeout(() => waited.abort(new NoTurn()), Math.max(0, deadline - Date.now()))
     try {
-      return await this.#underFence(sessionId, stale, headers, log)
+      return await this.#turns.add(async () => {
+        // Its turn came: from now on it runs to its end, whatever the deadline (the queue's
+        // signal would free the turn of a task still running).
+        clearTimeout(timer)
+        if (!await metrics.timeStore('session_fence', () => store.acquireSessionFence(sessionId, token, this.#fenceMs))) return undefined
+        try {
+          return await this.#underFence(sessionId, stale, headers, log)
+        } finally {
+          await store.releaseSessionFence(sessionId, token).catch(() => {})
+        }
+      }, { signal: waited.signal })
     } finally {
-      await store.releaseSessionFence(sessionId, token).catch(() => {})
+      clearTimeout(timer)
     }
   }
 
@@ -137,15 +177,14 @@ export class SessionReestablisher {
    * fence go without it moving (that replica could not reach the upstream, or
    * died), this one tries in turn.
    */
-  async #awaitOther (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
+  async #awaitOther (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger, deadline: number): Promise<Reestablished> {
     const { store, metrics } = this.#o
-    const deadline = Date.now() + this.#fenceMs
     while (Date.now() < deadline) {
       await sleep(WAIT_STEP_MS)
       const record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
       if (record === null) return { outcome: 'incompatible' }
       if (record.upstreamSessionId !== stale.upstreamSessionId) return { outcome: 'joined', record }
-      const mine = await this.#fenced(sessionId, token, stale, headers, log)
+      const mine = await this.#fenced(sessionId, token, stale, headers, log, deadline)
       if (mine !== undefined) return mine
     }
     return { outcome: 'timed_out' }

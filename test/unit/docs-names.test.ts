@@ -34,6 +34,7 @@ t.test('every mcpgw_ metric the docs name is exported', async t => {
   // Metrics registered when there is something to watch.
   metrics.watchMemoryStore({ usage: () => ({ heldBytes: 0, maxBytes: 0, sessions: 0, evicted: { stream: 0, events: 0, session: 0 } }) })
   metrics.watchUpstreamEndpoints(() => [])
+  metrics.watchReestablishments({ load: { running: 0, waiting: 0 } })
   const exported = new Set((await metrics.registry.getMetricsAsJSON()).map(m => m.name))
   let checked = 0
   for (const { file, text } of texts) {

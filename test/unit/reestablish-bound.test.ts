@@ -2,7 +2,7 @@
 // and never answers must not hold the client's request (and the session's fence)
 // past the fence's time. The re-establisher itself, on the embedded store, against a
 // real upstream socket that reads the request and says nothing.
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { once } from 'node:events'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -34,7 +34,7 @@ t.test('an upstream that never answers the new initialize: unavailable within th
     recipe: { initialize: INITIALIZE, initializeResult: '{"capabilities":{},"protocolVersion":"2025-11-25"}' }
   })
   const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
-  const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: FENCE_MS })
+  const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: FENCE_MS, concurrency: 4 })
 
   const started = Date.now()
   const result = await Promise.race([
@@ -49,4 +49,87 @@ t.test('an upstream that never answers the new initialize: unavailable within th
   t.equal(aborted.count, 1, 'and its request was aborted')
   t.equal((await store.getSession('session-1'))?.upstreamSessionId, 'old', 'the record is where it was')
   t.ok(await store.acquireSessionFence('session-1', 'next', 1000), 'the fence was let go')
+})
+
+/**
+ * An upstream that holds each initialize until the test lets it go, then
+ * establishes a session; notifications/initialized is accepted at once.
+ */
+async function holdingUpstream (t: Test): Promise<{ client: UpstreamClient, waiting: Array<() => void>, initializes: { count: number, most: number } }> {
+  const waiting: Array<() => void> = []
+  const initializes = { count: 0, most: 0, now: 0 }
+  const upstream = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (chunk: Buffer) => chunks.push(chunk))
+    req.on('end', () => {
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id?: unknown, method: string }
+      if (body.method !== 'initialize') {
+        res.writeHead(202).end()
+        return
+      }
+      initializes.count++
+      initializes.now++
+      initializes.most = Math.max(initializes.most, initializes.now)
+      // Answered, or given up by the gateway: no longer at the upstream.
+      res.on('close', () => { initializes.now-- })
+      waiting.push(() => {
+        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': `up-${initializes.count}-${waiting.length}` })
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: body.id, result: { protocolVersion: '2025-11-25', capabilities: {}, serverInfo: { name: 'held', version: '0' } } }))
+      })
+    })
+  })
+  upstream.listen(0, '127.0.0.1')
+  await once(upstream, 'listening')
+  t.teardown(() => { upstream.closeAllConnections(); upstream.close() })
+  const client = new UpstreamClient({ origin: new URL(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`), headersTimeoutMs: 60_000 })
+  t.teardown(() => client.close())
+  return { client, waiting, initializes }
+}
+
+async function sessionsToEstablish (count: number): Promise<{ store: MemoryEventStore, stale: Array<Awaited<ReturnType<MemoryEventStore['createSession']>>> }> {
+  const store = new MemoryEventStore({ retention: { maxEvents: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, maxBytes: 1 << 24 })
+  const stale = []
+  for (let i = 0; i < count; i++) {
+    stale.push(await store.createSession(`session-${i}`, 'principal', {
+      placement: { upstreamSessionId: `old-${i}` },
+      recipe: { initialize: INITIALIZE, initializeResult: '{"capabilities":{},"protocolVersion":"2025-11-25"}' }
+    }))
+  }
+  return { store, stale }
+}
+
+t.test('REESTABLISH_CONCURRENCY: at most that many sessions are established upstream again at once; the others wait their turn', async t => {
+  const { client, waiting, initializes } = await holdingUpstream(t)
+  const { store, stale } = await sessionsToEstablish(5)
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: 10_000, concurrency: 2 })
+  const log = pino({ level: 'silent' })
+  const results = stale.map(async (record, i) => await reestablisher.reestablish(`session-${i}`, record, {}, log))
+  await new Promise(resolve => setTimeout(resolve, 300))
+  t.equal(initializes.count, 2, 'two initializes reached the upstream')
+  t.same(reestablisher.load, { running: 2, waiting: 3 }, 'three wait their turn')
+  for (let released = 0; released < 5; released++) {
+    for (let i = 0; i < 100 && waiting.length === 0; i++) await new Promise(resolve => setTimeout(resolve, 10))
+    waiting.shift()?.()
+  }
+  const outcomes = (await Promise.all(results)).map(r => r.outcome)
+  t.same(outcomes, Array(5).fill('reestablished'), 'each established again in its turn')
+  t.equal(initializes.most, 2, 'never more than two at once upstream')
+})
+
+t.test('REESTABLISH_CONCURRENCY: a turn that does not come within the fence\'s time: busy, nothing sent upstream, the session kept', async t => {
+  const { client, initializes } = await holdingUpstream(t)
+  const { store, stale } = await sessionsToEstablish(3)
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: FENCE_MS, concurrency: 1 })
+  const log = pino({ level: 'silent' })
+  // The first holds the one turn until its own bound (the upstream never answers it): the third cannot get it in time.
+  const outcomes = (await Promise.all(stale.map(async (record, i) => await reestablisher.reestablish(`session-${i}`, record, {}, log)))).map(r => r.outcome)
+  t.comment(`outcomes: ${outcomes.join(', ')}`)
+  t.equal(outcomes[0], 'unavailable', 'the first: its upstream never answered')
+  t.equal(outcomes[2], 'busy', 'the last: no turn in time')
+  t.equal(initializes.count, outcomes.filter(o => o !== 'busy').length, 'a session that got no turn sent nothing upstream')
+  t.equal(initializes.most, 1, 'one at a time')
+  t.equal((await store.getSession('session-2'))?.upstreamSessionId, 'old-2', 'its record is where it was')
+  t.ok(await store.acquireSessionFence('session-2', 'next', 1000), 'and its fence was never taken')
 })

@@ -204,6 +204,7 @@ export class McpContext {
         throw errors.sessionNotFound()
       case 'unavailable':
       case 'timed_out':
+      case 'busy':
         // Not the upstream's last word: the session stays, and the client's retry tries again.
         // (The answer to the request sent again after a re-establishment is read likewise: sentAgain.)
         throw errors.sessionReestablishing()

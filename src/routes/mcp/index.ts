@@ -38,8 +38,9 @@ export async function registerMcpEndpoint (app: FastifyInstance, deps: Omit<McpR
     mcp.removeAllContentTypeParsers()
     mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
     const reestablisher = config.reestablishUpstreamSessions
-      ? new SessionReestablisher({ store: deps.store, upstream: deps.upstream, metrics: deps.metrics, mcpPath: config.mcpPath, maxAnswerBytes: config.maxEventBytes })
+      ? new SessionReestablisher({ store: deps.store, upstream: deps.upstream, metrics: deps.metrics, mcpPath: config.mcpPath, maxAnswerBytes: config.maxEventBytes, concurrency: config.reestablishConcurrency })
       : undefined
+    if (reestablisher !== undefined) deps.metrics.watchReestablishments(reestablisher)
     guard = registerMcpRoute(mcp, { ...deps, maxBodyBytes: config.maxBodyBytes, reestablisher })
   })
   return guard as SessionGuard
