@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import { Lease } from '../cluster/coordinator.js'
+import type { Lease } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
 import type { EventStore, SessionRecord, StreamState } from '../store/contract.js'
 import { errors } from '../errors.js'
@@ -90,11 +90,14 @@ export class StandalonePump {
   readonly #o: PumpOptions
   readonly #abort = new UpstreamAbort()
   #holdTimer: NodeJS.Timeout | undefined
-  #stopped = false
+  /**
+   * opening: its upstream GET not answered yet; recording: the GET open and
+   * recorded (from then on a lost lease stops the pump, or has the session
+   * recorded again); stopped: for good.
+   */
+  #phase: 'opening' | 'recording' | 'stopped' = 'opening'
   /** A client attached here since the GET opened: from then on the hold is holdMs. */
   #clientSeen = false
-  /** The upstream GET opened and its recorder runs: from then on a lost lease stops the pump. */
-  #recording = false
   #headers: Record<string, string | string[]> = {}
   #released: Promise<void> = Promise.resolve()
   /** The lease the stream is held under: another, same token, once the store lost the session (#recoverOnce). */
@@ -112,7 +115,7 @@ export class StandalonePump {
     this.#useLease(options.lease)
   }
 
-  get stopped (): boolean { return this.#stopped }
+  get stopped (): boolean { return this.#phase === 'stopped' }
   get lease (): Lease { return this.#lease }
 
   /**
@@ -133,7 +136,7 @@ export class StandalonePump {
       log.warn('the upstream\'s last event id cannot go back in a Last-Event-ID header: its GET stream is opened afresh')
     }
     let res = await this.#request(resuming ? { ...headers, 'last-event-id': lastId as string } : headers)
-    if (resuming && !this.#stopped && res.statusCode >= 400 && res.statusCode !== 404 && res.statusCode !== 405) {
+    if (resuming && !this.stopped && res.statusCode >= 400 && res.statusCode !== 404 && res.statusCode !== 405) {
       // The upstream cannot resume from that id (it forgot it, restarted...): open afresh.
       discardBody(res.body)
       resuming = false
@@ -170,14 +173,14 @@ export class StandalonePump {
   async #start (res: UpstreamResponse, resuming: boolean): Promise<null> {
     const { metrics, log } = this.#o
     const lease = this.#lease
-    if (this.#stopped) {
+    if (this.stopped) {
       // Stopped while opening (session dropped, handed over): nothing to record.
       discardBody(res.body)
       return null
     }
     metrics.upstreamStreamsOpen.inc({ kind: 'standalone' })
     log.debug({ takeover: lease.takeover, resuming }, 'upstream GET stream opened')
-    this.#recording = true
+    this.#phase = 'recording'
     if (lease.takeover) {
       metrics.leaseTakeovers.inc()
       if (!resuming) await this.#recordHandoverGap()
@@ -223,7 +226,7 @@ export class StandalonePump {
    * when it gave one, so nothing it sends later is dropped for want of a GET.
    */
   async #resume (lastEventId: string | undefined): Promise<Readable | undefined> {
-    if (this.#stopped) return undefined
+    if (this.stopped) return undefined
     // The upstream ended the GET with the session it is deleting: reopening it would only meet a 404.
     if (this.#o.clients.deleting) {
       this.#o.log.debug('a DELETE of the session is on its way upstream: its ended GET stream is not reopened')
@@ -289,7 +292,7 @@ export class StandalonePump {
   #useLease (lease: Lease): void {
     this.#lease = lease
     lease.onLost = reason => {
-      if (!this.#recording) return
+      if (this.#phase !== 'recording') return
       if (reason === 'gone' && this.#o.recoverSession !== undefined) this.#lostWithTheStore()
       else this.#stop(reason === 'gone' ? 'session_gone' : 'lease_lost')
     }
@@ -343,19 +346,19 @@ export class StandalonePump {
   async #recoverOnce (): Promise<StreamState | undefined> {
     const { store, metrics, log, sessionId, recoverSession } = this.#o
     const record = this.#record
-    if (this.#stopped || this.#o.clients.deleting || record === undefined || recoverSession === undefined) return undefined
+    if (this.stopped || this.#o.clients.deleting || record === undefined || recoverSession === undefined) return undefined
     if (await metrics.timeStore('session_deleted', () => store.sessionDeleted(sessionId))) return undefined
     if (!await recoverSession(sessionId, record, log)) return undefined
     if (this.#lease.settled) {
       const again = await this.#o.reacquire(this.#lease)
-      if (!(again instanceof Lease)) {
+      if (again === 'held' || again === 'gone') {
         log.info({ lease: again }, 'the session was recorded again after the event store lost it, and another replica holds its stream now')
         this.#stop('lease_lost')
         return undefined
       }
       this.#useLease(again)
     }
-    if (this.#stopped) return undefined
+    if (this.stopped) return undefined
     return await metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM))
   }
 
@@ -382,13 +385,13 @@ export class StandalonePump {
   }
 
   #armHold (delayMs: number): void {
-    if (this.#stopped || this.#holdTimer !== undefined || this.#o.clients.localClients() > 0) return
+    if (this.stopped || this.#holdTimer !== undefined || this.#o.clients.localClients() > 0) return
     this.#holdTimer = setTimeout(() => {
       this.#holdTimer = undefined
-      if (this.#stopped || this.#o.clients.localClients() > 0) return
+      if (this.stopped || this.#o.clients.localClients() > 0) return
       // A client attached on another replica keeps the stream held (its marker lives in the store).
       this.#lease.releaseIfIdle().then(wait => {
-        if (this.#stopped) return
+        if (this.stopped) return
         if (wait === 0) {
           this.#o.log.debug('no client anywhere for the hold time: releasing the upstream GET stream')
           this.#stop('hold_expired')
@@ -406,8 +409,8 @@ export class StandalonePump {
   }
 
   #stop (outcome: PumpOutcome): void {
-    if (this.#stopped) return
-    this.#stopped = true
+    if (this.#phase === 'stopped') return
+    this.#phase = 'stopped'
     clearTimeout(this.#holdTimer)
     this.#holdTimer = undefined
     // A refusal's body is the caller's to pass on: not aborted.
