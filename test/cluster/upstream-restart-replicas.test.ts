@@ -4,8 +4,7 @@
 // go on with the new upstream session from the shared record; the new upstream
 // session's standalone GET is open before a call that met the loss is sent again.
 import t from 'tap'
-import { startBalancer } from '../fixtures/balancer.js'
-import { startGatewayOnRedis } from '../fixtures/gateway.js'
+import { startReplicas, type RunningGateway } from '../fixtures/gateway.js'
 import { metricSum, metrics } from '../fixtures/hardening.js'
 import { connectClient, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
 import { useRedis } from '../fixtures/redis.js'
@@ -23,10 +22,8 @@ t.test('two replicas, requests alternating, upstream restarted: one re-establish
   const upstream = await startRestartableUpstream()
   t.teardown(() => upstream.close())
   const redis = await useRedis(t, 'reest')
-  const a = await startGatewayOnRedis(t, redis, upstream.url)
-  const b = await startGatewayOnRedis(t, redis, upstream.url)
-  const balancer = await startBalancer([a.port, b.port])
-  t.teardown(() => balancer.close())
+  const { replicas, balancer } = await startReplicas(t, redis, upstream.url, 2)
+  const [a, b] = replicas as [RunningGateway, RunningGateway]
   // A new connection per request: the balancer alternates them between the replicas.
   const mcp = await connectClient(balancer.url('/mcp'), { agentOptions: { pipelining: 0 } })
   t.teardown(() => mcp.close())
@@ -60,10 +57,7 @@ t.test('two replicas, 20 sessions, upstream restarted: what each new upstream se
   const SESSIONS = 20
   const redis = await useRedis(t, 'reest-notify')
   const env = { INITIALIZES_PER_MINUTE_PER_ADDRESS: String(SESSIONS), MAX_CONNECTIONS_PER_ADDRESS: String(10 * SESSIONS) }
-  const a = await startGatewayOnRedis(t, redis, upstream.url, env)
-  const b = await startGatewayOnRedis(t, redis, upstream.url, env)
-  const balancer = await startBalancer([a.port, b.port])
-  t.teardown(() => balancer.close())
+  const { replicas, balancer } = await startReplicas(t, redis, upstream.url, 2, env)
   const clients: McpTestClient[] = []
   t.teardown(async () => { await Promise.all(clients.map(async c => await c.close())) })
   for (let i = 0; i < SESSIONS; i++) clients.push(await connectClient(balancer.url('/mcp'), { agentOptions: { pipelining: 0 } }))
@@ -79,7 +73,7 @@ t.test('two replicas, 20 sessions, upstream restarted: what each new upstream se
   t.same(answers.flatMap((x, i) => x.status === 'rejected' ? [`${i}: ${String(x.reason)}`] : []), [], 'every call answered')
   const arrived = await waitUntil(() => clients.every((c, i) => standaloneTexts(c).includes(`standalone ${i}`)), 20_000)
   t.ok(arrived, `every notification reached its client (${clients.filter((c, i) => standaloneTexts(c).includes(`standalone ${i}`)).length} of ${SESSIONS})`)
-  const counts = await Promise.all([a, b].map(async gw => await metrics(gw.adminUrl)))
+  const counts = await Promise.all(replicas.map(async gw => await metrics(gw.adminUrl)))
   const sum = (outcome: string): number => counts.reduce((n, text) => n + metricSum(text, 'mcpgw_upstream_sessions_reestablished_total', { outcome }), 0)
   t.equal(sum('reestablished'), SESSIONS, 'one re-establishment per session')
   t.equal(sum('failed') + sum('timed_out') + sum('incompatible'), 0, 'none failed')

@@ -6,25 +6,43 @@
 // until the client's reconnect opened a GET again.
 import t, { type Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startBalancer } from '../fixtures/balancer.js'
-import { startGatewayOnRedis, type RunningGateway } from '../fixtures/gateway.js'
+import { startReplicas, type RunningGateway } from '../fixtures/gateway.js'
 import { metricSum, metrics } from '../fixtures/hardening.js'
 import { checkDelivery, connectClient, formatRanges, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
 import { deleteKeys, useRedis, type TestRedis } from '../fixtures/redis.js'
 import { startRestartableUpstream, type RestartableUpstream } from '../fixtures/restartable-upstream.js'
 
-interface Setup { upstream: RestartableUpstream, redis: TestRedis, gw: RunningGateway, mcp: McpTestClient, upstreamId: string }
+interface Setup { upstream: RestartableUpstream, redis: TestRedis, replicas: RunningGateway[], mcp: McpTestClient, upstreamId: string }
 
-async function setup (t: Test, env: Record<string, string> = {}): Promise<Setup> {
+/** A store-less SDK upstream, `count` gateway replicas on one Redis (requests alternating between them), an SDK client with its GET open. */
+async function setup (t: Test, options: { env?: Record<string, string>, replicas?: number } = {}): Promise<Setup> {
   const upstream = await startRestartableUpstream()
   t.teardown(() => upstream.close())
   const redis = await useRedis(t, 'lost-standalone')
-  const gw = await startGatewayOnRedis(t, redis, upstream.url, env)
-  const mcp = await connectClient(`${gw.url}/mcp`)
+  const { replicas, balancer } = await startReplicas(t, redis, upstream.url, options.replicas ?? 1, options.env)
+  // A new connection per request: the balancer alternates them between the replicas.
+  const mcp = await connectClient(balancer.url('/mcp'), { agentOptions: { pipelining: 0 } })
   t.teardown(() => mcp.close())
   const upstreamId = upstream.life.initialized[0] as string
   t.ok(await waitUntil(() => upstreamGets(upstream, upstreamId) === 1 && mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'the standalone GET is open, upstream and client')
-  return { upstream, redis, gw, mcp, upstreamId }
+  return { upstream, redis, replicas, mcp, upstreamId }
+}
+
+/** The store loses everything while the upstream broadcasts `count` notifications on the standalone stream: each reaches the client once, over the one upstream GET. */
+async function lossDuringBroadcast (t: Test, { upstream, redis, mcp, upstreamId }: Setup, count: number): Promise<void> {
+  await broadcast(mcp, count, 10)
+  t.ok(await waitUntil(() => broadcastSeqs(mcp).length >= 80, 10_000), 'the broadcast is flowing')
+  t.ok(await deleteKeys(redis.redis, redis.prefix) > 0, 'the store lost everything')
+  t.ok(await waitUntil(() => broadcastSeqs(mcp).includes(count - 1), 20_000), 'the broadcast reaches its end')
+  const delivery = checkDelivery(broadcastSeqs(mcp), count)
+  t.comment(`sent ${count}, received ${delivery.received}, lost ${delivery.lost.length} [${formatRanges(delivery.lost)}], duplicated ${delivery.duplicated.length}`)
+  t.same([delivery.lost, delivery.duplicated], [[], []], 'nothing lost, nothing twice')
+  t.equal(upstreamGets(upstream, upstreamId), 1, 'the upstream saw one GET for the session: it stayed open')
+}
+
+async function recoveredCount (replicas: readonly RunningGateway[]): Promise<number> {
+  const counts = await Promise.all(replicas.map(async gw => metricSum(await metrics(gw.adminUrl), 'mcpgw_sessions_recovered_total')))
+  return counts.reduce((sum, n) => sum + n, 0)
 }
 
 function upstreamGets (upstream: RestartableUpstream, upstreamId: string): number {
@@ -42,26 +60,17 @@ async function broadcast (mcp: McpTestClient, count: number, intervalMs: number)
 }
 
 t.test('Redis emptied while the upstream sends on the standalone stream: the upstream GET stays open, nothing is lost or duplicated', async t => {
-  const { upstream, redis, gw, mcp, upstreamId } = await setup(t)
-  const COUNT = 300
-  await broadcast(mcp, COUNT, 10)
-  t.ok(await waitUntil(() => broadcastSeqs(mcp).length >= 80, 10_000), 'the broadcast is flowing')
-  t.ok(await deleteKeys(redis.redis, redis.prefix) > 0, 'the store lost everything')
-  t.ok(await waitUntil(() => broadcastSeqs(mcp).includes(COUNT - 1), 20_000), 'the broadcast reaches its end')
-  const delivery = checkDelivery(broadcastSeqs(mcp), COUNT)
-  t.comment(`sent ${COUNT}, received ${delivery.received}, lost ${delivery.lost.length} [${formatRanges(delivery.lost)}], duplicated ${delivery.duplicated.length}`)
-  t.same(delivery.lost, [], 'nothing lost')
-  t.same(delivery.duplicated, [], 'nothing twice')
-  t.equal(upstreamGets(upstream, upstreamId), 1, 'the upstream saw one GET for the session: it stayed open')
-  t.not(await gw.store.getSession(mcp.sessionId as string), null, 'the session is recorded again')
-  t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_sessions_recovered_total'), 1, 'counted as recovered, once')
+  const session = await setup(t)
+  await lossDuringBroadcast(t, session, 300)
+  t.not(await session.replicas[0]?.store.getSession(session.mcp.sessionId as string), null, 'the session is recorded again')
+  t.equal(await recoveredCount(session.replicas), 1, 'counted as recovered, once')
 })
 
 t.test('Redis emptied while the session is quiet: the lease\'s renewal finds it, the session is recorded again, the GET stays open', async t => {
   // Renewal every 200 ms: the loss is found by the lease before any append or request.
-  const { upstream, redis, gw, mcp, upstreamId } = await setup(t, { LEASE_TTL_MS: '600' })
+  const { upstream, redis, replicas, mcp, upstreamId } = await setup(t, { env: { LEASE_TTL_MS: '600' } })
   t.ok(await deleteKeys(redis.redis, redis.prefix) > 0, 'the store lost everything')
-  t.ok(await eventuallyRecorded(gw, mcp.sessionId as string), 'recorded again without any request of the client')
+  t.ok(await eventuallyRecorded(replicas[0] as RunningGateway, mcp.sessionId as string), 'recorded again without any request of the client')
   await sleep(600)
   const COUNT = 50
   await broadcast(mcp, COUNT, 10)
@@ -81,27 +90,7 @@ async function eventuallyRecorded (gw: RunningGateway, sessionId: string): Promi
 }
 
 t.test('two replicas, requests alternating: Redis emptied while the upstream sends on the standalone stream; the GET stays open on its holder, nothing is lost or duplicated', async t => {
-  const upstream = await startRestartableUpstream()
-  t.teardown(() => upstream.close())
-  const redis = await useRedis(t, 'lost-standalone-2')
-  const a = await startGatewayOnRedis(t, redis, upstream.url)
-  const b = await startGatewayOnRedis(t, redis, upstream.url)
-  const balancer = await startBalancer([a.port, b.port])
-  t.teardown(() => balancer.close())
-  // A new connection per request: the balancer alternates them between the replicas.
-  const mcp = await connectClient(balancer.url('/mcp'), { agentOptions: { pipelining: 0 } })
-  t.teardown(() => mcp.close())
-  const upstreamId = upstream.life.initialized[0] as string
-  t.ok(await waitUntil(() => upstreamGets(upstream, upstreamId) === 1 && mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'the standalone GET is open, upstream and client')
-  const COUNT = 300
-  await broadcast(mcp, COUNT, 10)
-  t.ok(await waitUntil(() => broadcastSeqs(mcp).length >= 80, 10_000), 'the broadcast is flowing')
-  t.ok(await deleteKeys(redis.redis, redis.prefix) > 0, 'the store lost everything')
-  t.ok(await waitUntil(() => broadcastSeqs(mcp).includes(COUNT - 1), 20_000), 'the broadcast reaches its end')
-  const delivery = checkDelivery(broadcastSeqs(mcp), COUNT)
-  t.comment(`sent ${COUNT}, received ${delivery.received}, lost ${delivery.lost.length} [${formatRanges(delivery.lost)}], duplicated ${delivery.duplicated.length}`)
-  t.same([delivery.lost, delivery.duplicated], [[], []], 'nothing lost, nothing twice')
-  t.equal(upstreamGets(upstream, upstreamId), 1, 'the upstream saw one GET for the session: it stayed open')
-  const recovered = await Promise.all([a, b].map(async gw => metricSum(await metrics(gw.adminUrl), 'mcpgw_sessions_recovered_total')))
-  t.equal(recovered.reduce((sum, n) => sum + n, 0), 1, `counted as recovered once across the replicas (${recovered.join(' + ')})`)
+  const session = await setup(t, { replicas: 2 })
+  await lossDuringBroadcast(t, session, 300)
+  t.equal(await recoveredCount(session.replicas), 1, 'counted as recovered once across the replicas')
 })
