@@ -96,7 +96,8 @@ export interface RecorderLiveness {
  * with a client wants the stream (a draining holder hands it over);
  * `draining`: the holder is shutting down (watchers answer with `want`).
  */
-export type ControlKind = 'released' | 'want' | 'draining'
+export const CONTROL_KINDS = ['released', 'want', 'draining'] as const
+export type ControlKind = typeof CONTROL_KINDS[number]
 export interface ControlMessage { readonly kind: ControlKind, readonly origin: string }
 export type ControlListener = (message: ControlMessage) => void
 export interface ControlSubscription {

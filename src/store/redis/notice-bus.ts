@@ -1,4 +1,4 @@
-import type { ControlKind, ControlListener, ControlMessage, ControlSubscription } from '../../cluster/lease.js'
+import { CONTROL_KINDS, type ControlKind, type ControlListener, type ControlMessage, type ControlSubscription } from '../../cluster/lease.js'
 import type { NoticeListener, StreamNotice } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
 import type { StoreConnections, StoreLogger } from './connection.js'
@@ -139,6 +139,17 @@ export class NoticeBus {
   }
 
   /**
+   * This replica recorded a session the store had lost again. The audience
+   * went with the rest of its keys while other replicas' subscriptions to
+   * its channel stayed (a flush, not a restart): without a word they would
+   * hear of nothing appended from now on until their next refresh. Told,
+   * they join again and catch up.
+   */
+  async publishRecordedAgain (sessionId: string): Promise<void> {
+    await this.#o.connections.redis.publish(this.#o.keys.session(sessionId).channel, recordedAgainMessage(this.#o.replicaId))
+  }
+
+  /**
    * Give a notice to this replica's own listeners of the session. Notices
    * reach a replica by two paths (its own appends, the subscriber connection)
    * that may interleave; a notice older than one already given to the
@@ -256,12 +267,28 @@ export class NoticeBus {
     }
   }
 
+  /** Another replica recorded the session again (publishRecordedAgain): join its new audience and catch up. */
+  #rejoin (name: string): void {
+    const channel = this.#channels.get(name)
+    if (channel === undefined || this.#closed) return
+    this.#join([this.#o.keys.session(channel.sessionId).audience]).then(() => {
+      if (this.#channels.get(name) === channel) this.#catchUp(name, channel)
+    }, (err: unknown) => {
+      this.#o.logger?.warn({ err, channel: name }, 'event store: joining the audience of a session recorded again failed (the next refresh joins)')
+    })
+  }
+
   /** The subscriber connection came back: notices published meanwhile are lost, so subscribe and catch up. */
   #resubscribe (): void {
     for (const [name, channel] of this.#channels) this.#listen(name, channel)
   }
 
   #receive (name: string, message: string): void {
+    const recordedBy = parseRecordedAgain(message)
+    if (recordedBy !== null) {
+      if (recordedBy !== this.#o.replicaId) this.#rejoin(name)
+      return
+    }
     const control = parseControl(message)
     if (control !== null) {
       if (control.origin === this.#o.replicaId) return
@@ -313,11 +340,27 @@ export function controlMessage (kind: ControlKind, origin: string): string {
   return JSON.stringify({ k: kind, o: origin })
 }
 
+function recordedAgainMessage (origin: string): string {
+  return JSON.stringify({ a: origin })
+}
+
+/** The replica that recorded the session again, or null for any other message. */
+function parseRecordedAgain (message: string): string | null {
+  if (!message.startsWith('{"a":')) return null
+  try {
+    const { a } = JSON.parse(message) as Record<string, unknown>
+    return typeof a === 'string' ? a : null
+  } catch {
+    return null
+  }
+}
+
 export function parseControl (message: string): ControlMessage | null {
   if (!message.startsWith('{"k":')) return null
   try {
     const { k, o } = JSON.parse(message) as Record<string, unknown>
-    if ((k === 'released' || k === 'want' || k === 'draining') && typeof o === 'string') return { kind: k, origin: o }
+    const kind = CONTROL_KINDS.find(known => known === k)
+    if (kind !== undefined && typeof o === 'string') return { kind, origin: o }
   } catch {}
   return null
 }

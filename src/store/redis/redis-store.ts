@@ -217,7 +217,12 @@ export class RedisEventStore implements EventStore {
       epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '', placement?.endpoint ?? '')
     // A new record: what this replica knew of the session's writes is history.
     const created = reply[0] === epoch
-    if (created) this.#appender.forget(sessionId)
+    if (created) {
+      this.#appender.forget(sessionId)
+      this.#bus.publishRecordedAgain(sessionId).catch((err: unknown) => {
+        this.#logger?.warn({ err }, 'event store: could not tell the other replicas of a session recorded again (they catch up at their next audience refresh)')
+      })
+    }
     return { record: recordOf(sessionId, reply), created }
   }
 
