@@ -91,15 +91,21 @@ export class LeaseCoordinator {
   }
 
   /**
-   * Take a lease lost with the store ('gone': the session's records went,
-   * the lease with them) again, once the session is recorded again, with the
-   * same token: the appends its holder is making, fenced with that token,
-   * stay valid. 'held' when another replica took it meanwhile.
+   * Make a lease the store lost with the session's records ours again, now
+   * that the session is recorded again, with the same token: the appends its
+   * holder is making, fenced with that token, stay valid. At once, not at the
+   * next tick: until then another replica watching the session could take
+   * the free lease. The lease itself, or one held under the same token if
+   * this replica had let it go ('gone' at a tick); 'held' when another
+   * replica took it meanwhile.
    */
-  async reacquire (lost: Lease): Promise<Lease | 'held' | 'gone'> {
-    const result = await this.backend.acquire(lost.sessionId, lost.token, this.#o.ttlMs)
-    if (result === 'gone') return result
-    return isGrant(result) ? this.#held.hold(lost.sessionId, result) : 'held'
+  async reacquire (lease: Lease): Promise<Lease | 'held' | 'gone'> {
+    const { sessionId, token } = lease
+    // A renewal: it takes back a lease nobody holds, and keeps one this token holds.
+    const { renew: [result] } = await this.backend.tick({ ttlMs: this.#o.ttlMs, attachedMs: Math.max(1, this.#o.holdMs + this.#o.ttlMs), renew: [{ sessionId, token }], watch: [] })
+    if (result === 'gone') return 'gone'
+    if (result !== 'renewed') return 'held'
+    return lease.settled ? this.#held.hold(sessionId, { token, takeover: false, lastUpstreamId: lease.lastUpstreamId }) : lease
   }
 
   /**

@@ -108,6 +108,8 @@ export class StandalonePump {
   #recoveries: Promise<unknown> = Promise.resolve()
   /** The stream's state in the epoch a recovery the lease's renewal started moved it to, until the recorder takes it. */
   #moved: StreamState | undefined
+  /** The epoch the recorder was last moved to (undefined: the one it started in). */
+  #recorderEpoch: string | undefined
 
   constructor (options: PumpOptions) {
     this.#o = options
@@ -306,7 +308,9 @@ export class StandalonePump {
   #lostWithTheStore (): void {
     this.#recover().then(state => {
       if (state === undefined) this.#stop('session_gone')
-      else this.#moved = state
+      // The recorder may have recorded the session again itself first (its append found the
+      // loss before the renewal did): then it is there already.
+      else if (state.epoch !== this.#recorderEpoch) this.#moved = state
     }, (err: unknown) => {
       this.#o.log.warn({ err }, 'could not record again the session the event store lost; its upstream GET stops')
       this.#stop('session_gone')
@@ -320,12 +324,14 @@ export class StandalonePump {
     const state = await this.#recover()
     // Where the recorder goes on now: a move the renewal's recovery left is no news to it.
     this.#moved = undefined
+    this.#recorderEpoch = state?.epoch
     return state
   }
 
   #takeMoved (): StreamState | undefined {
     const moved = this.#moved
     this.#moved = undefined
+    if (moved !== undefined) this.#recorderEpoch = moved.epoch
     return moved
   }
 
@@ -349,15 +355,13 @@ export class StandalonePump {
     if (this.stopped || this.#o.clients.deleting || record === undefined || recoverSession === undefined) return undefined
     if (await metrics.timeStore('session_deleted', () => store.sessionDeleted(sessionId))) return undefined
     if (!await recoverSession(sessionId, record, log)) return undefined
-    if (this.#lease.settled) {
-      const again = await this.#o.reacquire(this.#lease)
-      if (again === 'held' || again === 'gone') {
-        log.info({ lease: again }, 'the session was recorded again after the event store lost it, and another replica holds its stream now')
-        this.#stop('lease_lost')
-        return undefined
-      }
-      this.#useLease(again)
+    const again = await this.#o.reacquire(this.#lease)
+    if (again === 'held' || again === 'gone') {
+      log.info({ lease: again }, 'the session was recorded again after the event store lost it, and another replica holds its stream now')
+      this.#stop('lease_lost')
+      return undefined
     }
+    if (again !== this.#lease) this.#useLease(again)
     if (this.stopped) return undefined
     return await metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM))
   }

@@ -246,6 +246,40 @@ t.test('a release heard while a tick is at Redis is acted on: the tick may have 
   t.equal(granted[0]?.takeover, true, 'as a takeover of a live release')
 })
 
+t.test('reacquire: a lease the store lost with the session is ours again at once, with its token, before another replica can take it', async (t) => {
+  const env = await useRedis(t, 'lease-reacquire')
+  const a = await storeFor(t, env)
+  const b = await storeFor(t, env)
+  await a.createSession('s1', 'p')
+  const log = pino({ level: 'silent' }) as unknown as FastifyBaseLogger
+  const coordinator = new LeaseCoordinator({ backend: a.leaseBackend(), ttlMs: 30_000, holdMs: 0, log })
+  t.teardown(() => coordinator.close())
+  const held = await coordinator.acquire('s1')
+  if (typeof held === 'string') throw new Error(`not granted: ${held}`)
+
+  // The store loses the session (its lease with it), and a request records it again.
+  await a.deleteSession('s1')
+  t.equal(await coordinator.reacquire(held), 'gone', 'while the session is unknown: gone')
+  await a.adoptSession('s1', 'p')
+  t.equal(await coordinator.reacquire(held), held, 'once recorded again, still held here: the same lease')
+  const other = await b.leaseBackend().acquire('s1', 'B1', 30_000)
+  t.ok(typeof other === 'object' && 'heldForMs' in other, 'another replica finds it held at once, not free until the next renewal')
+  t.equal(await env.redis.get(`${env.prefix}{s1}:lease`), held.token, 'under the same token: the appends fenced with it stay valid')
+
+  // Let go here meanwhile (a renewal found it gone): a lease under the same token.
+  held.lose('gone')
+  await a.deleteSession('s1')
+  await a.adoptSession('s1', 'p')
+  const again = await coordinator.reacquire(held)
+  t.ok(typeof again !== 'string' && again !== held && again.token === held.token && !again.settled, 'a new lease, same token, held and renewed from now on')
+
+  // Another replica took it first: held.
+  await a.deleteSession('s1')
+  await a.adoptSession('s1', 'p')
+  grant(await b.leaseBackend().acquire('s1', 'B2', 30_000))
+  t.equal(await coordinator.reacquire(held), 'held', 'held elsewhere: not taken from it')
+})
+
 t.test('local lease backend (embedded store, one process)', async (t) => {
   const local = new LocalLeaseBackend()
   const first = grant(await local.acquire('x', 'k1'))
