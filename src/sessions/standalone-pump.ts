@@ -343,8 +343,8 @@ export class StandalonePump {
   }
 
   /**
-   * Record the session again (SessionRecovery), take the lease back with
-   * the same token if it was lost with the records, and open the stream in
+   * Record the session again (SessionRecovery), make the lease ours again at
+   * once under the same token (the records took it), and open the stream in
    * the new epoch. Undefined when the pump is to stop: stopped already, the
    * session deleted or not to be recorded again, or another replica holding
    * its stream now.
