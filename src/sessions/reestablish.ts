@@ -134,8 +134,8 @@ export class SessionReestablisher {
         log.warn({ running: this.#turns.pending, waiting: this.#turns.size }, 'too many sessions being established upstream again at once (REESTABLISH_CONCURRENCY): this one waited too long for its turn; the session is kept')
         result = { outcome: 'busy' }
       } else {
-      // Nothing definitive was answered (the upstream or the store could not be reached,
-      // a connection broke): the session is kept, and the next request tries again.
+        // Nothing definitive was answered (the upstream or the store could not be reached,
+        // a connection broke): the session is kept, and the next request tries again.
         log.warn({ err }, 'could not establish the session upstream again for now; the session is kept')
         result = { outcome: 'unavailable' }
       }
@@ -154,7 +154,7 @@ export class SessionReestablisher {
   async #fenced (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger, deadline: number): Promise<Reestablished | undefined> {
     const { store, metrics } = this.#o
     const waited = new AbortController()
-    const timer = setTimeout(() => waited.abort(new NoTurn()), Math.max(0, deadline - Date.now()))
+    const timer = setTimeout(() => waited.abort(new NoTurn()), Math.max(0, deadline - Date.now())).unref()
     try {
       return await this.#turns.add(async () => {
         // Its turn came: from now on it runs to its end, whatever the deadline (the queue's
