@@ -44,7 +44,7 @@ export class LeaseCoordinator {
     const { backend, log, ttlMs } = options
     const tickMs = this.tickMs
     this.#held = new HeldLeases(backend, log)
-    this.#takeovers = new Takeovers({ backend, held: this.#held, log, ttlMs, tickMs, attachedMs: Math.max(1, options.holdMs + ttlMs), token: () => this.#token() })
+    this.#takeovers = new Takeovers({ backend, held: this.#held, log, ttlMs, tickMs, attachedMs: this.#attachedMs, token: () => this.#token() })
     this.#recorders = new RecorderLivenessWatch({ backend, log, ttlMs, tickMs })
   }
 
@@ -53,6 +53,8 @@ export class LeaseCoordinator {
   // A third of the lease: two renewals may fail before it lapses. The floor only
   // matters for tests' leases (LEASE_TTL_MS is at least 500).
   get tickMs (): number { return Math.max(100, Math.floor(this.#o.ttlMs / 3)) }
+  /** How long an attached marker holds the stream after its last refresh (the hold, and a lease's time to notice). */
+  get #attachedMs (): number { return Math.max(1, this.#o.holdMs + this.#o.ttlMs) }
 
   start (): void {
     if (this.#timer !== undefined) return
@@ -102,7 +104,7 @@ export class LeaseCoordinator {
   async reacquire (lease: Lease): Promise<Lease | 'held' | 'gone'> {
     const { sessionId, token } = lease
     // A renewal: it takes back a lease nobody holds, and keeps one this token holds.
-    const { renew: [result] } = await this.backend.tick({ ttlMs: this.#o.ttlMs, attachedMs: Math.max(1, this.#o.holdMs + this.#o.ttlMs), renew: [{ sessionId, token }], watch: [] })
+    const { renew: [result] } = await this.backend.tick({ ttlMs: this.#o.ttlMs, attachedMs: this.#attachedMs, renew: [{ sessionId, token }], watch: [] })
     if (result === 'gone') return 'gone'
     if (result !== 'renewed') return 'held'
     return lease.settled ? this.#held.hold(sessionId, { token, takeover: false, lastUpstreamId: lease.lastUpstreamId }) : lease
@@ -139,7 +141,7 @@ export class LeaseCoordinator {
     try {
       const result = await this.backend.tick({
         ttlMs: this.#o.ttlMs,
-        attachedMs: Math.max(1, this.#o.holdMs + this.#o.ttlMs),
+        attachedMs: this.#attachedMs,
         renew: held,
         watch: watched.map((w, i) => ({ sessionId: w.sessionId, token: watchTokens[i] as string })),
         recorders: recorders.recorders,

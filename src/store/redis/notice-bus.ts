@@ -146,7 +146,7 @@ export class NoticeBus {
    * they join again and catch up.
    */
   async publishRecordedAgain (sessionId: string): Promise<void> {
-    await this.#o.connections.redis.publish(this.#o.keys.session(sessionId).channel, recordedAgainMessage(this.#o.replicaId))
+    await this.#o.connections.redis.publish(this.#o.keys.session(sessionId).channel, channelMessage(RECORDED_AGAIN, this.#o.replicaId))
   }
 
   /**
@@ -284,14 +284,15 @@ export class NoticeBus {
   }
 
   #receive (name: string, message: string): void {
-    const recordedBy = parseRecordedAgain(message)
-    if (recordedBy !== null) {
-      if (recordedBy !== this.#o.replicaId) this.#rejoin(name)
-      return
-    }
-    const control = parseControl(message)
-    if (control !== null) {
-      if (control.origin === this.#o.replicaId) return
+    const parsed = parseChannelMessage(message)
+    if (parsed !== null) {
+      const { kind, origin } = parsed
+      if (origin === this.#o.replicaId) return
+      if (kind === RECORDED_AGAIN) {
+        this.#rejoin(name)
+        return
+      }
+      const control: ControlMessage = { kind, origin }
       const listeners = this.#channels.get(name)?.control
       for (const listener of listeners ?? []) {
         try {
@@ -337,32 +338,35 @@ export class NoticeBus {
 
 /** A lease coordination message as PUBLISHed on the session's channel: `k` tells it from a notice. */
 export function controlMessage (kind: ControlKind, origin: string): string {
+  return channelMessage(kind, origin)
+}
+
+/**
+ * Besides the lease's control messages, the bus's own, in the same format:
+ * a replica recorded the session again (publishRecordedAgain).
+ */
+const RECORDED_AGAIN = 'recorded_again'
+const CHANNEL_KINDS = [...CONTROL_KINDS, RECORDED_AGAIN] as const
+type ChannelKind = typeof CHANNEL_KINDS[number]
+
+function channelMessage (kind: ChannelKind, origin: string): string {
   return JSON.stringify({ k: kind, o: origin })
 }
 
-function recordedAgainMessage (origin: string): string {
-  return JSON.stringify({ a: origin })
-}
-
-/** The replica that recorded the session again, or null for any other message. */
-function parseRecordedAgain (message: string): string | null {
-  if (!message.startsWith('{"a":')) return null
-  try {
-    const { a } = JSON.parse(message) as Record<string, unknown>
-    return typeof a === 'string' ? a : null
-  } catch {
-    return null
-  }
-}
-
-export function parseControl (message: string): ControlMessage | null {
+/** A control message or the bus's own; null for a notice (or anything else). */
+function parseChannelMessage (message: string): { kind: ChannelKind, origin: string } | null {
   if (!message.startsWith('{"k":')) return null
   try {
     const { k, o } = JSON.parse(message) as Record<string, unknown>
-    const kind = CONTROL_KINDS.find(known => known === k)
+    const kind = CHANNEL_KINDS.find(known => known === k)
     if (kind !== undefined && typeof o === 'string') return { kind, origin: o }
   } catch {}
   return null
+}
+
+export function parseControl (message: string): ControlMessage | null {
+  const parsed = parseChannelMessage(message)
+  return parsed === null || parsed.kind === RECORDED_AGAIN ? null : { kind: parsed.kind, origin: parsed.origin }
 }
 
 function parseWireNotice (message: string): WireNotice | null {
