@@ -120,10 +120,9 @@ t.test('connections that resume a large answer and never read: cut within the wr
     // Every resume replays, to see the timeout and the budget (the bound has its own test).
     MAX_REPLAYS_PER_STREAM: String(CONNECTIONS)
   })
-  // The peak is sampled with memory(), so it is measured against a reading of the same kind;
-  // what is handed back, against a settled one.
-  const settledBefore = await settledMemory()
-  const before = memory()
+  // Every reading is settled: a reading right after a collection may still
+  // count dead buffers (tens of MiB at a peak on Node 24), which is not what the gateway holds.
+  const before = await settledMemory()
   const stuck: StuckReader[] = []
   for (let i = 0; i < CONNECTIONS; i++) stuck.push(new StuckReader(gw.port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders(firstId)))))
   t.teardown(() => { for (const client of stuck) client.socket.destroy() })
@@ -160,7 +159,7 @@ t.test('connections that resume a large answer and never read: cut within the wr
   t.match(stalledLogs[0], { level: 'warn', streamId: String, waitingBytes: Number, timeoutSeconds: WRITE_TIMEOUT_SECONDS })
   // Handed back within a few seconds (memory() alone may still count buffers freed a turn later).
   let after = await settledMemory()
-  for (const deadline = Date.now() + 3000; after.external - settledBefore.external >= 24 && Date.now() < deadline;) after = await settledMemory()
+  for (const deadline = Date.now() + 3000; after.external - before.external >= 24 && Date.now() < deadline;) after = await settledMemory()
 
   // The clients look again: each stream was cut (the connection closed), or
   // ended cleanly with its retry hint (the connection kept alive, idle).
@@ -168,9 +167,11 @@ t.test('connections that resume a large answer and never read: cut within the wr
   t.ok(await until(() => stuck.every(c => c.closed || c.endedWithRetry), 10_000), 'each stream is cut or ended with a retry hint when its client reads again')
   t.equal(stuck.filter(c => c.closed).length, timeouts, 'the cut ones are the connections closed')
   t.comment(`${CONNECTIONS} stuck resumes of a ${(ANSWER_BYTES / 2 ** 20).toFixed(1)} MiB answer: RSS ${before.rss.toFixed(0)} -> peak ${peak.rss.toFixed(0)} -> after ${after.rss.toFixed(0)} MiB; external ${before.external.toFixed(0)} -> peak ${peak.external.toFixed(0)} -> after ${after.external.toFixed(0)} MiB; cut ${timeouts}, closed for the budget ${full}`)
-  // Loose: the budget, a replay page per resume being read (4 MiB at most, a few at once), slack for a shared CI machine.
-  t.ok(peak.external - before.external < (BUDGET >> 20) + 48, `external memory grew ${(peak.external - before.external).toFixed(0)} MiB at peak, bounded by the budget (${BUDGET >> 20} MiB) plus pages in flight`)
-  t.ok(after.external - settledBefore.external < 24, `and ${(after.external - settledBefore.external).toFixed(0)} MiB after the clients are gone`)
+  // Loose: the budget, the page pool's free pages (8 MiB), a replay page per resume being
+  // framed (4 MiB at most, a few at once), and slack for a busy CI machine. Without the
+  // budget, the resumes grow it by hundreds of MiB.
+  t.ok(peak.external - before.external < (BUDGET >> 20) + 64, `external memory grew ${(peak.external - before.external).toFixed(0)} MiB at peak, bounded by the budget (${BUDGET >> 20} MiB) plus pages in flight`)
+  t.ok(after.external - before.external < 24, `and ${(after.external - before.external).toFixed(0)} MiB after the clients are gone`)
 })
 
 t.test('concurrent resumes of one stream: at most MAX_REPLAYS_PER_STREAM replay, the rest get 429 with Retry-After', async t => {
