@@ -1,8 +1,11 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Bindings, ChildLoggerOptions, LogFn } from 'pino'
 
+/** pino's levels that write lines, most severe first. */
 const LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const
 type Level = typeof LEVELS[number]
+/** What LOG_LEVEL may be: a level, or silent. */
+export const LOG_LEVELS = [...LEVELS, 'silent'] as const
 
 /** What a parent may tell about its level without logging (pino's loggers and LazyChildLogger can). */
 interface LevelAware { isLevelEnabled?: (level: string) => boolean }

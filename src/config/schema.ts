@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
+import { LOG_LEVELS } from '../lazy-logger.js'
 
 /**
  * Every environment variable the gateway reads. The descriptions and defaults
@@ -16,7 +17,7 @@ export const ConfigSchema = Type.Object({
   PORT: Type.Integer({ default: 8080, minimum: 0, maximum: 65535, description: 'Port of the MCP listener (clients connect here).' }),
   ADMIN_HOST: Type.String({ default: '127.0.0.1', description: 'Address the admin listener (/healthz, /readyz, /metrics) binds. It has no access control, so by default only this host (or pod, or container) reaches it; set 0.0.0.0 where probes or Prometheus come from outside (Kubernetes probes use the pod IP) and keep the port off public Services.' }),
   ADMIN_PORT: Type.Integer({ default: 9090, minimum: 0, maximum: 65535, description: 'Port of the admin listener; kept apart so it never shadows an upstream path.' }),
-  LOG_LEVEL: Type.Unsafe<'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'>({ type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info', description: 'pino log level: fatal, error, warn, info, debug, trace or silent.' }),
+  LOG_LEVEL: Type.Unsafe<typeof LOG_LEVELS[number]>({ type: 'string', enum: [...LOG_LEVELS], default: 'info', description: `pino log level: ${LOG_LEVELS.slice(0, -1).join(', ')} or ${LOG_LEVELS[LOG_LEVELS.length - 1]}.` }),
 
   REDIS_URL: Type.Optional(Type.String({ description: 'Redis for the event store: redis:// or rediss:// (with password if any), or unix:///path/to/redis.sock for a Redis on the same host (replicas share it only if they run there too). Unset: the embedded in-memory store, single process and not durable.' })),
   REDIS_CLUSTER_NODES: Type.Optional(Type.String({ description: 'Redis Cluster seed nodes, host:port,host:port,... (instead of REDIS_URL). Password and TLS from REDIS_PASSWORD / REDIS_TLS.' })),
