@@ -3,7 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { REFUSALS, SessionGoneError, isRefusalCode, type RefusalReason } from '../errors.js'
 import { GAP_REASONS, type GapReason } from '../gaps.js'
-import type { StoreUsage as MemoryStoreUsage } from '../store/contract.js'
+import { EVICTION_KINDS, type StoreUsage as MemoryStoreUsage } from '../store/contract.js'
 import { traceStoreOperation } from '../tracing/spans.js'
 import { ENDPOINT_STATES } from '../upstream/endpoint-state.js'
 
@@ -30,7 +30,6 @@ export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const
 const UPSTREAM_STREAM_KINDS = ['standalone', 'request'] as const
-const EVICTED = ['stream', 'events', 'session'] as const
 /**
  * Upstream endpoints with a series of their own; the rest are summed under
  * endpoint="other". An endpoint's series goes when it leaves the set, so
@@ -223,10 +222,10 @@ export class GatewayMetrics {
         // The store keeps the totals: set them (a counter has no set()).
         const evicted = store.usage().evicted
         this.reset()
-        for (const what of EVICTED) this.inc({ what }, evicted[what])
+        for (const what of EVICTION_KINDS) this.inc({ what }, evicted[what])
       }
     })
-    for (const what of EVICTED) evictions.inc({ what }, 0)
+    for (const what of EVICTION_KINDS) evictions.inc({ what }, 0)
   }
 
   /** Re-establishments of upstream sessions in this process, read at each scrape: talking to the upstream, and waiting their turn. */

@@ -275,6 +275,13 @@ export interface StoreUsage {
   readonly heldBytes: number
   readonly maxBytes: number
   readonly sessions: number
-  /** Since start: streams emptied, events dropped from the stream being appended to, sessions dropped. */
-  readonly evicted: { readonly stream: number, readonly events: number, readonly session: number }
+  /** Since start, by EvictionKind. */
+  readonly evicted: Readonly<Record<EvictionKind, number>>
 }
+
+/**
+ * What a store's memory cap evicts: a stream emptied, events dropped from the
+ * stream being appended to, a whole session.
+ */
+export const EVICTION_KINDS = ['stream', 'events', 'session'] as const
+export type EvictionKind = typeof EVICTION_KINDS[number]

@@ -1,7 +1,7 @@
 // The memory store's process-wide byte cap: what is held (event bytes, and a
 // fixed weight per session and stream record), the order streams were
 // appended to, and eviction when the total goes over the cap.
-import type { StoreUsage } from '../contract.js'
+import type { EvictionKind, StoreUsage } from '../contract.js'
 import { LruOrder } from './lru-order.js'
 import type { MemoryStream } from './memory-stream.js'
 import type { MemorySession, SessionTable } from './session-table.js'
@@ -18,7 +18,7 @@ export class ByteCap {
   /** Streams holding events, least recently appended first. */
   readonly #streams = new LruOrder<MemoryStream, MemorySession>()
   /** What the cap evicted since start (metrics read it). */
-  readonly #evicted = { stream: 0, events: 0, session: 0 }
+  readonly #evicted: Record<EvictionKind, number> = { stream: 0, events: 0, session: 0 }
 
   constructor (maxBytes: number, recordBytes: RecordWeights) {
     this.#maxBytes = maxBytes
