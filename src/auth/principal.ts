@@ -16,7 +16,7 @@ export type Identity =
 /** Turns a request's headers into the principal its session is bound to. */
 export interface PrincipalResolver {
   /** How this resolver identifies callers, for logs and docs: 'header' or 'jwt'. */
-  readonly kind: 'header' | 'jwt'
+  readonly kind: Exclude<PrincipalKind, 'anonymous'>
   identify (headers: IncomingHttpHeaders): Identity | Promise<Identity>
 }
 

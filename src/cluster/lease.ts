@@ -131,7 +131,7 @@ export interface LeaseBackend extends RecorderLiveness {
   publish (sessionId: string, kind: ControlKind): Promise<void>
 }
 
-export type LostReason = 'lost' | 'gone'
+export type LostReason = Exclude<RenewResult, 'renewed'>
 
 /** How the upstream GET held under a lease ended, for the next holder: `unclean` leaves it a gap to mark. */
 export type UpstreamGetEnd = 'clean' | 'unclean'

@@ -23,7 +23,8 @@ const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', '
  * it), `unavailable` (the upstream or the store could not be reached, or the
  * upstream answered with a server error: the session is kept and the client
  * told to retry), `timed_out` (waited in vain for another replica's; kept
- * and retried likewise).
+ * and retried likewise), `busy` (no turn within the fence's time under
+ * REESTABLISH_CONCURRENCY; kept and retried likewise).
  */
 export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'incompatible', 'unrecorded', 'failed', 'unavailable', 'timed_out', 'busy'] as const
 export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]

@@ -226,7 +226,7 @@ export class SessionReestablisher {
    * error, or asked to be called later (408, 429); else 'failed' when it did
    * not establish one.
    */
-  async #initialize (recipe: SessionRecipe, headers: Record<string, string | string[]>, signal: AbortSignal, log: Logger): Promise<{ upstreamSessionId: string, version: string, endpoint: string | undefined } | 'incompatible' | 'failed' | 'unavailable'> {
+  async #initialize (recipe: SessionRecipe, headers: Record<string, string | string[]>, signal: AbortSignal, log: Logger): Promise<{ upstreamSessionId: string, version: string, endpoint: string | undefined } | Extract<ReestablishOutcome, 'incompatible' | 'failed' | 'unavailable'>> {
     const id = `mcpgw-reinit-${randomBytes(6).toString('base64url')}`
     const body = withId(recipe.initialize, id)
     if (body === undefined) return 'failed'

@@ -22,7 +22,7 @@ import type { ResumeBounds } from '../recording/upstream-resume.js'
  * has the answer); `handed_over`: drain gave the stream to another replica;
  * `lease_lost`: another replica holds the stream now (fencing).
  */
-export type PumpOutcome = RecordOutcome | 'refused' | 'hold_expired' | 'stopped' | 'handed_over' | 'lease_lost'
+export type PumpOutcome = RecordOutcome | 'refused' | 'hold_expired' | 'stopped' | 'handed_over'
 
 export interface PumpOptions {
   readonly upstream: UpstreamClient
