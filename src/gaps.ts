@@ -6,3 +6,6 @@
 export const GAP_REASONS = ['trimmed', 'epoch', 'unknown_stream', 'future_id', 'recorder_lost', 'event_too_large', 'store_unavailable', 'upstream_handover'] as const
 
 export type GapReason = typeof GAP_REASONS[number]
+
+/** What a `gateway-gap` event says: its reason, and what the reason tells (stream, range, limit...). */
+export type GapNotice = { readonly reason: GapReason } & Readonly<Record<string, unknown>>

@@ -2,25 +2,30 @@
  * The gap markers the recorders store in a stream, where events are missing,
  * so that every client reading across the gap is told (never a silent skip).
  */
+import type { GapNotice } from '../gaps.js'
 import type { TextEvent } from '../store/contract.js'
 import { GAP_EVENT } from '../sse/frame.js'
 
+function gapMarker (notice: GapNotice): TextEvent {
+  return { event: GAP_EVENT, data: JSON.stringify(notice) }
+}
+
 /** The store refused appends: `unrecorded` events were passed on live only, and cannot be replayed. */
 export function storeUnavailableGap (unrecorded: number): TextEvent {
-  return { event: GAP_EVENT, data: JSON.stringify({ reason: 'store_unavailable', unrecorded }) }
+  return gapMarker({ reason: 'store_unavailable', unrecorded })
 }
 
 /** What a client replaying a new epoch reads first: what came before is gone with the old one. */
 export function epochGap (streamId: string): TextEvent {
-  return { event: GAP_EVENT, data: JSON.stringify({ reason: 'epoch', streamId }) }
+  return gapMarker({ reason: 'epoch', streamId })
 }
 
 /** An upstream event over `limit` bytes: the rest of the answer was cut off. */
 export function eventTooLargeGap (limit: number): TextEvent {
-  return { event: GAP_EVENT, data: JSON.stringify({ reason: 'event_too_large', limit }) }
+  return gapMarker({ reason: 'event_too_large', limit })
 }
 
 /** The stream changed holder without the upstream resuming it: what the upstream sent in between is unknown. */
 export function upstreamHandoverGap (streamId: string): TextEvent {
-  return { event: GAP_EVENT, data: JSON.stringify({ reason: 'upstream_handover', streamId }) }
+  return gapMarker({ reason: 'upstream_handover', streamId })
 }

@@ -8,6 +8,7 @@ import { encodeEventId, encodePrimingId, randomToken, writeBase36 } from '../pro
 import { NumberedBatch } from '../store/batch/numbered-batch.js'
 import type { CloseOutcome, GatewayMetrics, StreamKind } from '../metrics/metrics.js'
 import { formatComment, formatEvent, formatEventWithoutId, formatGap, formatPriming, formatRetry, frameWithoutId, startsWithBom } from './frame.js'
+import type { GapNotice } from '../gaps.js'
 import { framePage } from './page-frames.js'
 import type { ClientBuffer, ClientBuffers, StalledListener } from './client-buffers.js'
 import { TICKS_PER_INTERVAL, type KeepAliveTarget, type KeepAliveTicker } from './keep-alive.js'
@@ -105,7 +106,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   get replayed (): number { return this.#replayed }
 
   /** Commit the response head (status 200, SSE headers plus `headers`) and the priming event. */
-  open (headers: Record<string, string | string[]>, position: number, gap?: Record<string, unknown>): void {
+  open (headers: Record<string, string | string[]>, position: number, gap?: GapNotice): void {
     for (const [name, value] of Object.entries(headers)) this.#reply.header(name, value)
     this.#reply.sse.sendHeaders(200)
     this.#lastSeq = position
@@ -229,7 +230,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
     if (!this.#closed) this.#write(formatEvent(id, data))
   }
 
-  writeGap (notice: Record<string, unknown>): void {
+  writeGap (notice: GapNotice): void {
     if (!this.#closed) this.#write(formatGap(notice))
   }
 

@@ -4,6 +4,7 @@
  * sse/decoder.ts); these frame what the gateway says itself.
  */
 import { createParser } from 'eventsource-parser'
+import type { GapNotice } from '../gaps.js'
 
 /** Event type of the gateway's own gap notices; MCP clients only act on "message". */
 export const GAP_EVENT = 'gateway-gap'
@@ -44,7 +45,7 @@ export function formatComment (text: string): string {
  * type other than "message", so MCP clients skip it; no id, so it does not move
  * the client's resume position.
  */
-export function formatGap (notice: Record<string, unknown>): string {
+export function formatGap (notice: GapNotice): string {
   return `event: ${GAP_EVENT}\ndata: ${JSON.stringify(notice)}\n\n`
 }
 
