@@ -143,7 +143,15 @@ export interface LeaseOwner {
   forgetHeld: (lease: Lease) => void
 }
 
-/** A lease this replica holds. The pump that uses it sets the callbacks. */
+/**
+ * A lease this replica holds. The pump that uses it sets the callbacks.
+ *
+ * Ownership: whoever gets a Lease (LeaseCoordinator.acquire or reacquire, a
+ * watch's grant) owns it, and hands it to the StandalonePump it starts
+ * (PumpOptions.lease); a lease that no pump takes, or that its pump refused,
+ * goes back (giveBack) from its owner. Until it is released or lost it is
+ * renewed at every tick: a lease nobody releases holds the stream for good.
+ */
 export class Lease implements LeaseGrant {
   readonly sessionId: string
   readonly token: string

@@ -1,6 +1,15 @@
 import { errors } from '../errors.js'
 
-/** Admission of upstream GET streams (SessionHub): a place reserved per session while its stream is held here. */
+/**
+ * Admission of upstream GET streams (SessionHub): a place reserved per session
+ * while its stream is held here. The holder (StandaloneHolder) reserves the
+ * place before it takes the lease and frees it when the pump stops, or at once
+ * when no pump started (SessionHub). A takeover (the lease came free while a
+ * client was attached here) is not admitted: a stream another replica held
+ * moves here whatever its principal holds, since refusing it would leave the
+ * upstream GET unheld; after a failover a principal may so hold more than its
+ * share here, within MAX_SESSIONS.
+ */
 export interface PumpAdmission {
   /** Reserve the session's place; throws (429) when its principal already holds its share. */
   admit (sessionId: string): Promise<void>

@@ -44,7 +44,11 @@ export interface PumpOptions {
   readonly readAhead: ReadAheadBudget
   /** How far the upstream GET is reopened when the upstream ends it. */
   readonly resumeBounds: ResumeBounds
-  /** The session's lease, held by this replica: appends are fenced with its token. */
+  /**
+   * The session's lease, held by this replica: appends are fenced with its
+   * token. The pump owns it from then on and releases it when it stops, save
+   * after 'refused' (the upstream GET never opened), when it stays the caller's.
+   */
   readonly lease: Lease
   /**
    * The store lost the session while its upstream GET is open: record it

@@ -101,7 +101,10 @@ export interface StreamNotice {
   /**
    * The same events packed, as the store took them (a local notice, see
    * BatchNotice): a listener that writes them out reads them from here, and
-   * `events` is made from it only when asked for.
+   * `events` is made from it only when asked for. Valid during the listener's
+   * call only: once the append settles, its builder may fill the same bytes
+   * with the next batch (EventBatch.release). A listener that keeps events
+   * past its call takes `events`, which keeps the bytes (their frames are views).
    */
   readonly batch?: NumberedBatch
   readonly ended: boolean

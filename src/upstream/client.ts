@@ -60,6 +60,10 @@ export class UpstreamAbort extends EventEmitter {
 export interface UpstreamResponse {
   readonly statusCode: number
   readonly headers: Record<string, string | string[] | undefined>
+  /**
+   * The caller owns it: read it to its end, or pass it to discardBody. A body
+   * left unread keeps its upstream connection busy.
+   */
   readonly body: Readable
   /** The endpoint that answered: the one to keep with a session it issued. */
   readonly endpoint?: EndpointKey
