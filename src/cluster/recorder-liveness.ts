@@ -1,18 +1,28 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { LeaseBackend, OrphanAnswer } from './lease.js'
 
+/**
+ * Where a watch stands: its recorder not known yet (`unknown`, looked up at
+ * the next tick), being looked up, known and watched, its stream being ended
+ * for that recorder's death, or done with.
+ */
+type WatchPhase =
+  | { readonly kind: 'unknown' }
+  | { readonly kind: 'looking' }
+  | { readonly kind: 'watching', readonly recorder: string }
+  | { readonly kind: 'ending', readonly recorder: string }
+  | { readonly kind: 'stopped' }
+
 /** A client here waits on a request stream another replica records. */
 interface RecorderWatch {
   readonly sessionId: string
   readonly streamId: string
   readonly answer: OrphanAnswer
   readonly onEnded: () => void
-  /** The recording replica, once looked up. */
-  recorder: string | undefined
-  looking: boolean
-  ending: boolean
-  stopped: boolean
+  phase: WatchPhase
 }
+
+const STOPPED: WatchPhase = { kind: 'stopped' }
 
 export interface RecorderLivenessOptions {
   readonly backend: LeaseBackend
@@ -60,19 +70,19 @@ export class RecorderLivenessWatch {
 
   /** See LeaseCoordinator.watchRequestStream. */
   watch (sessionId: string, streamId: string, answer: OrphanAnswer, onEnded: () => void): () => void {
-    const watch: RecorderWatch = { sessionId, streamId, answer, onEnded, recorder: undefined, looking: false, ending: false, stopped: false }
+    const watch: RecorderWatch = { sessionId, streamId, answer, onEnded, phase: { kind: 'unknown' } }
     this.#watches.add(watch)
     this.#lookUpRecorder(watch)
     return () => {
-      watch.stopped = true
+      watch.phase = STOPPED
       this.#watches.delete(watch)
     }
   }
 
   /** What the next tick asks: which recorders are alive, and whether to refresh this replica's mark. */
   due (): { readonly recorders: string[], readonly alive: boolean, readonly generation: number } {
-    for (const w of this.#watches) if (w.recorder === undefined) this.#lookUpRecorder(w)
-    const recorders = [...new Set([...this.#watches].flatMap(w => w.recorder === undefined || w.ending ? [] : [w.recorder]))]
+    for (const w of this.#watches) this.#lookUpRecorder(w)
+    const recorders = [...new Set([...this.#watches].flatMap(w => w.phase.kind === 'watching' ? [w.phase.recorder] : []))]
     return { recorders, alive: this.#recording > 0, generation: this.#aliveGeneration }
   }
 
@@ -84,7 +94,7 @@ export class RecorderLivenessWatch {
 
   /** After drain: a request stream still unended here never will be; let the other replicas end it now. */
   async close (): Promise<void> {
-    for (const watch of this.#watches) watch.stopped = true
+    for (const watch of this.#watches) watch.phase = STOPPED
     this.#watches.clear()
     if (this.#recording === 0) return
     this.#recording = 0
@@ -107,21 +117,26 @@ export class RecorderLivenessWatch {
     this.#o.backend.retire().catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not drop the liveness mark'))
   }
 
-  /** Which replica records the stream: unknown (an older gateway) or this one means nothing to watch. */
+  /**
+   * Which replica records the stream, for a watch that does not know yet:
+   * unknown (an older gateway) or this one means nothing to watch.
+   */
   #lookUpRecorder (watch: RecorderWatch): void {
-    if (watch.looking || watch.stopped) return
-    watch.looking = true
+    if (watch.phase.kind !== 'unknown') return
+    const looking: WatchPhase = { kind: 'looking' }
+    watch.phase = looking
     this.#o.backend.requestStreamRecorder(watch.sessionId, watch.streamId).then(recorder => {
-      watch.looking = false
+      // Stopped meanwhile: nothing to watch.
+      if (watch.phase !== looking) return
       if (recorder === undefined || recorder === this.#o.backend.replicaId) {
-        watch.stopped = true
+        watch.phase = STOPPED
         this.#watches.delete(watch)
       } else {
-        watch.recorder = recorder
+        watch.phase = { kind: 'watching', recorder }
       }
     }, (err: unknown) => {
       // Tried again at the next tick.
-      watch.looking = false
+      if (watch.phase === looking) watch.phase = { kind: 'unknown' }
       this.#o.log.warn({ err }, 'lease: could not look up the recorder of a request stream')
     })
   }
@@ -129,15 +144,16 @@ export class RecorderLivenessWatch {
   /** The replica's liveness mark is gone: end the streams it left unended that clients here wait on. */
   #endOrphans (recorder: string): void {
     for (const watch of this.#watches) {
-      if (watch.recorder !== recorder || watch.ending || watch.stopped) continue
-      watch.ending = true
+      if (watch.phase.kind !== 'watching' || watch.phase.recorder !== recorder) continue
+      const ending: WatchPhase = { kind: 'ending', recorder }
+      watch.phase = ending
       this.#o.backend.endOrphanedRequestStream(watch.sessionId, watch.streamId, recorder, watch.answer).then(ended => {
         this.#watches.delete(watch)
         // Ended by someone else (its recorder, or another replica first): the usual notice ends the client.
-        watch.stopped = true
+        watch.phase = STOPPED
         if (ended) watch.onEnded()
       }, (err: unknown) => {
-        watch.ending = false
+        if (watch.phase === ending) watch.phase = { kind: 'watching', recorder }
         this.#o.log.warn({ err }, 'lease: could not end a request stream whose recorder died; trying again next tick')
       })
     }
