@@ -12,18 +12,20 @@ export interface WatchHandlers {
   readonly onGone: () => void
 }
 
-export interface Watch {
+/**
+ * A watch's tries for the lease: none at Redis (`idle`), one at Redis
+ * (`acquiring`), one at Redis and another asked for meanwhile
+ * (`acquiring_again`: a `released` notice, or the retry at the holder's
+ * expiry, came while it was there; it may have run before the release and
+ * found the lease held, so another follows it), or the watch is over.
+ */
+type Attempt = 'idle' | 'acquiring' | 'acquiring_again' | 'stopped'
+
+interface Watch {
   readonly sessionId: string
   readonly handlers: WatchHandlers
   readonly control: ControlSubscription
-  acquiring: boolean
-  /**
-   * A try was asked for (a `released` notice, the retry at the holder's
-   * expiry) while an acquire was at Redis: that acquire may have run before
-   * the release and found the lease held, so another follows it.
-   */
-  askedMeanwhile: boolean
-  stopped: boolean
+  attempt: Attempt
   /** Another try right when the holder's lease runs out, when that comes before the next tick. */
   retry: NodeJS.Timeout | undefined
 }
@@ -58,8 +60,8 @@ export class Takeovers {
 
   /** Watches the tick takes the lease for, if free (none already at Redis): marked as acquiring. */
   due (): Watch[] {
-    const watched = [...this.#watched.values()].filter(w => !w.acquiring)
-    for (const w of watched) w.acquiring = true
+    const watched = [...this.#watched.values()].filter(w => w.attempt === 'idle')
+    for (const w of watched) w.attempt = 'acquiring'
     return watched
   }
 
@@ -81,9 +83,7 @@ export class Takeovers {
     const watch: Watch = {
       sessionId,
       handlers,
-      acquiring: false,
-      askedMeanwhile: false,
-      stopped: false,
+      attempt: 'idle',
       retry: undefined,
       control: backend.subscribeControl(sessionId, message => this.#onControl(watch, message))
     }
@@ -91,7 +91,7 @@ export class Takeovers {
     backend.markAttached(sessionId, this.#o.attachedMs).catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not mark a client attached'))
     // A draining holder hands the stream over to the first replica that asks.
     watch.control.ready
-      .then(async () => { if (!watch.stopped) await backend.publish(sessionId, 'want') })
+      .then(async () => { if (watch.attempt !== 'stopped') await backend.publish(sessionId, 'want') })
       .catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not ask for a stream'))
     // Learn when the holder's lease runs out (it may be dead already).
     this.#tryTake(watch)
@@ -109,7 +109,7 @@ export class Takeovers {
   }
 
   #onControl (watch: Watch, message: ControlMessage): void {
-    if (watch.stopped || message.origin === this.#o.backend.replicaId) return
+    if (watch.attempt === 'stopped' || message.origin === this.#o.backend.replicaId) return
     if (message.kind === 'released') this.#tryTake(watch)
     else if (message.kind === 'draining') {
       this.#o.backend.publish(watch.sessionId, 'want').catch((err: unknown) => this.#o.log.warn({ err }, 'lease: could not ask for a stream'))
@@ -118,13 +118,12 @@ export class Takeovers {
 
   /** The holder let go: try now rather than at the next tick. */
   #tryTake (watch: Watch): void {
-    if (watch.stopped) return
-    if (watch.acquiring) {
-      watch.askedMeanwhile = true
+    if (watch.attempt === 'stopped') return
+    if (watch.attempt !== 'idle') {
+      watch.attempt = 'acquiring_again'
       return
     }
-    watch.askedMeanwhile = false
-    watch.acquiring = true
+    watch.attempt = 'acquiring'
     this.#o.backend.acquire(watch.sessionId, this.#o.token(), this.#o.ttlMs).then(
       outcome => {
         this.#settle(watch, outcome)
@@ -144,15 +143,17 @@ export class Takeovers {
    * of LEASE_TTL_MS of events missed meanwhile).
    */
   #acquired (watch: Watch): void {
-    watch.acquiring = false
-    if (watch.askedMeanwhile) this.#tryTake(watch)
+    if (watch.attempt === 'stopped') return
+    const again = watch.attempt === 'acquiring_again'
+    watch.attempt = 'idle'
+    if (again) this.#tryTake(watch)
   }
 
   #settle (watch: Watch, outcome: AcquireResult): void {
     if (outcome !== 'gone' && !isGrant(outcome)) {
       // Held: if the holder died, its lease runs out in heldForMs; try right then rather than at a later tick.
       const delay = outcome.heldForMs + EXPIRY_SLACK_MS
-      if (!watch.stopped && watch.retry === undefined && delay < this.#o.tickMs) {
+      if (watch.attempt !== 'stopped' && watch.retry === undefined && delay < this.#o.tickMs) {
         watch.retry = setTimeout(() => {
           watch.retry = undefined
           this.#tryTake(watch)
@@ -162,13 +163,13 @@ export class Takeovers {
       return
     }
     if (outcome === 'gone') {
-      if (!watch.stopped) {
+      if (watch.attempt !== 'stopped') {
         this.#unwatch(watch)
         watch.handlers.onGone()
       }
       return
     }
-    if (watch.stopped || this.#draining) {
+    if (watch.attempt === 'stopped' || this.#draining) {
       // Nobody here needs it any more: give it back as it was.
       this.#o.backend.release(watch.sessionId, outcome.token, outcome.takeover).catch(() => {})
       return
@@ -178,8 +179,8 @@ export class Takeovers {
   }
 
   #unwatch (watch: Watch): void {
-    if (watch.stopped) return
-    watch.stopped = true
+    if (watch.attempt === 'stopped') return
+    watch.attempt = 'stopped'
     clearTimeout(watch.retry)
     watch.control.off()
     if (this.#watched.get(watch.sessionId) === watch) this.#watched.delete(watch.sessionId)
