@@ -30,7 +30,8 @@ export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'incompatible', 
 export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const
-const UPSTREAM_STREAM_KINDS = ['standalone', 'request'] as const
+/** Upstream answers being read: the client stream kinds that have one (a resume reads the store). */
+const UPSTREAM_STREAM_KINDS = STREAM_KINDS.filter((kind): kind is Exclude<StreamKind, 'resume'> => kind !== 'resume')
 /**
  * Upstream endpoints with a series of their own; the rest are summed under
  * endpoint="other". An endpoint's series goes when it leaves the set, so
@@ -42,6 +43,25 @@ export const MAX_ENDPOINT_SERIES = 32
 export type StreamKind = typeof STREAM_KINDS[number]
 export type CloseOutcome = typeof CLOSE_OUTCOMES[number]
 export type ResumeOutcome = typeof RESUME_OUTCOMES[number]
+export type UnrecordedReason = typeof UNRECORDED_REASONS[number]
+export type ResendOutcome = typeof RESEND_OUTCOMES[number]
+export type UpstreamErrorKind = typeof UPSTREAM_ERROR_KINDS[number]
+export type UpstreamStreamKind = typeof UPSTREAM_STREAM_KINDS[number]
+
+/**
+ * A counter whose labels take only their closed sets of values (the lists
+ * above): prom-client's own types accept any string, so a misspelt value
+ * would make a series of its own, never exported at 0 and missed by alerts.
+ */
+export interface ClosedCounter<Labels extends Record<string, string>> {
+  inc: (labels: Labels, value?: number) => void
+}
+
+/** The same, for a gauge. */
+export interface ClosedGauge<Labels extends Record<string, string>> extends ClosedCounter<Labels> {
+  dec: (labels: Labels, value?: number) => void
+  set: (labels: Labels, value: number) => void
+}
 export type StoreOp = typeof STORE_OPS[number]
 
 /**
@@ -77,7 +97,7 @@ export class GatewayMetrics {
   readonly clientStreamsOpen: Gauge<'kind'>
   readonly streamsOpened: Counter<'kind'>
   readonly streamsClosed: Counter<'kind' | 'outcome'>
-  readonly resumes: Counter<'outcome'>
+  readonly resumes: ClosedCounter<{ outcome: ResumeOutcome }>
   /** By reason: count through countGap(), which takes only the closed set. */
   readonly #gaps: Counter<'reason'>
   readonly eventsRecorded: Counter
@@ -85,15 +105,15 @@ export class GatewayMetrics {
   readonly upstreamReads: Counter
   readonly eventsReplayed: Counter
   readonly eventsDelivered: Counter
-  readonly eventsUnrecorded: Counter<'reason'>
+  readonly eventsUnrecorded: ClosedCounter<{ reason: UnrecordedReason }>
   readonly replayEvents: Histogram
   readonly replayDuration: Histogram
   readonly storeOperationDuration: Histogram<'op'>
   readonly storeErrors: Counter<'op'>
-  readonly appendResends: Counter<'outcome'>
+  readonly appendResends: ClosedCounter<{ outcome: ResendOutcome }>
   readonly upstreamRequestDuration: Histogram<'method' | 'status_class'>
-  readonly upstreamErrors: Counter<'kind'>
-  readonly upstreamStreamsOpen: Gauge<'kind'>
+  readonly upstreamErrors: ClosedCounter<{ kind: UpstreamErrorKind }>
+  readonly upstreamStreamsOpen: ClosedGauge<{ kind: UpstreamStreamKind }>
   readonly slowClientDisconnects: Counter
   readonly clientWriteTimeouts: Counter
   readonly clientBufferedBytes: Gauge
