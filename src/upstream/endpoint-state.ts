@@ -19,7 +19,9 @@ export type EndpointState =
   | { readonly kind: 'on_trial', readonly refusals: number }
   | { readonly kind: 'leaving', readonly since: number }
 
-export const ENDPOINT_STATES = ['healthy', 'set_aside', 'on_trial', 'leaving'] as const satisfies ReadonlyArray<EndpointState['kind']>
+/** Every kind once: a kind added to EndpointState and missing here does not compile. */
+const KINDS: Readonly<Record<EndpointState['kind'], true>> = { healthy: true, set_aside: true, on_trial: true, leaving: true }
+export const ENDPOINT_STATES = Object.keys(KINDS) as ReadonlyArray<EndpointState['kind']>
 
 /**
  * 16 times UPSTREAM_SET_ASIDE_SECONDS (80 s at its default): an endpoint down
