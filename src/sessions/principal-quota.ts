@@ -1,18 +1,25 @@
 import { errors } from '../errors.js'
 
 /**
+ * How a stream comes to be held here: `new` (a client's GET claims it) is
+ * refused past its principal's share; `takeover` (the lease came free while a
+ * client was attached here: another replica drained or died) is counted but
+ * never refused, since refusing it would leave the upstream GET unheld.
+ */
+export type AdmissionKind = 'new' | 'takeover'
+
+/**
  * Admission of upstream GET streams (SessionHub): a place reserved per session
  * while its stream is held here. The holder (StandaloneHolder) reserves the
- * place before it takes the lease and frees it when the pump stops, or at once
- * when no pump started (SessionHub). A takeover (the lease came free while a
- * client was attached here) is not admitted: a stream another replica held
- * moves here whatever its principal holds, since refusing it would leave the
- * upstream GET unheld; after a failover a principal may so hold more than its
- * share here, within MAX_SESSIONS.
+ * place before it takes the lease and again before each pump it starts (a
+ * pump that stopped freed it), and frees it when the pump stops, or at once
+ * when no pump started (SessionHub). After a failover a principal may hold
+ * more than its share here (within MAX_SESSIONS): its new streams are refused
+ * until it is back under.
  */
 export interface PumpAdmission {
-  /** Reserve the session's place; throws (429) when its principal already holds its share. */
-  admit (sessionId: string): Promise<void>
+  /** Reserve the session's place (idempotent); throws (429) for a `new` stream whose principal already holds its share. */
+  admit (sessionId: string, kind?: AdmissionKind): Promise<void>
   /** The session's upstream GET is not, or no longer, held here. Idempotent. */
   release (sessionId: string): void
 }
@@ -49,7 +56,7 @@ export class PrincipalQuota implements PumpAdmission {
   /** Places held by `principal`, for tests. */
   held (principal: string): number { return this.#counts.get(principal) ?? 0 }
 
-  async admit (sessionId: string): Promise<void> {
+  async admit (sessionId: string, kind: AdmissionKind = 'new'): Promise<void> {
     if (this.#holders.has(sessionId)) return
     let principal: string | undefined
     try {
@@ -60,7 +67,7 @@ export class PrincipalQuota implements PumpAdmission {
     }
     if (principal === undefined || this.#holders.has(sessionId)) return
     const count = this.#counts.get(principal) ?? 0
-    if (count >= this.#max) throw errors.tooManyPrincipalSessions()
+    if (count >= this.#max && kind === 'new') throw errors.tooManyPrincipalSessions()
     this.#holders.set(sessionId, principal)
     this.#counts.set(principal, count + 1)
   }

@@ -6,7 +6,7 @@ import type { EventStore } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import type { LocalSession, LocalSessions, Opened } from './local-session.js'
-import type { PumpAdmission } from './principal-quota.js'
+import type { AdmissionKind, PumpAdmission } from './principal-quota.js'
 import type { ReadAheadBudget } from '../recording/read-ahead.js'
 import type { ResumeBounds } from '../recording/upstream-resume.js'
 import { StandalonePump, type PumpOutcome, type SessionRecovery } from './standalone-pump.js'
@@ -90,7 +90,7 @@ export class StandaloneHolder {
     let res: UpstreamResponse | null = null
     try {
       for (let attempt = 1; attempt <= TAKEOVER_ATTEMPTS; attempt++) {
-        res = await this.#startPump(s, sessionId, lease, log)
+        res = await this.#startPump(s, sessionId, lease, log, 'new')
         // 409: the previous holder's GET is still closing upstream (one GET per session); it goes in a moment.
         if (res?.statusCode !== 409 || attempt === TAKEOVER_ATTEMPTS) break
         discardBody(res.body)
@@ -121,7 +121,9 @@ export class StandaloneHolder {
     }))
   }
 
-  async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger): Promise<UpstreamResponse | null> {
+  async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger, kind: AdmissionKind): Promise<UpstreamResponse | null> {
+    // Again at each attempt: a pump refused by the upstream freed the place when it stopped.
+    await this.#o.admission?.admit(sessionId, kind)
     const pump: StandalonePump = new StandalonePump({
       upstream: this.#o.upstream,
       store: this.#o.store,
@@ -193,7 +195,7 @@ export class StandaloneHolder {
       for (let attempt = 1; ; attempt++) {
         let res: UpstreamResponse | null | undefined
         try {
-          res = await this.#startPump(s, sessionId, lease, log)
+          res = await this.#startPump(s, sessionId, lease, log, 'takeover')
         } catch (err) {
           log.warn({ err, attempt }, 'takeover: the upstream GET failed')
         }

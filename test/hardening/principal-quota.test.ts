@@ -1,11 +1,14 @@
 // One principal cannot exhaust MAX_SESSIONS for everyone: the attack of
 // opening sessions, each with its standalone GET, and leaving (each upstream
-// GET then held STANDALONE_HOLD_SECONDS). Real gateway (embedded store) in
-// front of the SDK example upstream, raw HTTP.
+// GET then held STANDALONE_HOLD_SECONDS); and the streams a replica takes
+// over when another drains, which count without being refused. Real gateways
+// (the embedded store; two replicas on Redis for the failover) in front of the
+// SDK example upstream, raw HTTP.
 import t from 'tap'
 import { startExampleServer } from '../../examples/mcp-server.js'
-import { startGateway } from '../fixtures/gateway.js'
-import { exchange, rawInitialize, type Answer, type RawSession } from '../fixtures/hardening.js'
+import { startGateway, startGatewayOnRedis } from '../fixtures/gateway.js'
+import { exchange, rawInitialize, rawRequest, RawSse, until, type Answer, type RawSession } from '../fixtures/hardening.js'
+import { useRedis } from '../fixtures/redis.js'
 
 const MAX_SESSIONS = 50
 const CYCLES = 55
@@ -106,4 +109,44 @@ t.test('an initialize flood, anonymous or with rotating credentials, leaves a to
   const stream = await exchange(mcpUrl, { headers: alice.getHeaders() }, 1500)
   t.equal(stream.status, 200, 'a token holder: her standalone stream, not 503')
   t.match(stream.headers['content-type'], /text\/event-stream/)
+})
+
+t.test('a stream taken over at a failover counts for its principal: not refused, and its new streams wait until it is back under', async t => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const redis = await useRedis(t, 'quota-takeover')
+  // One stream per principal and replica.
+  const env = { MAX_SESSIONS_PER_PRINCIPAL: '1', STANDALONE_HOLD_SECONDS: '120', SESSION_REQUESTS_PER_SECOND: '1000', DRAIN_SPREAD_SECONDS: '0' }
+  const r1 = await startGatewayOnRedis(t, redis, upstream.url, env)
+  const r2 = await startGatewayOnRedis(t, redis, upstream.url, env)
+  const auth = { authorization: 'Bearer pat' }
+  const getOn = (port: number, session: RawSession): RawSse => new RawSse(port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders(undefined, auth))))
+
+  // s1's stream is held by r1; its client follows it from r2 (r2 watches the lease).
+  const s1 = await rawInitialize(`${r1.url}/mcp`, { headers: auth })
+  const first = getOn(r1.port, s1)
+  t.teardown(() => first.close())
+  t.ok(await until(() => first.status !== undefined, 5000) && first.status === 200, 's1\'s stream held by r1')
+  first.close()
+  const follower = getOn(r2.port, s1)
+  t.teardown(() => follower.close())
+  t.ok(await until(() => follower.status !== undefined, 5000) && follower.status === 200, 's1\'s client follows it on r2')
+  t.equal(r2.gateway.hub.pumpCount, 0, 'r2 does not hold s1\'s stream')
+  // s2's stream is held by r2: pat's share there.
+  const s2 = await rawInitialize(`${r2.url}/mcp`, { headers: auth })
+  const second = getOn(r2.port, s2)
+  t.teardown(() => second.close())
+  t.ok(await until(() => second.status !== undefined, 5000) && second.status === 200, 's2\'s stream held by r2')
+
+  // r1 drains: r2 takes s1's stream over, over pat's share.
+  await r1.close()
+  t.ok(await until(() => r2.gateway.hub.pumpCount === 2, 10_000), `r2 took s1's stream over although pat holds its share there (r2 holds ${r2.gateway.hub.pumpCount})`)
+
+  // s2 ends: pat still holds its share on r2 (the stream taken over counts).
+  const del = await exchange(`${r2.url}/mcp`, { method: 'DELETE', headers: s2.headers(auth) })
+  t.equal(del.status, 200, 's2 ends')
+  t.ok(await until(() => r2.gateway.hub.pumpCount === 1, 5000), 'r2 holds s1\'s stream only')
+  const s3 = await rawInitialize(`${r2.url}/mcp`, { headers: auth })
+  const third = await exchange(`${r2.url}/mcp`, { headers: s3.getHeaders(undefined, auth) }, 1000)
+  t.equal(third.status, 429, 'a new stream of pat on r2 is refused: the stream taken over holds its place')
 })
