@@ -156,11 +156,10 @@ export interface EventStore {
   /**
    * Record the session unless the store has it already: returns the record it
    * has (whatever its principal), or a new one bound to `principal` with a
-   * fresh epoch, at `placement` (default: the session's own id), with
-   * `recipe` (what the caller kept of the one the store lost; without it the
-   * new record has none). For sessions the store lost (see intactSince).
+   * fresh epoch, at `placement` (default: the session's own id). For
+   * sessions the store lost (see intactSince). An adopted session has no recipe.
    */
-  adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement, recipe?: SessionRecipe): Promise<Adoption>
+  adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<Adoption>
   /**
    * Move the session to a new upstream placement, only if its upstream id is
    * still `expected` (compare and set: a replica that re-established the

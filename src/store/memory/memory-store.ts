@@ -100,15 +100,10 @@ export class MemoryEventStore implements EventStore {
     return record
   }
 
-  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement, recipe?: SessionRecipe): Promise<Adoption> {
+  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<Adoption> {
     // No await between the look-up and the creation: two adoptions never both create.
     const session = this.#sessions.live(sessionId)
-    if (session === undefined) {
-      const record = await this.createSession(sessionId, principal, placement === undefined ? {} : { placement })
-      const created = this.#sessions.live(sessionId)
-      if (created !== undefined) created.recipe = recipe
-      return { record, created: true }
-    }
+    if (session === undefined) return { record: await this.createSession(sessionId, principal, placement === undefined ? {} : { placement }), created: true }
     this.#sessions.touch(session)
     return { record: session.record, created: false }
   }

@@ -210,11 +210,11 @@ export class RedisEventStore implements EventStore {
     return await this.#redis.exists(this.#keys.session(sessionId).deleted) === 1
   }
 
-  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement, recipe?: SessionRecipe): Promise<Adoption> {
+  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<Adoption> {
     const keys = this.#keys.session(sessionId)
     const epoch = randomToken(8, this.#random)
     const reply = await this.#redis.mcpgwAdopt(keys.meta, keys.lease, keys.attached, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM),
-      epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '', placement?.endpoint ?? '', ...recipeFields(recipe))
+      epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '', placement?.endpoint ?? '')
     // A new record: what this replica knew of the session's writes is history.
     const created = reply[0] === epoch
     if (created) {
@@ -379,14 +379,4 @@ function validRetention (retention: RetentionLimits): RetentionLimits {
   if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new RangeError('retention.maxBytes must be an integer >= 0')
   if (!Number.isSafeInteger(ttlMs) || ttlMs < 1) throw new RangeError('retention.ttlMs must be an integer >= 1')
   return { maxEvents, maxBytes, ttlMs }
-}
-
-/** A recipe as the session hash keeps it (RECORD_FIELDS), field and value after field and value. */
-function recipeFields (recipe: SessionRecipe | undefined): string[] {
-  if (recipe === undefined) return []
-  const fields = [RECORD_FIELDS.initialize, recipe.initialize, RECORD_FIELDS.initializeResult, recipe.initializeResult]
-  if (recipe.logLevel !== undefined) fields.push(RECORD_FIELDS.logLevel, recipe.logLevel)
-  if (recipe.subscriptions.length > 0) fields.push(RECORD_FIELDS.subscriptions, JSON.stringify(recipe.subscriptions))
-  if (!recipe.complete) fields.push(RECORD_FIELDS.incomplete, '1')
-  return fields
 }
