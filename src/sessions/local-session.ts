@@ -156,7 +156,7 @@ export class LocalSession implements PumpClients {
     // Moves first: every caller awaiting `opened` finds the state settled.
     const done = (): void => this.#settled(opened)
     opened.then(done, done)
-    // Opening before `start` runs: a takeover starts its first pump synchronously.
+    // Opening before `start` runs: `start` may start a pump before it returns.
     try {
       settle(start())
     } catch (err) {

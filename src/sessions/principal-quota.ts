@@ -11,9 +11,10 @@ export type AdmissionKind = 'new' | 'takeover'
 /**
  * Admission of upstream GET streams (SessionHub): a place reserved per session
  * while its stream is held here. The holder (StandaloneHolder) reserves the
- * place before it takes the lease and again before each pump it starts (a
- * pump that stopped freed it), and frees it when the pump stops, or at once
- * when no pump started (SessionHub). After a failover a principal may hold
+ * place before it takes the lease, or before a takeover's pump; the place is
+ * freed when the pump stops, save a pump the upstream refused, whose place
+ * stays with its starter for another attempt: the starter frees it when it
+ * gives up (SessionHub for a client's GET, StandaloneHolder for a takeover). After a failover a principal may hold
  * more than its share here (within MAX_SESSIONS): its new streams are refused
  * until it is back under.
  */

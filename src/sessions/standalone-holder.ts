@@ -6,7 +6,7 @@ import type { EventStore } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import type { LocalSession, LocalSessions, Opened } from './local-session.js'
-import type { AdmissionKind, PumpAdmission } from './principal-quota.js'
+import type { PumpAdmission } from './principal-quota.js'
 import type { ReadAheadBudget } from '../recording/read-ahead.js'
 import type { ResumeBounds } from '../recording/upstream-resume.js'
 import { StandalonePump, type PumpOutcome, type SessionRecovery } from './standalone-pump.js'
@@ -90,7 +90,7 @@ export class StandaloneHolder {
     let res: UpstreamResponse | null = null
     try {
       for (let attempt = 1; attempt <= TAKEOVER_ATTEMPTS; attempt++) {
-        res = await this.#startPump(s, sessionId, lease, log, 'new')
+        res = await this.#startPump(s, sessionId, lease, log)
         // 409: the previous holder's GET is still closing upstream (one GET per session); it goes in a moment.
         if (res?.statusCode !== 409 || attempt === TAKEOVER_ATTEMPTS) break
         discardBody(res.body)
@@ -121,9 +121,8 @@ export class StandaloneHolder {
     }))
   }
 
-  async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger, kind: AdmissionKind): Promise<UpstreamResponse | null> {
-    // Again at each attempt: a pump refused by the upstream freed the place when it stopped.
-    await this.#o.admission?.admit(sessionId, kind)
+  /** Synchronous up to the pump's count (#pumps), so that `full` is right for the next caller. */
+  async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger): Promise<UpstreamResponse | null> {
     const pump: StandalonePump = new StandalonePump({
       upstream: this.#o.upstream,
       store: this.#o.store,
@@ -150,7 +149,9 @@ export class StandaloneHolder {
 
   #pumpStopped (s: LocalSession, sessionId: string, pump: StandalonePump, outcome: PumpOutcome): void {
     this.#pumps--
-    this.#o.admission?.release(sessionId)
+    // A refused pump's place stays with whoever started it, who may try again (claim's retries,
+    // a takeover's attempts) and frees it when it gives up (SessionHub, #takeover).
+    if (outcome !== 'refused') this.#o.admission?.release(sessionId)
     s.pumpStopped(pump)
     const local = s.standaloneClient
     switch (outcome) {
@@ -192,10 +193,20 @@ export class StandaloneHolder {
     // one let go of it just before its client attached.
     log.info({ takeover: lease.takeover }, 'the upstream GET stream\'s lease came free: opening the stream here for the client attached')
     const opened = s.open(async () => {
+      // Counted for its principal, never refused for it (AdmissionKind). The check above may be
+      // stale after that wait: another takeover may have filled MAX_SESSIONS meanwhile.
+      await this.#o.admission?.admit(sessionId, 'takeover')
+      if (this.full || this.#drain.draining || s.standaloneClient === undefined) {
+        this.#o.admission?.release(sessionId)
+        await lease.giveBack().catch(() => {})
+        log.warn({ draining: this.#drain.draining, full: this.full }, 'takeover declined: the lease goes back, the client attached here reconnects')
+        s.standaloneClient?.close('upstream_error')
+        return null
+      }
       for (let attempt = 1; ; attempt++) {
         let res: UpstreamResponse | null | undefined
         try {
-          res = await this.#startPump(s, sessionId, lease, log, 'takeover')
+          res = await this.#startPump(s, sessionId, lease, log)
         } catch (err) {
           log.warn({ err, attempt }, 'takeover: the upstream GET failed')
         }
@@ -203,6 +214,7 @@ export class StandaloneHolder {
         if (res !== undefined) discardBody(res.body)
         if (attempt >= TAKEOVER_ATTEMPTS || this.#drain.draining || s.standaloneClient === undefined || lease.settled) {
           log.warn({ status: res?.statusCode, attempt }, 'takeover: the upstream GET could not be opened; the client reconnects')
+          this.#o.admission?.release(sessionId)
           await lease.giveBack().catch(() => {})
           // Its reconnect goes through ensurePump, which passes the upstream's answer on.
           s.standaloneClient?.close('upstream_error')
