@@ -14,9 +14,9 @@ export type AdmissionKind = 'new' | 'takeover'
  * place before it takes the lease, or before a takeover's pump; the place is
  * freed when the pump stops, save a pump the upstream refused, whose place
  * stays with its starter for another attempt: the starter frees it when it
- * gives up (SessionHub for a client's GET, StandaloneHolder for a takeover). After a failover a principal may hold
- * more than its share here (within MAX_SESSIONS): its new streams are refused
- * until it is back under.
+ * gives up (SessionHub for a client's GET, StandaloneHolder for a takeover).
+ * After a failover a principal may hold more than its share here (within
+ * MAX_SESSIONS): its new streams are refused until it is back under.
  */
 export interface PumpAdmission {
   /** Reserve the session's place (idempotent); throws (429) for a `new` stream whose principal already holds its share. */

@@ -192,16 +192,21 @@ export class StandaloneHolder {
     // The lease came free: another replica let go of the stream or died (takeover), or this
     // one let go of it just before its client attached.
     log.info({ takeover: lease.takeover }, 'the upstream GET stream\'s lease came free: opening the stream here for the client attached')
+    // The place and the lease go back; the client's reconnect goes through ensurePump,
+    // which opens the stream or passes the upstream's refusal on.
+    const giveUp = async (): Promise<null> => {
+      this.#o.admission?.release(sessionId)
+      await lease.giveBack().catch(() => {})
+      s.standaloneClient?.close('upstream_error')
+      return null
+    }
     const opened = s.open(async () => {
       // Counted for its principal, never refused for it (AdmissionKind). The check above may be
       // stale after that wait: another takeover may have filled MAX_SESSIONS meanwhile.
       await this.#o.admission?.admit(sessionId, 'takeover')
       if (this.full || this.#drain.draining || s.standaloneClient === undefined) {
-        this.#o.admission?.release(sessionId)
-        await lease.giveBack().catch(() => {})
         log.warn({ draining: this.#drain.draining, full: this.full }, 'takeover declined: the lease goes back, the client attached here reconnects')
-        s.standaloneClient?.close('upstream_error')
-        return null
+        return await giveUp()
       }
       for (let attempt = 1; ; attempt++) {
         let res: UpstreamResponse | null | undefined
@@ -214,11 +219,7 @@ export class StandaloneHolder {
         if (res !== undefined) discardBody(res.body)
         if (attempt >= TAKEOVER_ATTEMPTS || this.#drain.draining || s.standaloneClient === undefined || lease.settled) {
           log.warn({ status: res?.statusCode, attempt }, 'takeover: the upstream GET could not be opened; the client reconnects')
-          this.#o.admission?.release(sessionId)
-          await lease.giveBack().catch(() => {})
-          // Its reconnect goes through ensurePump, which passes the upstream's answer on.
-          s.standaloneClient?.close('upstream_error')
-          return null
+          return await giveUp()
         }
         await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
       }
