@@ -18,6 +18,7 @@ import type { EventStore, SessionRecipe, SessionRecord, UpstreamPlacement } from
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { headerValue, mediaType } from '../upstream/headers.js'
 import { readAnswerStart } from '../upstream/answer-start.js'
+import { isConnectFailure } from '../upstream/connect-failure.js'
 import { readJsonRpcAnswer, type JsonRpcResponse } from '../upstream/json-rpc-answer.js'
 import { sessionRequest } from '../upstream/session-request.js'
 
@@ -80,8 +81,25 @@ export async function lostSession (answer: UpstreamResponse): Promise<{ readonly
  * left the set or was set aside.
  */
 export function upstreamUnreachable (err: unknown): boolean {
-  const code = typeof err === 'object' && err !== null ? (err as { code?: unknown }).code : undefined
+  const code = errorCode(err)
   return code === 'MCPGW_UPSTREAM_UNAVAILABLE' || code === 'MCPGW_UPSTREAM_ENDPOINT_GONE'
+}
+
+/**
+ * upstreamUnreachable, and nothing of the request reached the upstream: no
+ * connection was made, or the endpoint was gone before it was tried. Only
+ * then may a request that can change state be sent again. A reset on a
+ * connection that was open may come after the upstream read the request and
+ * acted on it (a tool that ran, then its process died before answering).
+ */
+export function upstreamNeverReached (err: unknown): boolean {
+  const code = errorCode(err)
+  if (code === 'MCPGW_UPSTREAM_ENDPOINT_GONE') return true
+  return code === 'MCPGW_UPSTREAM_UNAVAILABLE' && isConnectFailure((err as { cause?: unknown }).cause)
+}
+
+function errorCode (err: unknown): unknown {
+  return typeof err === 'object' && err !== null ? (err as { code?: unknown }).code : undefined
 }
 
 export class SessionReestablisher {

@@ -13,7 +13,7 @@ import type { KeepAliveTicker } from '../../sse/keep-alive.js'
 import type { EventStore } from '../../store/contract.js'
 import type { ReplayLimiter } from './replay-limit.js'
 import type { SessionReestablisher } from '../../sessions/reestablish.js'
-import { lostSession, upstreamUnreachable } from '../../sessions/reestablish.js'
+import { lostSession, upstreamNeverReached } from '../../sessions/reestablish.js'
 import type { SessionRecord } from '../../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
 import { sessionRequest } from '../../upstream/session-request.js'
@@ -152,11 +152,14 @@ export class McpContext {
 
   /**
    * A request of a session, sent upstream where the session lives. When the
-   * upstream lost the session (lostSession, or no answer at all: its process gone),
-   * the session is established there again and the request sent once more
-   * (the upstream never executed it; its body is a buffer). A session whose
-   * new initialize result promises something else ends: 404. Otherwise the
-   * first answer (or error) stands. The caller has checked the principal.
+   * upstream lost the session (lostSession, or no connection at all: its
+   * process gone), the session is established there again and the request
+   * sent once more (the upstream never executed it; its body is a buffer). A
+   * connection cut after the request went out is not retried: the upstream
+   * may have acted on it, so the client gets the error (at most once). A
+   * session whose new initialize result promises something else ends: 404.
+   * Otherwise the first answer (or error) stands. The caller has checked the
+   * principal.
    */
   async sessionUpstream (request: FastifyRequest, sessionId: string, record: SessionRecord, method: string, upstreamRequest: UpstreamRequest): Promise<UpstreamResponse> {
     const send = async (at: SessionRecord): Promise<UpstreamResponse> =>
@@ -165,7 +168,7 @@ export class McpContext {
     try {
       first = await send(record)
     } catch (err) {
-      if (!upstreamUnreachable(err)) throw err
+      if (!upstreamNeverReached(err)) throw err
       const moved = await this.reestablish(request, sessionId, record)
       if (moved === undefined) throw err
       return await sentAgain(await send(moved))
