@@ -19,4 +19,10 @@ t.test('isInitializeRequest', async t => {
   t.notOk(isInitializeRequest(Buffer.from('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"initialize"}}')))
   t.notOk(isInitializeRequest(Buffer.from('{"method":"initialize"')), 'not JSON')
   t.notOk(isInitializeRequest(undefined))
+  // What the upstream's JSON.parse reads as an initialize is one, however it is spelt.
+  t.ok(isInitializeRequest(Buffer.from('{"jsonrpc":"2.0","id":1,"method":"\\u0069nitialize","params":{}}')), 'the method spelt with an escape')
+  t.ok(isInitializeRequest(Buffer.from('{"jsonrpc":"2.0","id":1,"method":"initializ\\u0065"}')), 'escaped at its end')
+  t.ok(isInitializeRequest(Buffer.from('[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}]')), 'in a batch')
+  t.notOk(isInitializeRequest(Buffer.from('[{"jsonrpc":"2.0","id":1,"method":"ping"}, 3, null]')), 'a batch without one')
+  t.notOk(isInitializeRequest(Buffer.from('{"jsonrpc":"2.0","id":1,"method":"t\\u006fols/list"}')), 'another method, escaped')
 })

@@ -1,15 +1,29 @@
 import { clientKey } from '../../net/client-address.js'
 import { TokenBuckets } from './rate-limit.js'
 
-/** Whether a POST body is an initialize request (the only request that makes a session). */
+/**
+ * Whether a POST body is, or holds in a batch, an initialize request (the
+ * only request that makes a session): whatever the upstream reads as one is
+ * counted as one.
+ */
 export function isInitializeRequest (body: Buffer | undefined): boolean {
-  // Most bodies are not: they are not parsed twice.
-  if (body === undefined || !body.includes('"initialize"')) return false
+  // Most bodies are not, and are not parsed twice. JSON may spell the method
+  // with escapes ("\u0069nitialize"), so only a body without the word and
+  // without a backslash is passed over.
+  if (body === undefined || (!body.includes('initialize') && !body.includes(BACKSLASH))) return false
+  let message: unknown
   try {
-    return (JSON.parse(body.toString('utf8')) as { method?: unknown }).method === 'initialize'
+    message = JSON.parse(body.toString('utf8'))
   } catch {
     return false
   }
+  return Array.isArray(message) ? message.some(isInitialize) : isInitialize(message)
+}
+
+const BACKSLASH = 0x5c
+
+function isInitialize (message: unknown): boolean {
+  return typeof message === 'object' && message !== null && (message as { method?: unknown }).method === 'initialize'
 }
 
 /**
