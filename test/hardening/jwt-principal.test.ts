@@ -156,6 +156,18 @@ t.test('sessions bound to a verified token\'s iss + sub', async t => {
     t.equal(init.status, 401, 'initialize with an expired token: no session is created under it')
   })
 
+  t.test('methods the MCP endpoint does not define: a verified token, as on any other path; not a CORS preflight', async t => {
+    const anyone = { accept: 'application/json, text/event-stream', 'content-type': 'application/json', 'mcp-protocol-version': '2025-06-18' }
+    for (const method of ['PUT', 'PATCH', 'HEAD'] as const) {
+      const bare = await exchange(mcpUrl, { method, headers: anyone, ...(method !== 'HEAD' && { body: '{}' }) })
+      t.equal(bare.status, 401, `${method} without a token: 401`)
+      const held = await exchange(mcpUrl, { method, headers: { ...anyone, ...bearer(await token({ sub: 'alice' })) }, ...(method !== 'HEAD' && { body: '{}' }) })
+      t.not(held.status, 401, `${method} with a token: forwarded (${held.status})`)
+    }
+    const preflight = await exchange(mcpUrl, { method: 'OPTIONS', headers: { origin: 'http://127.0.0.1', 'access-control-request-method': 'POST' } })
+    t.not(preflight.status, 401, `OPTIONS (a preflight, never with credentials): forwarded (${preflight.status})`)
+  })
+
   t.test('the key set is fetched once and cached', async t => {
     // One fetch for the first verification; an unknown kid may cause one more (cooldown).
     t.ok(jwks.fetches >= 1 && jwks.fetches <= 2, `JWK Set fetched ${jwks.fetches} time(s)`)

@@ -112,6 +112,9 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
         // Never a way around the principal binding: a session this gateway knows is
         // checked whatever the method or the protocol revision claimed.
         const record = sessionId === undefined ? undefined : await guard.requireKnownSessionOrStateless(sessionId, request)
+        // Methods the MCP endpoint does not define need a verified token, as on any other
+        // path; OPTIONS does not: a browser's CORS preflight never carries credentials.
+        if (sessionId === undefined && proto.era === 'legacy' && request.method !== 'OPTIONS') await guard.verifiedPrincipalOf(request)
         return await forwardTransparently(deps, request, reply, request.body as Buffer | undefined, record)
       }
       switch (request.method) {
