@@ -48,16 +48,18 @@ function isForwardingHeader (name: string): boolean {
 
 /**
  * Whether a request header goes to the upstream as far as its name goes. A
- * name with "_" that reads as a forwarding or override header once "_" is
- * "-" is dropped from anyone: servers that map header names to variables
- * (CGI, WSGI, PHP) read X_Forwarded_For as X-Forwarded-For, and nginx drops
- * such names by default (underscores_in_headers off).
+ * name with "_" that reads as a forwarding, override or checked header once
+ * "_" is "-" is dropped from anyone: servers that map header names to
+ * variables (CGI, WSGI, PHP) read X_Forwarded_For as X-Forwarded-For, and
+ * Mcp_Session_Id as the session the gateway never checked. nginx drops such
+ * names by default (underscores_in_headers off).
  */
-function passesByName (name: string, trustedPeer: boolean): boolean {
+function passesByName (name: string, ctx: ForwardContext): boolean {
   const dashed = name.replaceAll('_', '-')
   if (OVERRIDES.has(dashed)) return false
+  if (dashed !== name && (CHECKED.has(dashed) || dashed === ctx.principalHeader)) return false
   if (!isForwardingHeader(dashed)) return true
-  return trustedPeer && dashed === name
+  return ctx.trustedPeer && dashed === name
 }
 
 export interface ForwardContext {
@@ -90,7 +92,7 @@ export function upstreamRequestHeaders (incoming: IncomingHttpHeaders, ctx: Forw
     if (value === undefined) continue
     if (HOP_BY_HOP.has(name) || drop.has(name) || name === 'host' || name === 'expect') continue
     if (name === 'content-length' && !keepContentLength) continue
-    if (!passesByName(name, ctx.trustedPeer)) continue
+    if (!passesByName(name, ctx)) continue
     out[name] = value
   }
   const prior = ctx.trustedPeer ? incoming['x-forwarded-for'] : undefined

@@ -253,3 +253,24 @@ t.test('upstreamRequestHeaders: Connection cannot make the headers the gateway c
   t.notOk('x-debug' in keyed, 'the other nominated header is still dropped')
   t.notOk('x-api-key' in upstreamRequestHeaders(sent, ctx, true), 'a header the gateway does not read stays hop-by-hop when nominated')
 })
+
+t.test('upstreamRequestHeaders: a checked header spelled with "_" is dropped from anyone', async (t) => {
+  // Servers that map names to variables (CGI, WSGI, PHP) would read these as the
+  // session, credential or principal the gateway checked under the dashed name.
+  const sent: IncomingHttpHeaders = {
+    mcp_session_id: 'upstream-id-of-someone-else',
+    'mcp-session_id': 'x',
+    authorization_: 'kept: not a checked name once dashed',
+    Authorization_x: 'kept',
+    last_event_id: 'e',
+    mcp_protocol_version: '2025-06-18',
+    x_api_key: 'k',
+    'x-api-key': 'k'
+  }
+  for (const peer of [ctx, proxied]) {
+    const out = upstreamRequestHeaders(sent, { ...peer, principalHeader: 'x-api-key' }, true)
+    for (const name of ['mcp_session_id', 'mcp-session_id', 'last_event_id', 'mcp_protocol_version', 'x_api_key']) t.notOk(name in out, `${name}: dropped`)
+    t.equal(out['x-api-key'], 'k', 'the principal header under its own name is kept')
+    t.equal(out.authorization_, 'kept: not a checked name once dashed')
+  }
+})
