@@ -89,6 +89,11 @@ t.test('an initialize flood, anonymous or with rotating credentials, leaves a to
   const refused = burst.filter(a => a.status === 429)
   t.equal(refused.length, 25, 'the rest: 429')
   t.ok(refused.every(a => Number(a.headers['retry-after']) >= 1), 'with Retry-After')
+  // The method spelt with a JSON escape is what the upstream reads: an initialize, counted as one.
+  const escaped = await exchange(mcpUrl, {
+    method: 'POST', headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', ...from('198.51.100.1') }, body: init.replace('"initialize"', '"\\u0069nitialize"')
+  })
+  t.equal(escaped.status, 429, 'an escaped initialize from that address: 429 too')
   const v6 = await Promise.all(Array.from({ length: 8 }, async (_, i) => await initialize(from(`2001:db8:7:7::${i + 1}`))))
   t.equal(v6.filter(a => a.status === 200).length, 5, 'one IPv6 /64 is one address')
 

@@ -96,7 +96,9 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
       const proto = protocolInfo(versionHeader)
       if (proto === null) throw errors.badProtocolVersion(String(versionHeader))
       const sessionId = sessionIdOf(request)
-      if (sessionId === undefined && request.method === 'POST' && isInitializeRequest(request.body as Buffer | undefined)) {
+      // Only a legacy-era initialize makes a session here (the 2026-07-28 revision has none),
+      // and only those bodies are parsed to tell.
+      if (sessionId === undefined && request.method === 'POST' && proto.era === 'legacy' && isInitializeRequest(request.body as Buffer | undefined)) {
         // request.ip: the peer, or the client a trusted proxy forwards for.
         const wait = initializes.take(request.ip)
         if (wait > 0) throw errors.initializeRateLimited(wait)
