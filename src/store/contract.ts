@@ -48,7 +48,7 @@ export interface SessionRecipe {
   readonly logLevel?: string
   /** Resource URIs subscribed to, in the order of their first subscription. */
   readonly subscriptions: readonly string[]
-  /** false: the subscriptions went past SUBSCRIPTIONS_MAX: the session cannot be established again. */
+  /** false: the subscriptions went past SUBSCRIPTIONS_MAX, or state was set in a batch: the session cannot be established again. */
   readonly complete: boolean
 }
 
@@ -60,6 +60,13 @@ export type { SessionStateChange } from '../protocol/session-state.js'
  * grow a record without end).
  */
 export const SUBSCRIPTIONS_MAX = { count: 256, bytes: 64 * 1024 } as const
+
+/**
+ * The largest initialize request a recipe keeps: a session whose initialize
+ * is larger gets none (it cannot be established again), so that no client
+ * can make every session it opens hold MAX_BODY_BYTES. Real ones are 0.3-2 KiB.
+ */
+export const RECIPE_INITIALIZE_MAX_BYTES = 64 * 1024
 
 export interface CreateSessionOptions {
   /** Default: the session's own id, on the one upstream. */

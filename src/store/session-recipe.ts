@@ -1,7 +1,8 @@
 /**
  * The recipe's compaction, for a store that keeps it in this process (the
  * Redis store does the same in Lua, session-state-1.lua): the last log level
- * replaces the one before; subscriptions are a set, bounded by SUBSCRIPTIONS_MAX.
+ * replaces the one before; subscriptions are a set, bounded by SUBSCRIPTIONS_MAX;
+ * state the recipe cannot follow marks it incomplete.
  */
 import { SUBSCRIPTIONS_MAX, type SessionRecipe, type SessionStateChange } from './contract.js'
 
@@ -9,6 +10,8 @@ export function applyStateChange (recipe: SessionRecipe, change: SessionStateCha
   switch (change.kind) {
     case 'log_level':
       return { ...recipe, logLevel: change.request }
+    case 'untracked':
+      return { ...recipe, complete: false }
     case 'unsubscribe':
       return { ...recipe, subscriptions: recipe.subscriptions.filter(uri => uri !== change.uri) }
     case 'subscribe': {
@@ -27,4 +30,10 @@ export function subscriptionBytes (uris: readonly string[]): number {
   let bytes = 0
   for (const uri of uris) bytes += Buffer.byteLength(uri)
   return bytes
+}
+
+/** What a recipe holds, in bytes (the embedded store counts it against its cap). */
+export function recipeBytes (recipe: SessionRecipe): number {
+  return Buffer.byteLength(recipe.initialize) + Buffer.byteLength(recipe.initializeResult) +
+    (recipe.logLevel === undefined ? 0 : Buffer.byteLength(recipe.logLevel)) + subscriptionBytes(recipe.subscriptions)
 }

@@ -561,6 +561,25 @@ t.test('records weigh against the cap: a flood of sessions evicts the least rece
   t.equal(await store.intactSince(), 0, 'after an eviction the store claims no loss: a flood does not make evicted sessions recoverable by whoever comes back with their id')
 })
 
+t.test('recipes weigh against the cap: what sessions keep to be established again is counted, and given back with them', async (t) => {
+  const weights = { session: 100, stream: 100 }
+  const { store } = makeStore(t, { maxBytes: 100_000, recordBytes: weights })
+  const initialize = JSON.stringify({ method: 'initialize', params: { clientInfo: { name: 'n'.repeat(10_000) } } })
+  await store.createSession('a', 'p', { recipe: { initialize, initializeResult: '{"v":1}' } })
+  t.equal(store.heldBytes, 100 + initialize.length + 7, 'the record, its initialize and the promised result')
+  await store.recordSessionState('a', { kind: 'subscribe', uri: 'file:///é' })
+  await store.recordSessionState('a', { kind: 'log_level', request: '{"level":"debug"}' })
+  t.equal(store.heldBytes, 100 + initialize.length + 7 + Buffer.byteLength('file:///é') + 17, 'subscriptions and the level too')
+  await store.recordSessionState('a', { kind: 'unsubscribe', uri: 'file:///é' })
+  t.equal(store.heldBytes, 100 + initialize.length + 7 + 17, 'an unsubscribe gives its bytes back')
+  for (let i = 0; i < 20; i++) await store.createSession(`s${i}`, 'p', { recipe: { initialize, initializeResult: '{}' } })
+  t.ok(store.heldBytes <= 100_000, `a flood of large recipes stays within the cap (${store.heldBytes})`)
+  t.ok(store.sessionCount < 21, `by evicting sessions (${store.sessionCount} kept)`)
+  const before = store.heldBytes
+  await store.deleteSession('s19')
+  t.equal(store.heldBytes, before - 100 - initialize.length - 2, 'a session dropped gives its recipe\'s bytes back')
+})
+
 t.test('under the cap a finished answer\'s stream goes altogether, an open stream keeps its record', async (t) => {
   const { store } = makeStore(t, { maxBytes: 2048, recordBytes: { session: 100, stream: 100 } })
   await store.createSession('S', 'p')

@@ -60,9 +60,20 @@ t.test('sessionStateChange: the requests a recipe keeps', async t => {
   t.same(sessionStateChange(level), { kind: 'log_level', request: level.toString() })
   t.same(sessionStateChange(body({ jsonrpc: '2.0', id: 2, method: 'resources/subscribe', params: { uri: 'file:///a' } })), { kind: 'subscribe', uri: 'file:///a' })
   t.same(sessionStateChange(body({ jsonrpc: '2.0', id: 3, method: 'resources/unsubscribe', params: { uri: 'file:///a' } })), { kind: 'unsubscribe', uri: 'file:///a' })
-  for (const other of [undefined, body({ method: 'tools/call', params: { name: 'logging/setLevel' } }), Buffer.from('logging/setLevel'), body([{ method: 'logging/setLevel' }]), body({ method: 'resources/subscribe', params: {} })]) {
+  for (const other of [undefined, body({ method: 'tools/call', params: { name: 'logging/setLevel' } }), Buffer.from('logging/setLevel'), body([{ method: 'tools/list' }, 1]), body({ method: 'resources/subscribe', params: {} })]) {
     t.equal(sessionStateChange(other), undefined)
   }
+})
+
+t.test('sessionStateChange: what the upstream reads as a state request is one; only what replaying it needs is kept', async t => {
+  // PHP's json_encode writes "/" as "\/" by default.
+  t.same(sessionStateChange(Buffer.from('{"jsonrpc":"2.0","id":2,"method":"resources\\/subscribe","params":{"uri":"file:\\/\\/\\/a"}}')), { kind: 'subscribe', uri: 'file:///a' }, 'escaped slashes')
+  t.same(sessionStateChange(Buffer.from('{"jsonrpc":"2.0","id":3,"method":"logging\\/setLevel","params":{"level":"info"}}')), { kind: 'log_level', request: '{"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"info"}}' })
+  const padded = Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 'x', method: 'logging/setLevel', params: { level: 'error', _meta: { pad: 'p'.repeat(100_000) } } }))
+  t.same(sessionStateChange(padded), { kind: 'log_level', request: '{"jsonrpc":"2.0","id":"x","method":"logging/setLevel","params":{"level":"error"}}' }, 'the level, not the body')
+  t.equal(sessionStateChange(Buffer.from('{"jsonrpc":"2.0","id":4,"method":"logging/setLevel","params":{"level":"verbose"}}')), undefined, 'a level the specification does not have')
+  const batch = Buffer.from(JSON.stringify([{ jsonrpc: '2.0', id: 5, method: 'tools/list' }, { jsonrpc: '2.0', id: 6, method: 'resources/subscribe', params: { uri: 'file:///b' } }]))
+  t.same(sessionStateChange(batch), { kind: 'untracked' }, 'a batch that sets state: the recipe cannot follow it')
 })
 
 t.test('lostSession: 404, or a short 400 that speaks of the session id; any other answer handed on whole', async t => {

@@ -14,7 +14,7 @@ import { lostResponseError, makeRequestStreamId, requestIdOfBody } from '../../p
 import { StreamFollower } from '../../sessions/follower.js'
 import { confirmWindow, recordUpstreamStream } from '../../recording/recorder.js'
 import { initializePromise } from '../../protocol/initialize.js'
-import { STANDALONE_STREAM, type CreateSessionOptions, type SessionRecord, type StreamState } from '../../store/contract.js'
+import { RECIPE_INITIALIZE_MAX_BYTES, STANDALONE_STREAM, type CreateSessionOptions, type SessionRecord, type StreamState } from '../../store/contract.js'
 import { discardBody, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
 import { readJsonRpcAnswer } from '../../upstream/json-rpc-answer.js'
 import { sessionStateChange } from '../../protocol/session-state.js'
@@ -49,7 +49,7 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
     throw err
   }
   await guard.settleRecovery(request, res.statusCode >= 200 && res.statusCode < 300)
-  if (sessionId !== undefined && res.statusCode >= 200 && res.statusCode < 300) await keepSessionState(ctx, request, sessionId)
+  if (sessionId !== undefined && res.statusCode >= 200 && res.statusCode < 300) res = await keepSessionState(ctx, request, sessionId, res)
   let recordSession = sessionId
   const issued = headerValue(res.headers['mcp-session-id'])
   if (sessionId === undefined && issued !== undefined && isUpstreamSessionId(issued)) {
@@ -84,7 +84,7 @@ async function createSession (ctx: McpContext, request: FastifyRequest, principa
     const answer = await readJsonRpcAnswer(res.body, kind, requestId, config.maxEventBytes)
     res = { ...res, body: answer.body }
     const promised = initializePromise(answer.response?.result)
-    if (promised !== undefined) recipe = { initialize: body.toString('utf8'), initializeResult: promised }
+    if (promised !== undefined && body.length <= RECIPE_INITIALIZE_MAX_BYTES) recipe = { initialize: body.toString('utf8'), initializeResult: promised }
   }
   try {
     ctx.sessions.set(sessionId, await metrics.timeStore('create_session', () =>
@@ -99,15 +99,29 @@ async function createSession (ctx: McpContext, request: FastifyRequest, principa
 }
 
 /**
- * A request that set session state the client expects to keep, answered:
- * kept in the session's recipe, to be sent again if the session must be
- * established upstream again. A failure only costs that.
+ * A request that set session state the client expects to keep: kept in the
+ * session's recipe once the upstream's response to it is a result, to be
+ * sent again if the session must be established upstream again (a level or
+ * unsubscribe the upstream refused would otherwise replace what it kept).
+ * The answer is read up to that response and given back whole. A batch that
+ * sets state is not read: it makes the recipe incomplete, whatever its
+ * answers. A failure to record only costs the recipe.
  */
-async function keepSessionState (ctx: McpContext, request: FastifyRequest, sessionId: string): Promise<void> {
-  const change = sessionStateChange(request.body as Buffer | undefined)
-  if (change === undefined) return
+async function keepSessionState (ctx: McpContext, request: FastifyRequest, sessionId: string, res: UpstreamResponse): Promise<UpstreamResponse> {
+  const body = request.body as Buffer | undefined
+  const change = sessionStateChange(body)
+  if (change === undefined) return res
+  if (change.kind !== 'untracked') {
+    const requestId = requestIdOfBody(body)
+    const kind = answerKind(res)
+    if (requestId === undefined || kind === undefined) return res
+    const answer = await readJsonRpcAnswer(res.body, kind, requestId, ctx.deps.config.maxEventBytes)
+    res = { ...res, body: answer.body }
+    if (answer.response?.result === undefined) return res
+  }
   await ctx.deps.metrics.timeStore('session_state', () => ctx.deps.store.recordSessionState(sessionId, change))
     .catch((err: unknown) => request.log.warn({ err }, 'could not keep a session-state request in the session\'s recipe'))
+  return res
 }
 
 function answerKind (res: UpstreamResponse): 'json' | 'sse' | undefined {

@@ -1,7 +1,8 @@
-// The memory store's process-wide byte cap: what is held (event bytes, and a
-// fixed weight per session and stream record), the order streams were
-// appended to, and eviction when the total goes over the cap.
-import type { EvictionKind, StoreUsage } from '../contract.js'
+// The memory store's process-wide byte cap: what is held (event bytes, a
+// fixed weight per session and stream record, and each session's recipe), the
+// order streams were appended to, and eviction when the total goes over the cap.
+import type { EvictionKind, SessionRecipe, StoreUsage } from '../contract.js'
+import { recipeBytes } from '../session-recipe.js'
 import { LruOrder } from './lru-order.js'
 import type { MemoryStream } from './memory-stream.js'
 import type { MemorySession, SessionTable } from './session-table.js'
@@ -13,7 +14,7 @@ export class ByteCap {
   readonly #recordBytes: RecordWeights
   /** Bytes of retained event data. */
   #eventBytes = 0
-  /** Bytes of session and stream records. */
+  /** Bytes of session and stream records, recipes included. */
   #recordTotal = 0
   /** Streams holding events, least recently appended first. */
   readonly #streams = new LruOrder<MemoryStream, MemorySession>()
@@ -41,6 +42,14 @@ export class ByteCap {
   sessionAdded (): void { this.#recordTotal += this.#recordBytes.session }
   streamAdded (): void { this.#recordTotal += this.#recordBytes.stream }
 
+  /** The session's recipe from now on; its bytes count instead of the last one's (call evict after). */
+  setRecipe (session: MemorySession, recipe: SessionRecipe | undefined): void {
+    const bytes = recipe === undefined ? 0 : recipeBytes(recipe)
+    this.#recordTotal += bytes - session.recipeBytes
+    session.recipe = recipe
+    session.recipeBytes = bytes
+  }
+
   /** The stream was appended to: it is evicted last. */
   appended (stream: MemoryStream, session: MemorySession): void {
     this.#streams.touch(stream, session)
@@ -52,7 +61,7 @@ export class ByteCap {
       this.#eventBytes -= stream.bytes
       this.#streams.delete(stream)
     }
-    this.#recordTotal -= this.#recordBytes.session + session.streams.size * this.#recordBytes.stream
+    this.#recordTotal -= this.#recordBytes.session + session.recipeBytes + session.streams.size * this.#recordBytes.stream
   }
 
   /**

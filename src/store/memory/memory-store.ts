@@ -17,8 +17,9 @@ import { type MemorySession, SessionTable } from './session-table.js'
 import { Tombstones } from './tombstones.js'
 
 /**
- * What a record weighs against the cap besides event data: about what a
- * session (its id, principal hash, maps) and a stream record take on the heap.
+ * What a record weighs against the cap besides event data and recipes: about
+ * what a session (its id, principal hash, maps) and a stream record take on
+ * the heap.
  */
 export const RECORD_BYTES = { session: 512, stream: 256 } as const
 
@@ -93,9 +94,9 @@ export class MemoryEventStore implements EventStore {
     this.#sessions.drop(sessionId)
     this.#deleted.clear(sessionId)
     const record = { epoch: randomToken(8, this.#random), principal, ...placementOf(sessionId, options.placement) }
-    const recipe = options.recipe === undefined ? undefined : { ...options.recipe, subscriptions: [], complete: true }
-    const session = this.#sessions.add(sessionId, record, recipe)
+    const session = this.#sessions.add(sessionId, record)
     this.#cap.sessionAdded()
+    if (options.recipe !== undefined) this.#cap.setRecipe(session, { ...options.recipe, subscriptions: [], complete: true })
     this.#cap.evict(undefined, session, this.#sessions)
     return record
   }
@@ -135,7 +136,9 @@ export class MemoryEventStore implements EventStore {
 
   async recordSessionState (sessionId: string, change: SessionStateChange): Promise<void> {
     const session = this.#sessions.live(sessionId)
-    if (session?.recipe !== undefined) session.recipe = applyStateChange(session.recipe, change)
+    if (session?.recipe === undefined) return
+    this.#cap.setRecipe(session, applyStateChange(session.recipe, change))
+    this.#cap.evict(undefined, session, this.#sessions)
   }
 
   /**

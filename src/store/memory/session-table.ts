@@ -9,7 +9,9 @@ export interface MemorySession {
   readonly id: string
   /** Replaced whole when the session moves upstream (movePlacement). */
   record: SessionRecord
+  /** Set through ByteCap.setRecipe only, which counts its bytes (recipeBytes) against the cap. */
   recipe: SessionRecipe | undefined
+  recipeBytes: number
   readonly streams: Map<string, MemoryStream>
   expiresAt: number
 }
@@ -41,9 +43,9 @@ export class SessionTable {
 
   get size (): number { return this.#sessions.size }
 
-  /** A new session, most recently used; the id must not be held (drop() it first). */
-  add (sessionId: string, record: SessionRecord, recipe?: SessionRecipe): MemorySession {
-    const session: MemorySession = { id: sessionId, record, recipe, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs }
+  /** A new session without a recipe, most recently used; the id must not be held (drop() it first). */
+  add (sessionId: string, record: SessionRecord): MemorySession {
+    const session: MemorySession = { id: sessionId, record, recipe: undefined, recipeBytes: 0, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs }
     this.#sessions.touch(sessionId, session)
     return session
   }

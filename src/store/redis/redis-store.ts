@@ -197,7 +197,7 @@ export class RedisEventStore implements EventStore {
 
   async recordSessionState (sessionId: string, change: SessionStateChange): Promise<void> {
     const keys = this.#keys.session(sessionId)
-    await this.#redis.mcpgwSessionState(keys.meta, change.kind, change.kind === 'log_level' ? change.request : change.uri,
+    await this.#redis.mcpgwSessionState(keys.meta, change.kind, stateValue(change),
       SUBSCRIPTIONS_MAX.count, SUBSCRIPTIONS_MAX.bytes)
   }
 
@@ -379,4 +379,14 @@ function validRetention (retention: RetentionLimits): RetentionLimits {
   if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new RangeError('retention.maxBytes must be an integer >= 0')
   if (!Number.isSafeInteger(ttlMs) || ttlMs < 1) throw new RangeError('retention.ttlMs must be an integer >= 1')
   return { maxEvents, maxBytes, ttlMs }
+}
+
+/** What session-state-1.lua keeps of a change: the request, the URI, or nothing. */
+function stateValue (change: SessionStateChange): string {
+  switch (change.kind) {
+    case 'log_level': return change.request
+    case 'subscribe':
+    case 'unsubscribe': return change.uri
+    case 'untracked': return ''
+  }
 }
