@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { errors } from '../errors.js'
-import { STANDALONE_STREAM } from '../store/contract.js'
+import { STANDALONE_STREAM, type UpstreamPlacement } from '../store/contract.js'
 import type { CloseOutcome } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
 import { discardBody, type UpstreamResponse } from '../upstream/client.js'
@@ -107,21 +107,25 @@ export class SessionHub {
   }
 
   /**
-   * The session was established upstream again: its upstream GET, unless one
-   * runs or opens here, is opened under the new upstream id (the pump reads
-   * the record), so what the new upstream session sends on it is not
-   * dropped. With the headers of the session's last GET here, else
+   * The session was established upstream again, its record now at
+   * `placement`: its upstream GET is opened there, so what the new upstream
+   * session sends on it is not dropped. One running or opening here on the
+   * old placement moves there under the same lease (StandaloneHolder.follow:
+   * the old GET may never end by itself). Otherwise one is opened (the pump
+   * reads the record), with the headers of the session's last GET here, else
    * `headers` (the re-establishing request's): the old GET may have ended,
-   * and its client gone, before the session was established again. One
-   * running here on the old session goes to the new one at its next resume
-   * upstream, which reads the record again; one held by another replica,
-   * likewise.
+   * and its client gone, before the session was established again. One held
+   * by another replica follows at that replica's next lease renewal, which
+   * tells it the record moved.
    */
-  reopen (sessionId: string, headers: Record<string, string | string[]>, log: Logger): void {
+  reopen (sessionId: string, placement: UpstreamPlacement, headers: Record<string, string | string[]>, log: Logger): void {
     // The upstream has no standalone stream (405): nothing to reopen.
     if (this.#refusedGets.has(sessionId)) return
     const s = this.#sessions.get(sessionId)
-    if (s !== undefined && (s.pumping || s.opening !== undefined)) return
+    if (s !== undefined && (s.pumping || s.opening !== undefined)) {
+      this.#holder.follow(s, sessionId, placement, s.log ?? log)
+      return
+    }
     this.openEarly(sessionId, s?.headers ?? headers, s?.log ?? log)
   }
 
@@ -136,14 +140,24 @@ export class SessionHub {
    * upstream send on the standalone stream goes upstream after it.
    */
   async opened (sessionId: string, maxWaitMs: number): Promise<void> {
-    const opening = this.#sessions.get(sessionId)?.opening
-    if (opening === undefined) return
-    let timer: NodeJS.Timeout | undefined
-    await Promise.race([
-      opening.catch(() => null),
-      new Promise<void>(resolve => { timer = setTimeout(resolve, maxWaitMs) })
-    ])
-    clearTimeout(timer)
+    const deadline = Date.now() + maxWaitMs
+    let waited: Opened | undefined
+    // Once more when another opening follows the one waited for (a pump that opened at the
+    // old placement moves to the new one: StandaloneHolder.follow).
+    for (;;) {
+      const opening = this.#sessions.get(sessionId)?.opening
+      const left = deadline - Date.now()
+      if (opening === undefined || opening === waited || left <= 0) return
+      waited = opening
+      let timer: NodeJS.Timeout | undefined
+      await Promise.race([
+        opening.catch(() => null),
+        new Promise<void>(resolve => { timer = setTimeout(resolve, left) })
+      ])
+      clearTimeout(timer)
+      // The opening's follow-up (follow's check) runs after it settles: let it start.
+      await new Promise<void>(resolve => setImmediate(resolve))
+    }
   }
 
   /**

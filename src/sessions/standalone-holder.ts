@@ -2,9 +2,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { Lease, LeaseCoordinator } from '../cluster/coordinator.js'
 import { errors } from '../errors.js'
-import type { EventStore } from '../store/contract.js'
+import type { EventStore, UpstreamPlacement } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
+import { samePlacement } from '../upstream/session-request.js'
 import type { LocalSession, LocalSessions, Opened } from './local-session.js'
 import type { PumpAdmission } from './principal-quota.js'
 import type { ReadAheadBudget } from '../recording/read-ahead.js'
@@ -121,8 +122,56 @@ export class StandaloneHolder {
     }))
   }
 
+  /**
+   * The session's record moved to `placement` (established upstream again,
+   * here or by another replica): the upstream GET held here follows it. The
+   * old upstream session's GET may well stay open (an endpoint that closes
+   * gracefully keeps its connections; one set aside after a refusal lives on)
+   * and never end into the resume that would read the record again, while an
+   * SDK server drops what the new session sends with no GET open. So the pump
+   * reading the old placement stops and one opens at the new placement under
+   * the same lease, synchronously (the request retried after the
+   * re-establishment waits for that opening). One still opening is looked at
+   * once it has opened: it may have read the record before the move.
+   */
+  follow (s: LocalSession, sessionId: string, placement: UpstreamPlacement, log: Logger): void {
+    const opening = s.opening
+    if (opening !== undefined) {
+      opening.catch(() => null).then(() => this.follow(s, sessionId, placement, log)).catch(() => {})
+      return
+    }
+    const pump = s.pump
+    if (s.kind !== 'pumping' || pump === undefined || pump.stopped) return
+    const at = pump.placement
+    if (at === undefined || samePlacement(at, placement)) return
+    if (this.#drain.draining) {
+      // Not reopened here: the replica the stream goes to opens it from the record.
+      pump.handOver().catch(() => {})
+      return
+    }
+    log.info('the session was established upstream again: its upstream GET moves to the new upstream session')
+    const lease = pump.moveAway()
+    const opened = s.open(async () => {
+      try {
+        const res = await this.#startPump(s, sessionId, lease, log, true)
+        if (res === null) return null
+        discardBody(res.body)
+        log.warn({ status: res.statusCode }, 'the upstream refused the GET of the session established again; the client reconnects')
+      } catch (err) {
+        log.warn({ err }, 'the upstream GET of the session established again could not be opened; the client reconnects')
+      }
+      // As a failed takeover: the place and the lease go back, the client attached here
+      // reconnects through ensurePump, which opens the stream or passes a refusal on.
+      this.#o.admission?.release(sessionId)
+      await lease.giveBack().catch(() => {})
+      s.standaloneClient?.close('upstream_error')
+      return null
+    }) as Opened
+    opened.catch(() => null).finally(() => this.#sessions.forget(sessionId)).catch(() => {})
+  }
+
   /** Synchronous up to the pump's count (#pumps), so that `full` is right for the next caller. */
-  async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger): Promise<UpstreamResponse | null> {
+  async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger, newUpstreamSession = false): Promise<UpstreamResponse | null> {
     const pump: StandalonePump = new StandalonePump({
       upstream: this.#o.upstream,
       store: this.#o.store,
@@ -137,6 +186,7 @@ export class StandaloneHolder {
       readAhead: this.#readAhead,
       resumeBounds: this.#o.upstreamResumes,
       lease,
+      newUpstreamSession,
       ...(this.#recoverSession !== undefined && { recoverSession: this.#recoverSession }),
       reacquire: async lost => await this.#o.leases.reacquire(lost),
       clients: s,
@@ -150,9 +200,12 @@ export class StandaloneHolder {
   #pumpStopped (s: LocalSession, sessionId: string, pump: StandalonePump, outcome: PumpOutcome): void {
     this.#pumps--
     // A refused pump's place stays with whoever started it, who may try again (claim's retries,
-    // a takeover's attempts) and frees it when it gives up (SessionHub, #takeover).
-    if (outcome !== 'refused') this.#o.admission?.release(sessionId)
+    // a takeover's attempts) and frees it when it gives up (SessionHub, #takeover); a moved
+    // one's goes to the pump follow() starts at once.
+    if (outcome !== 'refused' && outcome !== 'moved') this.#o.admission?.release(sessionId)
     s.pumpStopped(pump)
+    // Not forgotten either: follow() opens the stream again on this same LocalSession next.
+    if (outcome === 'moved') return
     const local = s.standaloneClient
     switch (outcome) {
       case 'refused':

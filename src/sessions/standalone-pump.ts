@@ -2,9 +2,9 @@ import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { Lease } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
-import type { EventStore, SessionRecord, StreamState } from '../store/contract.js'
+import type { EventStore, SessionRecord, StreamState, UpstreamPlacement } from '../store/contract.js'
 import { errors } from '../errors.js'
-import { sessionRequest } from '../upstream/session-request.js'
+import { samePlacement, sessionRequest } from '../upstream/session-request.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
@@ -20,9 +20,11 @@ import type { ResumeBounds } from '../recording/upstream-resume.js'
 /**
  * Why a pump stopped. `refused`: the upstream GET never opened (the caller
  * has the answer); `handed_over`: drain gave the stream to another replica;
- * `lease_lost`: another replica holds the stream now (fencing).
+ * `lease_lost`: another replica holds the stream now (fencing); `moved`: the
+ * session was established upstream again elsewhere (another upstream session
+ * id or endpoint), and the holder goes on there under the same lease.
  */
-export type PumpOutcome = RecordOutcome | 'refused' | 'hold_expired' | 'stopped' | 'handed_over'
+export type PumpOutcome = RecordOutcome | 'refused' | 'hold_expired' | 'stopped' | 'handed_over' | 'moved'
 
 export interface PumpOptions {
   readonly upstream: UpstreamClient
@@ -50,6 +52,14 @@ export interface PumpOptions {
    * after 'refused' (the upstream GET never opened), when it stays the caller's.
    */
   readonly lease: Lease
+  /**
+   * The upstream GET goes to an upstream session other than the one the
+   * lease was recording (the pump before it was moved there): the lease's
+   * last upstream event id is not this session's, so the GET opens afresh,
+   * and no handover gap is recorded (the previous pump stopped reading a
+   * session that was abandoned, not a stream cut in the middle).
+   */
+  readonly newUpstreamSession?: boolean
   /**
    * The store lost the session while its upstream GET is open: record it
    * again for the principal of its last record, toward the upstream session
@@ -123,6 +133,8 @@ export class StandalonePump {
 
   get stopped (): boolean { return this.#phase === 'stopped' }
   get lease (): Lease { return this.#lease }
+  /** Where the upstream GET goes (the record as last read for it); undefined before the first read. */
+  get placement (): UpstreamPlacement | undefined { return this.#record }
 
   /**
    * Open the upstream GET (resuming the upstream's own stream when the
@@ -134,7 +146,7 @@ export class StandalonePump {
     const { log, metrics } = this.#o
     const lease = this.#lease
     this.#headers = headers
-    const lastId = lease.lastUpstreamId
+    const lastId = this.#o.newUpstreamSession === true ? undefined : lease.lastUpstreamId
     let resuming = lastId !== undefined && isResumableUpstreamId(lastId)
     if (lastId !== undefined && !resuming) {
       // Sent as Last-Event-ID it would fail every GET (502 on each client retry): open afresh.
@@ -187,7 +199,7 @@ export class StandalonePump {
     metrics.upstreamStreamsOpen.inc({ kind: 'standalone' })
     log.debug({ takeover: lease.takeover, resuming }, 'upstream GET stream opened')
     this.#phase = 'recording'
-    if (lease.takeover) {
+    if (lease.takeover && this.#o.newUpstreamSession !== true) {
       metrics.leaseTakeovers.inc()
       if (!resuming) await this.#recordHandoverGap()
     }
@@ -240,10 +252,13 @@ export class StandalonePump {
     }
     const { upstream, metrics } = this.#o
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
-    const headers = lastEventId === undefined ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }
     const placement = await this.#o.placement()
     if (placement === null) return undefined
+    // Established upstream again meanwhile: the new upstream session's stream is another
+    // stream, which never issued that id (an upstream with an event store may refuse it).
+    const moved = this.#record !== undefined && !samePlacement(this.#record, placement)
     this.#record = placement
+    const headers = lastEventId === undefined || moved ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }
     const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
     end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
     if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
@@ -279,6 +294,18 @@ export class StandalonePump {
   /** The session is gone (DELETE, upstream 404): release the upstream GET. */
   stop (): void {
     this.#stop('stopped')
+  }
+
+  /**
+   * The session's record moved to another upstream placement: stop reading
+   * the old one (its GET aborted; the old upstream session may well keep it
+   * open, an endpoint closing gracefully does) without releasing the lease,
+   * which the holder hands to the pump it opens at the new placement. Its
+   * callbacks are that pump's from then on (#useLease in its constructor).
+   */
+  moveAway (): Lease {
+    this.#stop('moved')
+    return this.#lease
   }
 
   /**
@@ -427,8 +454,8 @@ export class StandalonePump {
     const lease = this.#lease
     // Released after the abort, so the next holder's GET does not race this one
     // upstream. A lease already released or lost is left alone; a refused one
-    // is the caller's (it may retry).
-    if (outcome !== 'refused') {
+    // is the caller's (it may retry), a moved one the next pump's.
+    if (outcome !== 'refused' && outcome !== 'moved') {
       this.#released = lease.release(CLEAN_END.has(outcome) ? 'clean' : 'unclean').catch((err: unknown) => log.warn({ err }, 'could not release the upstream GET lease'))
     }
     this.#o.onStop(outcome)

@@ -16,3 +16,8 @@ export function sessionRequest (placement: UpstreamPlacement, request: UpstreamR
     ...(placement.endpoint !== undefined && { endpoint: placement.endpoint })
   }
 }
+
+/** The same upstream session at the same endpoint: a record moved by a re-establishment is not. */
+export function samePlacement (a: UpstreamPlacement, b: UpstreamPlacement): boolean {
+  return a.upstreamSessionId === b.upstreamSessionId && a.endpoint === b.endpoint
+}
