@@ -29,14 +29,19 @@ export type AcquireResult = LeaseGrant | HeldElsewhere | 'gone'
 export function isGrant (result: AcquireResult): result is LeaseGrant {
   return typeof result === 'object' && 'token' in result
 }
-export type RenewResult = 'renewed' | 'lost' | 'gone'
+/** `moved`: renewed, but the session's record names another upstream session than its holder reads. */
+export type RenewResult = 'renewed' | 'moved' | 'lost' | 'gone'
 
 export interface TickRequest {
   readonly ttlMs: number
   /** How long an attached marker keeps a holder's upstream GET open (hold + ttl). */
   readonly attachedMs: number
-  /** Leases this replica holds: renewed by compare-and-pexpire. */
-  readonly renew: ReadonlyArray<{ readonly sessionId: string, readonly token: string }>
+  /**
+   * Leases this replica holds: renewed by compare-and-pexpire. With the
+   * upstream session id its holder reads, when the backend is to say that
+   * the session's record moved elsewhere ('moved').
+   */
+  readonly renew: ReadonlyArray<{ readonly sessionId: string, readonly token: string, readonly upstreamSessionId?: string | undefined }>
   /**
    * Sessions with a client here whose lease this replica does not hold: the
    * attached marker is refreshed and the lease taken when it is free (the
@@ -131,7 +136,7 @@ export interface LeaseBackend extends RecorderLiveness {
   publish (sessionId: string, kind: ControlKind): Promise<void>
 }
 
-export type LostReason = Exclude<RenewResult, 'renewed'>
+export type LostReason = Exclude<RenewResult, 'renewed' | 'moved'>
 
 /** How the upstream GET held under a lease ended, for the next holder: `unclean` leaves it a gap to mark. */
 export type UpstreamGetEnd = 'clean' | 'unclean'
@@ -161,6 +166,17 @@ export class Lease implements LeaseGrant {
   onLost: ((reason: LostReason) => void) | undefined
   /** While draining: another replica asked for the stream. */
   onHandoverRequest: (() => void) | undefined
+  /**
+   * Renewal found the session's record at another upstream session than
+   * `upstreamSessionId` (established upstream again, maybe by another
+   * replica): the lease is still held, its upstream GET is to follow.
+   */
+  onMoved: (() => void) | undefined
+  /**
+   * The upstream session the holder's GET goes to (set by the holder at each
+   * read of the record): renewals compare it with the record. Undefined: not compared.
+   */
+  upstreamSessionId: string | undefined
   readonly #owner: LeaseOwner
   #settled = false
 

@@ -49,6 +49,10 @@ export class HeldLeases {
     outcomes.forEach((outcome, i) => {
       const lease = leases[i] as Lease
       if (outcome === 'renewed' || lease.settled) return
+      if (outcome === 'moved') {
+        lease.onMoved?.()
+        return
+      }
       this.#log.warn({ outcome }, outcome === 'gone' ? 'lease: session records gone' : 'lease: another replica holds the stream now')
       lease.lose(outcome)
     })

@@ -170,6 +170,19 @@ export class StandaloneHolder {
     opened.catch(() => null).finally(() => this.#sessions.forget(sessionId)).catch(() => {})
   }
 
+  /**
+   * Another replica established the session upstream again (the lease's
+   * renewal saw the record move): the GET held here follows the record.
+   */
+  #movedElsewhere (s: LocalSession, sessionId: string, log: Logger): void {
+    this.#o.metrics.timeStore('get_session', () => this.#o.store.getSession(sessionId)).then(record => {
+      if (record !== null) this.follow(s, sessionId, record, log)
+    }, (err: unknown) => {
+      // The next renewal tells again.
+      log.warn({ err }, 'could not read the record of a session established upstream again elsewhere')
+    })
+  }
+
   /** Synchronous up to the pump's count (#pumps), so that `full` is right for the next caller. */
   async #startPump (s: LocalSession, sessionId: string, lease: Lease, log: Logger, newUpstreamSession = false): Promise<UpstreamResponse | null> {
     const pump: StandalonePump = new StandalonePump({
@@ -190,7 +203,8 @@ export class StandaloneHolder {
       ...(this.#recoverSession !== undefined && { recoverSession: this.#recoverSession }),
       reacquire: async lost => await this.#o.leases.reacquire(lost),
       clients: s,
-      onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome)
+      onStop: outcome => this.#pumpStopped(s, sessionId, pump, outcome),
+      onMoved: () => { this.#movedElsewhere(s, sessionId, log) }
     })
     s.pumpStarted(pump)
     this.#pumps++

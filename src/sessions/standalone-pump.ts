@@ -72,6 +72,13 @@ export interface PumpOptions {
   readonly clients: PumpClients
   /** Called once when the pump stops for good. */
   readonly onStop: (outcome: PumpOutcome) => void
+  /**
+   * The lease's renewal found the session's record at another upstream
+   * session than the one this pump's GET goes to: established upstream
+   * again, by another replica (this one's re-establishments move the pump
+   * at once). The holder moves the GET (StandaloneHolder.follow).
+   */
+  readonly onMoved?: () => void
 }
 
 /** The standalone stream's clients in this process, as the pump sees them. */
@@ -174,7 +181,7 @@ export class StandalonePump {
       this.#stop('refused')
       throw errors.sessionNotFound()
     }
-    this.#record = placement
+    this.#read(placement)
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
     try {
       const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
@@ -257,7 +264,7 @@ export class StandalonePump {
     // Established upstream again meanwhile: the new upstream session's stream is another
     // stream, which never issued that id (an upstream with an event store may refuse it).
     const moved = this.#record !== undefined && !samePlacement(this.#record, placement)
-    this.#record = placement
+    this.#read(placement)
     const headers = lastEventId === undefined || moved ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }
     const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
     end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
@@ -324,6 +331,10 @@ export class StandalonePump {
    */
   #useLease (lease: Lease): void {
     this.#lease = lease
+    lease.upstreamSessionId = this.#record?.upstreamSessionId
+    lease.onMoved = () => {
+      if (this.#phase === 'recording') this.#o.onMoved?.()
+    }
     lease.onLost = reason => {
       if (this.#phase !== 'recording') return
       if (reason === 'gone' && this.#o.recoverSession !== undefined) this.#lostWithTheStore()
@@ -333,6 +344,12 @@ export class StandalonePump {
       this.#o.log.info('draining: another replica asked for the upstream GET stream; handing it over')
       this.handOver()
     }
+  }
+
+  /** The record as read for the upstream GET: the lease's renewals compare its upstream session with the store's. */
+  #read (record: SessionRecord): void {
+    this.#record = record
+    this.#lease.upstreamSessionId = record.upstreamSessionId
   }
 
   /** The lease's renewal found the session's records gone: record it again now, before the next append finds out. */

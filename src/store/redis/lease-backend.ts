@@ -33,6 +33,7 @@ function toAcquireResult (reply: AcquireReply, token: string): AcquireResult {
 
 function toRenewResult (reply: number): RenewResult {
   if (reply === -1) return 'gone'
+  if (reply === 3) return 'moved'
   return reply === 0 ? 'lost' : 'renewed'
 }
 
@@ -66,9 +67,9 @@ export class RedisLeaseBackend implements LeaseBackend {
     if (this.#oneNode !== undefined) return await this.#tickOnOneNode(this.#oneNode, request)
     const redis = this.#redis
     // Auto-pipelining sends what is issued in this turn as one pipeline per node.
-    const renew = request.renew.map(({ sessionId, token }) => {
+    const renew = request.renew.map(({ sessionId, token, upstreamSessionId }) => {
       const k = this.#keys.session(sessionId)
-      return redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token).then(replies => replies[0] as number)
+      return redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0] as number)
     })
     const watch = request.watch.map(({ sessionId, token }) => {
       const k = this.#keys.session(sessionId)
@@ -99,7 +100,7 @@ export class RedisLeaseBackend implements LeaseBackend {
         const k = this.#keys.session(sessionId)
         keys.push(k.lease, k.meta)
       }
-      pipeline.mcpgwLeaseRenew(keys.length, ...keys, request.ttlMs, STANDALONE_STREAM, ...leases.map(({ token }) => token))
+      pipeline.mcpgwLeaseRenew(keys.length, ...keys, request.ttlMs, STANDALONE_STREAM, ...leases.flatMap(({ token, upstreamSessionId }) => [token, upstreamSessionId ?? '']))
     }
     for (const { sessionId, token } of request.watch) {
       const k = this.#keys.session(sessionId)

@@ -1,11 +1,16 @@
 -- Renew held leases, any number in one call. KEYS: lease and session hash of
--- each, in pairs. ARGV: ttlMs, streamId, then one token per pair. Returns one
+-- each, in pairs. ARGV: ttlMs, streamId, then per pair its token and the
+-- upstream session id its holder reads ('' when it does not say). Returns one
 -- result per pair: -1 when the session is unknown, 0 when another replica
 -- holds the lease, 1 when renewed, 2 when it had expired unclaimed and is
--- taken back. (On Cluster a call carries one pair: its keys share a slot.)
+-- taken back, 3 when renewed or taken back but the record's upstream id is
+-- another (the session was established upstream again, maybe by another
+-- replica). A record without one was never moved. (On Cluster a call carries
+-- one pair: its keys share a slot.)
 local out = {}
 for i = 1, #KEYS, 2 do
-  local lease, meta, token = KEYS[i], KEYS[i + 1], ARGV[2 + (i + 1) / 2]
+  local lease, meta = KEYS[i], KEYS[i + 1]
+  local token, reading = ARGV[2 + i], ARGV[3 + i]
   local result
   if redis.call('EXISTS', meta) == 0 then
     result = -1
@@ -20,6 +25,10 @@ for i = 1, #KEYS, 2 do
       redis.call('SET', lease, token, 'PX', ARGV[1])
       redis.call('HSET', meta, 'h:' .. ARGV[2], '1')
       result = 2
+    end
+    if result > 0 and reading ~= '' then
+      local up = redis.call('HGET', meta, 'up')
+      if up and up ~= reading then result = 3 end
     end
   end
   out[#out + 1] = result
