@@ -50,6 +50,12 @@ export interface ClientBuffersOptions {
 export class ClientBuffers {
   readonly maxBytes: number
   readonly writeTimeoutMs: number
+  /**
+   * How often the timer looks: a quarter of the timeout, at most a second. A
+   * cut comes within 25% of the timeout, and the budget learns of drained
+   * buffers within a second.
+   */
+  readonly lookIntervalMs: number
   /** The buffers the connections' pages are framed into (see page-buffers.ts for who gives them back, and when). */
   readonly pages = new PageBuffers()
   readonly #now: () => number
@@ -61,10 +67,9 @@ export class ClientBuffers {
     this.maxBytes = options.maxBytes
     this.writeTimeoutMs = options.writeTimeoutMs
     this.#now = options.now ?? Date.now
+    this.lookIntervalMs = Math.max(50, Math.min(1000, Math.floor(options.writeTimeoutMs / 4)))
     if (options.timer !== false) {
-      // A quarter of the timeout, at most a second: a cut comes within 25% of
-      // it, and the budget learns of drained buffers within a second.
-      this.#timer = setInterval(() => { this.tick() }, Math.max(50, Math.min(1000, Math.floor(options.writeTimeoutMs / 4))))
+      this.#timer = setInterval(() => { this.tick() }, this.lookIntervalMs)
       this.#timer.unref()
     }
   }
