@@ -13,6 +13,7 @@ import { isTrusted, trustedProxyList } from './net/trusted-proxies.js'
 import { InFlight } from './recording/inflight.js'
 import { PrincipalQuota } from './sessions/principal-quota.js'
 import { SessionHub } from './sessions/session-hub.js'
+import { ClientBuffers } from './sse/client-buffers.js'
 import { buildAdminServer } from './routes/admin.js'
 import { limitConnections } from './routes/connection-limits.js'
 import { listenerOptions } from './routes/listener-options.js'
@@ -104,11 +105,16 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   const admission = new PrincipalQuota({ maxPerPrincipal: config.maxSessionsPerPrincipal, principalOf: async sessionId => (await store.getSession(sessionId))?.principal })
   const hub = new SessionHub({ upstream, store, metrics, log, mcpPath: config.mcpPath, holdMs: config.standaloneHoldMs, earlyHoldMs: config.standaloneEarlyHoldMs, maxEventBytes: config.maxEventBytes, maxSessions: config.maxSessions, upstreamResumes: config.upstreamResumes, leases, admission })
   const inflight = new InFlight()
+  // One budget and one write timeout for every client connection: the MCP
+  // endpoint's streams and every answer relayed as it is, on any path.
+  const buffers = new ClientBuffers({ maxBytes: config.clientBuffersMaxBytes, writeTimeoutMs: config.clientWriteTimeoutMs })
+  metrics.watchClientBuffers(buffers)
+  app.addHook('onClose', async () => { buffers.stop() })
 
   await app.register(fastifySSE)
   registerRequestHooks(app, config, { metrics, fromTrustedProxy, isDraining })
-  const guard = await registerMcpEndpoint(app, { config, store, hub, upstream, metrics, inflight, leases, random: deps.random })
-  await registerProxyRoute(app, config, { upstream, metrics, maxBodyBytes: config.maxBodyBytes, guard })
+  const guard = await registerMcpEndpoint(app, { config, store, hub, upstream, metrics, buffers, inflight, leases, random: deps.random })
+  await registerProxyRoute(app, config, { upstream, metrics, buffers, maxBodyBytes: config.maxBodyBytes, guard })
   const admin = buildAdminServer(log, config.adminAllowedHosts, { store, metrics, isDraining, pingTimeoutMs: PING_TIMEOUT_MS, upstream, mcpPath: config.mcpPath })
   const shutdown = new GatewayShutdown(config, { app, admin, hub, inflight, discovery, upstream, leases, store, log })
 

@@ -2,16 +2,16 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Transform, type Readable } from 'node:stream'
 import { errors } from '../errors.js'
 import type { Authority } from '../net/request-authority.js'
-import type { GatewayMetrics } from '../metrics/metrics.js'
 import { statusClass } from '../metrics/metrics.js'
 import type { UpstreamPlacement } from '../store/contract.js'
 import type { UpstreamClient, UpstreamRequest, UpstreamResponse } from '../upstream/client.js'
 import { sessionRequest } from '../upstream/session-request.js'
 import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/headers.js'
+import { relayedBody, type RelayDeps } from '../sse/relayed-answer.js'
 
-export interface ForwardDeps {
+/** `buffers`: the client buffers its answers are relayed under, the MCP endpoint's streams' too. */
+export interface ForwardDeps extends RelayDeps {
   readonly upstream: UpstreamClient
-  readonly metrics: GatewayMetrics
   /** Bound on streamed request bodies (MAX_BODY_BYTES). */
   readonly maxBodyBytes: number
 }
@@ -53,11 +53,15 @@ export function upstreamHeadersFor (request: FastifyRequest, keepContentLength: 
   }, keepContentLength)
 }
 
-/** Send an upstream answer to the client unchanged (status, end-to-end headers, streamed body). */
-export function sendUpstreamResponse (reply: FastifyReply, res: UpstreamResponse): FastifyReply {
+/**
+ * Send an upstream answer to the client unchanged (status, end-to-end headers,
+ * streamed body), under the client buffers' budget and write timeout
+ * (sse/relayed-answer.ts).
+ */
+export function sendUpstreamResponse (deps: RelayDeps, reply: FastifyReply, res: UpstreamResponse): FastifyReply {
   reply.code(res.statusCode)
   reply.headers(clientResponseHeaders(res.headers))
-  return reply.send(res.body)
+  return reply.send(relayedBody(deps, reply.raw, reply.log, res.body))
 }
 
 /**
@@ -93,5 +97,5 @@ export async function forwardTransparently (deps: ForwardDeps, request: FastifyR
     throw err
   }
   end({ status_class: statusClass(res.statusCode) })
-  return sendUpstreamResponse(reply, res)
+  return sendUpstreamResponse(deps, reply, res)
 }

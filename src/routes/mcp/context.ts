@@ -61,6 +61,8 @@ export interface McpRouteDeps {
   readonly hub: SessionHub
   readonly upstream: UpstreamClient
   readonly metrics: GatewayMetrics
+  /** Bytes waiting for clients, process-wide: every stream's and every relayed answer's. */
+  readonly buffers: ClientBuffers
   readonly inflight: InFlight
   /** Request stream recorders across replicas: claimed here, watched while a resuming client waits. */
   readonly leases: LeaseCoordinator
@@ -106,15 +108,13 @@ export class McpContext {
   readonly replayPages: ReplayPages
   readonly replays: ReplayLimiter
   readonly #keepAlive: KeepAliveTicker
-  readonly #buffers: ClientBuffers
 
-  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, buffers: ClientBuffers, replays: ReplayLimiter }) {
+  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, replays: ReplayLimiter }) {
     this.deps = deps
     this.random = deps.random ?? randomBytes
     this.sessions = parts.sessions
     this.guard = parts.guard
     this.#keepAlive = parts.keepAlive
-    this.#buffers = parts.buffers
     this.replays = parts.replays
     this.replayPages = replayPagesFor(deps.config.clientBufferMaxBytes)
   }
@@ -129,7 +129,7 @@ export class McpContext {
       priming: proto.priming,
       retryMs: this.deps.config.sseRetryMs,
       maxBufferBytes: this.deps.config.clientBufferMaxBytes,
-      buffers: this.#buffers,
+      buffers: this.deps.buffers,
       metrics: this.deps.metrics,
       log,
       keepAlive: this.#keepAlive

@@ -37,7 +37,7 @@ export async function handleDelete (ctx: McpContext, request: FastifyRequest, re
   if (!gone) {
     hub.deleteRefused(sessionId)
     await guard.settleRecovery(request, false)
-    return sendUpstreamResponse(reply, res)
+    return sendUpstreamResponse(ctx.deps, reply, res)
   }
   // A lost session deleted at once is not counted as recovered: its records go below.
   guard.recovering.delete(request)
@@ -50,5 +50,5 @@ export async function handleDelete (ctx: McpContext, request: FastifyRequest, re
     discardBody(res.body)
     throw errors.storeUnavailable(err)
   }
-  return sendUpstreamResponse(reply, res)
+  return sendUpstreamResponse(ctx.deps, reply, res)
 }

@@ -8,7 +8,6 @@
 import type { FastifyInstance } from 'fastify'
 import { errors } from '../../errors.js'
 import { protocolInfo } from '../../protocol/era.js'
-import { ClientBuffers } from '../../sse/client-buffers.js'
 import { KeepAliveTicker } from '../../sse/keep-alive.js'
 import { SessionReestablisher } from '../../sessions/reestablish.js'
 import { forwardTransparently } from '../forward.js'
@@ -78,13 +77,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
   const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
   const keepAlive = new KeepAliveTicker(config.keepaliveIntervalMs)
-  const buffers = new ClientBuffers({ maxBytes: config.clientBuffersMaxBytes, writeTimeoutMs: config.clientWriteTimeoutMs })
-  deps.metrics.watchClientBuffers(buffers)
-  app.addHook('onClose', async () => {
-    keepAlive.stop()
-    buffers.stop()
-  })
-  const ctx = new McpContext(deps, { sessions, guard, keepAlive, buffers, replays: new ReplayLimiter(config.maxReplaysPerStream) })
+  app.addHook('onClose', async () => { keepAlive.stop() })
+  const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream) })
 
   app.route({
     method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH', 'OPTIONS', 'HEAD'],

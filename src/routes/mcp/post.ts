@@ -61,7 +61,7 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
   // The client's id where the upstream named its own (an SDK client takes the id of any answer).
   if (issued !== undefined && recordSession !== undefined) reply.header('mcp-session-id', recordSession)
   if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream' || recordSession === undefined) {
-    return sendUpstreamResponse(reply, res)
+    return sendUpstreamResponse(ctx.deps, reply, res)
   }
   return await serveRequestStream(ctx, request, reply, proto, recordSession, res)
 }
@@ -174,7 +174,7 @@ async function serveRequestStream (ctx: McpContext, request: FastifyRequest, rep
     recording.done()
     log.error({ err }, 'event store unavailable: passing the SSE answer through unrecorded')
     metrics.eventsUnrecorded.inc({ reason: 'store_error' })
-    return sendUpstreamResponse(reply, res)
+    return sendUpstreamResponse(ctx.deps, reply, res)
   }
   await claimed
   const client = ctx.clientStream(reply, log, 'request', state.epoch, streamId, proto)

@@ -68,7 +68,7 @@ export async function attachStandalone (ctx: McpContext, request: FastifyRequest
   if (refusal !== null) {
     // The upstream no longer knows the session: neither do we.
     if (refusal.statusCode === 404) await ctx.forgetSession(sessionId, log)
-    return sendUpstreamResponse(reply, refusal)
+    return sendUpstreamResponse(ctx.deps, reply, refusal)
   }
   if (position === null) return await follow(ctx, reply, proto, sessionId, record, null, headers, log)
   const release = enterReplay(ctx, sessionId, STANDALONE_STREAM)
