@@ -162,7 +162,7 @@ export class GatewayMetrics {
     this.upstreamErrors = new Counter({ name: `${p}upstream_errors_total`, help: 'Upstream requests or streams that failed, by kind.', labelNames: ['kind'], registers })
     this.upstreamStreamsOpen = new Gauge({ name: `${p}upstream_streams_open`, help: 'Upstream SSE answers being read, by kind.', labelNames: ['kind'], registers })
     this.slowClientDisconnects = new Counter({ name: `${p}slow_client_disconnects_total`, help: 'Client streams closed because their send buffer exceeded CLIENT_BUFFER_MAX_BYTES.', registers })
-    this.clientWriteTimeouts = new Counter({ name: `${p}client_write_timeouts_total`, help: 'Client connections destroyed because their client accepted no byte of what waited for CLIENT_WRITE_TIMEOUT_SECONDS (open streams, and streams already ended whose last bytes were not read).', registers })
+    this.clientWriteTimeouts = new Counter({ name: `${p}client_write_timeouts_total`, help: 'Client connections destroyed because their client accepted no byte of what waited for CLIENT_WRITE_TIMEOUT_SECONDS (open streams, streams already ended whose last bytes were not read, and answers relayed unrecorded).', registers })
     const metrics = this
     this.clientBufferedBytes = new Gauge({
       name: `${p}client_buffered_bytes`,
