@@ -47,8 +47,15 @@ for (const setup of ['memory', 'redis, DELETE on a second replica'] as const) {
     t.equal(metricSum(exposition, 'mcpgw_sessions_recovered_total'), 0, 'no session counted as recovered')
     t.equal(metricSum(exposition, 'mcpgw_store_errors_total'), 0, 'no store error counted')
     t.ok(await until(async () => metricSum(await metrics(recording.adminUrl), 'mcpgw_upstream_streams_open', { kind: 'request' }) === 0, 2000), 'the answer\'s recording is over')
+    // A replica trusts a record it verified within the last 2 s (SessionCache): past that,
+    // the recording replica asks the store, which no longer has the session.
+    await sleep(2100)
+    const seen = upstream.requests.length
     const again = await request(`${recording.url}/mcp`, { method: 'POST', headers: session.headers(), body: '{"jsonrpc":"2.0","id":10,"method":"tools/list"}' })
     await again.body.text()
     t.equal(again.statusCode, 404, 'the session id is unknown afterwards')
+    // Deleted, not lost: not recorded again for its owner's next request either.
+    t.equal(upstream.requests.length, seen, 'the gateway answers it: nothing goes upstream')
+    t.equal(await recording.store.getSession(session.sessionId), null, 'and nothing is recorded')
   })
 }

@@ -191,8 +191,7 @@ export class SessionGuard {
    */
   async lostWithTheStore (sessionId: string, principal: string): Promise<boolean> {
     try {
-      if (await this.#lostSince(sessionId, principal) === null) return false
-      return !await this.#metrics.timeStore('session_deleted', () => this.#store.sessionDeleted(sessionId))
+      return await this.#lostSince(sessionId, principal) !== null
     } catch (err) {
       throw errors.storeUnavailable(err)
     }
@@ -221,8 +220,9 @@ export class SessionGuard {
    * Since when the store has been intact, and the upstream id the session
    * id carries, when the session may be taken for one the store lost:
    * recovery is on, the id is bound to `principal` (and no other principal
-   * was seen with it), and the store lost its data less than a session's
-   * lifetime ago. Null otherwise.
+   * was seen with it), the store lost its data less than a session's
+   * lifetime ago, and the session was not deleted (the store's mark of a
+   * DELETE or an upstream 404). Null otherwise.
    */
   async #lostSince (sessionId: string, principal: string): Promise<{ intactSince: number, firstUpstreamId: string } | null> {
     if (!this.#config.recoverLostSessions) return null
@@ -234,6 +234,8 @@ export class SessionGuard {
     const lostFor = Date.now() - Math.min(intactSince, Date.now())
     // A mark that is not a time (written by something else) reads as intact: no recovery.
     if (!Number.isFinite(lostFor) || lostFor >= this.#config.retention.ttlMs) return null
+    // Deleted (its DELETE, or the upstream's 404), not lost: it stays deleted.
+    if (await this.#metrics.timeStore('session_deleted', () => this.#store.sessionDeleted(sessionId))) return null
     return { intactSince, firstUpstreamId: parsed.firstUpstreamId }
   }
 
