@@ -17,6 +17,7 @@ import { lostSession, upstreamNeverReached } from '../../sessions/reestablish.js
 import type { SessionRecord } from '../../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
 import { sessionRequest } from '../../upstream/session-request.js'
+import { Relapses, RELAPSES_MAX } from '../../sessions/relapses.js'
 import { errors } from '../../errors.js'
 import type { FastifyRequest } from 'fastify'
 import type { SessionCache } from './session-cache.js'
@@ -39,20 +40,6 @@ export const STANDALONE_OPEN_WAIT_MS = 2000
  * already; an event lost for want of the GET would not come back.
  */
 const REESTABLISHED_OPEN_WAIT_MS = 10_000
-
-/**
- * The answer to a request sent again once its session was established
- * upstream again. One that says the upstream lost the session (lostSession)
- * says it lost it once more (it restarted again meanwhile), not that the
- * session ended: the session is kept, and the client's retry establishes it
- * again.
- */
-export async function sentAgain (answer: UpstreamResponse): Promise<UpstreamResponse> {
-  const { lost, res } = await lostSession(answer)
-  if (!lost) return res
-  discardBody(res.body)
-  throw errors.sessionReestablishing()
-}
 
 export interface McpRouteDeps {
   readonly maxBodyBytes: number
@@ -107,6 +94,7 @@ export class McpContext {
   readonly guard: SessionGuard
   readonly replayPages: ReplayPages
   readonly replays: ReplayLimiter
+  readonly #relapses: Relapses
   readonly #keepAlive: KeepAliveTicker
 
   constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, replays: ReplayLimiter }) {
@@ -116,6 +104,7 @@ export class McpContext {
     this.guard = parts.guard
     this.#keepAlive = parts.keepAlive
     this.replays = parts.replays
+    this.#relapses = new Relapses({ maxEntries: Math.max(1000, deps.config.maxSessions) })
     this.replayPages = replayPagesFor(deps.config.clientBufferMaxBytes)
   }
 
@@ -171,14 +160,14 @@ export class McpContext {
       if (!upstreamNeverReached(err)) throw err
       const moved = await this.reestablish(request, sessionId, record)
       if (moved === undefined) throw err
-      return await sentAgain(await send(moved))
+      return await this.sentAgain(request, sessionId, await send(moved))
     }
     const told = await lostSession(first)
     if (!told.lost) return told.res
     const moved = await this.reestablish(request, sessionId, record)
     if (moved === undefined) return told.res
     discardBody(told.res.body)
-    return await sentAgain(await send(moved))
+    return await this.sentAgain(request, sessionId, await send(moved))
   }
 
   /**
@@ -215,6 +204,24 @@ export class McpContext {
       case 'unrecorded':
         return undefined
     }
+  }
+
+  /**
+   * The answer to a request sent again once its session was established
+   * upstream again. One that says the upstream lost the session (lostSession)
+   * says it lost it once more (it restarted again meanwhile), not that the
+   * session ended: the session is kept, and the client's retry establishes it
+   * again; unless that keeps happening (Relapses), when it ends: 404.
+   */
+  async sentAgain (request: FastifyRequest, sessionId: string, answer: UpstreamResponse): Promise<UpstreamResponse> {
+    const { lost, res } = await lostSession(answer)
+    if (!lost) return res
+    discardBody(res.body)
+    if (!this.#relapses.note(sessionId)) throw errors.sessionReestablishing()
+    const log = request.log.child({ sessionHash: sessionHash(sessionId) })
+    log.warn({ relapses: RELAPSES_MAX }, 'the upstream lost the session again right after each re-establishment: it does not keep sessions (is UPSTREAM_URL a load-balanced Service of replicas that keep sessions in memory? name their addresses instead, e.g. a headless Service); the session ends')
+    await this.forgetSession(sessionId, log)
+    throw errors.sessionNotFound()
   }
 
   /** A session the upstream no longer knows: neither does the gateway. */

@@ -12,7 +12,7 @@ import { STANDALONE_STREAM, type SessionRecord, type StreamState } from '../../s
 import { discardBody, type UpstreamResponse } from '../../upstream/client.js'
 import { lostSession, upstreamUnreachable } from '../../sessions/reestablish.js'
 import { sendUpstreamResponse } from '../forward.js'
-import { sentAgain, type McpContext } from './context.js'
+import type { McpContext } from './context.js'
 import { enterReplay, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
 import { recordableHeaders } from './request-headers.js'
 import { resumePoint } from './resume-point.js'
@@ -31,19 +31,19 @@ async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: 
     refusal = await hub.ensurePump(sessionId, headers, log)
   } catch (err) {
     if (!upstreamUnreachable(err) || await ctx.reestablish(request, sessionId, record) === undefined) throw err
-    return await ensuredAgain(hub.ensurePump(sessionId, headers, log))
+    return await ensuredAgain(ctx, request, sessionId, hub.ensurePump(sessionId, headers, log))
   }
   if (refusal === null) return null
   const told = await lostSession(refusal)
   if (!told.lost || await ctx.reestablish(request, sessionId, record) === undefined) return told.res
   discardBody(told.res.body)
-  return await ensuredAgain(hub.ensurePump(sessionId, headers, log))
+  return await ensuredAgain(ctx, request, sessionId, hub.ensurePump(sessionId, headers, log))
 }
 
-/** The upstream GET asked for again after a re-establishment: the upstream losing the session once more is not its last word (see sentAgain). */
-async function ensuredAgain (ensured: Promise<UpstreamResponse | null>): Promise<UpstreamResponse | null> {
+/** The upstream GET asked for again after a re-establishment: the upstream losing the session once more is not its last word (see McpContext.sentAgain). */
+async function ensuredAgain (ctx: McpContext, request: FastifyRequest, sessionId: string, ensured: Promise<UpstreamResponse | null>): Promise<UpstreamResponse | null> {
   const refusal = await ensured
-  return refusal === null ? null : await sentAgain(refusal)
+  return refusal === null ? null : await ctx.sentAgain(request, sessionId, refusal)
 }
 
 export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {

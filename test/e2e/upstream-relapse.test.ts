@@ -1,0 +1,71 @@
+// An upstream that loses a session again right after every re-establishment
+// (as a load-balanced Service of replicas keeping sessions in memory does,
+// routed without affinity): the session is kept through a restart or two
+// (503, the client retries), then ends (404) instead of being established
+// again at every retry, each leaving an upstream session behind
+// (src/sessions/relapses.ts). Real gateway (embedded store), an upstream
+// that knows no session past its initialize, raw HTTP.
+import t from 'tap'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { request } from 'undici'
+import { startGateway } from '../fixtures/gateway.js'
+import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
+import { rawInitialize } from '../fixtures/hardening.js'
+import { Relapses, RELAPSES_MAX } from '../../src/sessions/relapses.js'
+
+const VERSION = '2025-06-18'
+
+t.test('Relapses: one too many within the window; the window starts at the first', async t => {
+  const relapses = new Relapses({ maxEntries: 10, windowMs: 200 })
+  for (let i = 1; i < RELAPSES_MAX; i++) t.equal(relapses.note('a'), false, `relapse ${i}: kept`)
+  t.equal(relapses.note('b'), false, 'counted by session')
+  t.equal(relapses.note('a'), true, `relapse ${RELAPSES_MAX}: the session ends`)
+  t.equal(relapses.note('a'), false, 'and counting starts again')
+  await sleep(250)
+  for (let i = 1; i < RELAPSES_MAX; i++) t.equal(relapses.note('b'), false, `after the window, relapse ${i} of b: kept`)
+})
+
+t.test('the upstream loses the session after every re-establishment: 503 twice, then 404, and nothing more upstream', async t => {
+  let initializes = 0
+  let calls = 0
+  const upstream = createServer((req, res) => {
+    if (req.method !== 'POST') {
+      res.writeHead(405).end()
+      return
+    }
+    readMessage(req).then(message => {
+      if (message.method === 'initialize') {
+        initializes++
+        answerInitialize(res, message, `up-${initializes}`, VERSION)
+      } else if (message.id === undefined) {
+        res.writeHead(202).end()
+      } else {
+        // Another replica behind the same address: it never heard of the session.
+        calls++
+        res.writeHead(404, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null }))
+      }
+    }, () => res.writeHead(400).end())
+  })
+  await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>(resolve => { upstream.closeAllConnections(); upstream.close(() => resolve()) }))
+  const gw = await startGateway(t, 'memory', `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`)
+  const mcpUrl = `${gw.url}/mcp`
+  const session = await rawInitialize(mcpUrl, { version: VERSION })
+  const call = async (id: number): Promise<number> => {
+    const answer = await request(mcpUrl, { method: 'POST', headers: session.headers(), body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/list' }) })
+    await answer.body.text()
+    return answer.statusCode
+  }
+
+  for (let i = 1; i < RELAPSES_MAX; i++) t.equal(await call(i), 503, `call ${i}: 503, the session kept`)
+  t.equal(initializes, RELAPSES_MAX, 'one re-establishment each')
+  t.equal(await call(RELAPSES_MAX), 404, `call ${RELAPSES_MAX}: 404, the session ends`)
+  t.equal(initializes, RELAPSES_MAX + 1, 'after its last re-establishment')
+  const before = calls
+  t.equal(await call(99), 404, 'the next call: 404')
+  t.equal(calls, before, 'from the gateway: nothing went upstream')
+  t.equal(initializes, RELAPSES_MAX + 1, 'no re-establishment either')
+})
