@@ -5,11 +5,10 @@
 // that counts its GETs, raw HTTP.
 import t from 'tap'
 import { createServer, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import { startGateway } from '../fixtures/gateway.js'
-import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
+import { answerInitialize, listenUntilEnd, readMessage } from '../fixtures/hand-upstream.js'
 import { rawInitialize, until } from '../fixtures/hardening.js'
 
 const VERSION = '2025-06-18'
@@ -50,9 +49,7 @@ t.test('a DELETE that ends the upstream GET: the stream is not reopened for the 
       answerInitialize(res, message, id, VERSION)
     }, () => res.writeHead(400).end())
   })
-  await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>(resolve => { upstream.closeAllConnections(); upstream.close(() => resolve()) }))
-  const gw = await startGateway(t, 'memory', `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`)
+  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
   const mcpUrl = `${gw.url}/mcp`
 
   const session = await rawInitialize(mcpUrl, { version: VERSION })

@@ -8,10 +8,9 @@
 // what it executes, raw HTTP.
 import t from 'tap'
 import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { request } from 'undici'
 import { startGateway } from '../fixtures/gateway.js'
-import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
+import { answerInitialize, listenUntilEnd, readMessage } from '../fixtures/hand-upstream.js'
 import { rawInitialize } from '../fixtures/hardening.js'
 
 const VERSION = '2025-06-18'
@@ -47,9 +46,7 @@ t.test('a tool call cut after the upstream ran it: an error for the client, not 
       }
     }, () => res.writeHead(400).end())
   })
-  await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>(resolve => { upstream.closeAllConnections(); upstream.close(() => resolve()) }))
-  const gw = await startGateway(t, 'memory', `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`)
+  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
   const mcpUrl = `${gw.url}/mcp`
 
   const session = await rawInitialize(mcpUrl, { version: VERSION })

@@ -7,11 +7,10 @@
 // that knows no session past its initialize, raw HTTP.
 import t from 'tap'
 import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import { startGateway } from '../fixtures/gateway.js'
-import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
+import { answerInitialize, listenUntilEnd, readMessage } from '../fixtures/hand-upstream.js'
 import { rawInitialize } from '../fixtures/hardening.js'
 import { Relapses, RELAPSES_MAX } from '../../src/sessions/relapses.js'
 
@@ -49,9 +48,7 @@ t.test('the upstream loses the session after every re-establishment: 503 twice, 
       }
     }, () => res.writeHead(400).end())
   })
-  await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>(resolve => { upstream.closeAllConnections(); upstream.close(() => resolve()) }))
-  const gw = await startGateway(t, 'memory', `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`)
+  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
   const mcpUrl = `${gw.url}/mcp`
   const session = await rawInitialize(mcpUrl, { version: VERSION })
   const call = async (id: number): Promise<number> => {
