@@ -228,14 +228,33 @@ export class SessionReestablisher {
     const sessionHeaders = { ...baseHeaders(headers), 'mcp-protocol-version': version }
     // Where the upstream placed the new session (with several endpoints, maybe not where the old one was).
     const placement: UpstreamPlacement = { upstreamSessionId, ...(endpoint !== undefined && { endpoint }) }
-    await this.#notify(placement, sessionHeaders, signal)
-    for (const request of stateRequests(recipe)) {
-      const response = await this.#call(placement, sessionHeaders, request, signal)
-      if (response?.error !== undefined) log.warn({ method: request.method, error: response.error }, 'the upstream refused a session-state request replayed on re-establishment; going on without it')
+    let moved: SessionRecord | null
+    try {
+      await this.#notify(placement, sessionHeaders, signal)
+      for (const request of stateRequests(recipe)) {
+        const response = await this.#call(placement, sessionHeaders, request, signal)
+        if (response?.error !== undefined) log.warn({ method: request.method, error: response.error }, 'the upstream refused a session-state request replayed on re-establishment; going on without it')
+      }
+      moved = await metrics.timeStore('move_placement', () => store.movePlacement(sessionId, stale.upstreamSessionId, placement))
+    } catch (err) {
+      this.#abandon(placement, sessionHeaders)
+      throw err
     }
-    const moved = await metrics.timeStore('move_placement', () => store.movePlacement(sessionId, stale.upstreamSessionId, placement))
+    if (moved?.upstreamSessionId !== upstreamSessionId) this.#abandon(placement, sessionHeaders)
     if (moved === null) return { outcome: 'incompatible' }
     return moved.upstreamSessionId === upstreamSessionId ? { outcome: 'reestablished', record: moved } : { outcome: 'joined', record: moved }
+  }
+
+  /**
+   * An upstream session established here that the record does not point at
+   * (another replica's was recorded first, the session went meanwhile, or
+   * the steps after initialize failed): deleted upstream, best effort, not
+   * waited for. An SDK server keeps a session until told, so each one left
+   * would stay there for the server's life.
+   */
+  #abandon (placement: UpstreamPlacement, headers: Record<string, string | string[]>): void {
+    const request = sessionRequest(placement, { method: 'DELETE', path: this.#o.mcpPath, headers, signal: AbortSignal.timeout(this.#fenceMs) })
+    this.#o.upstream.request(request).then(res => { discardBody(res.body) }, () => {})
   }
 
   /**
