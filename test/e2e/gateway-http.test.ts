@@ -690,7 +690,8 @@ for (const kind of KINDS) {
         t.equal(deleted.status, 200, 'the upstream\'s answer')
         t.equal(await gw.gateway.store.getSession(mcp.sessionId as string), null, 'the store holds no record of the session')
         isJsonRpcError(t, await send(mcp.url, { headers: mcp.getHeaders() }), 404, 'standalone GET after DELETE')
-        isJsonRpcError(t, await send(mcp.url, { method: 'POST', headers: mcp.headers(), body: '{"jsonrpc":"2.0","id":98,"method":"ping"}' }), 404, 'POST after DELETE')
+        // The gateway's own 404 (the session is deleted, not lost: nothing goes upstream), for request 98.
+        isJsonRpcError(t, await send(mcp.url, { method: 'POST', headers: mcp.headers(), body: '{"jsonrpc":"2.0","id":98,"method":"ping"}' }), 404, 'POST after DELETE', undefined, 98)
         isJsonRpcError(t, await send(mcp.url, { headers: mcp.getHeaders(lastId) }), 404, 'resume after DELETE')
       })
 
