@@ -137,13 +137,20 @@ export class StandaloneHolder {
   follow (s: LocalSession, sessionId: string, placement: UpstreamPlacement, log: Logger): void {
     const opening = s.opening
     if (opening !== undefined) {
-      opening.catch(() => null).then(() => this.follow(s, sessionId, placement, log)).catch(() => {})
+      // Looked at again from the record as it is then: the opening may have read a newer one.
+      opening.catch(() => null).then(() => { this.#movedElsewhere(s, sessionId, log) }).catch(() => {})
       return
     }
     const pump = s.pump
     if (s.kind !== 'pumping' || pump === undefined || pump.stopped) return
     const at = pump.placement
     if (at === undefined || samePlacement(at, placement)) return
+    if (!pump.movable) {
+      // A recovery or the hold's release is under way on the lease: whether the pump goes on,
+      // and under which lease, is known once it is done.
+      pump.leaseWorkDone().then(() => { this.#movedElsewhere(s, sessionId, log) }, () => {})
+      return
+    }
     if (this.#drain.draining) {
       // Not reopened here: the replica the stream goes to opens it from the record.
       pump.handOver().catch(() => {})
@@ -171,8 +178,9 @@ export class StandaloneHolder {
   }
 
   /**
-   * Another replica established the session upstream again (the lease's
-   * renewal saw the record move): the GET held here follows the record.
+   * The GET held here follows the session's record as the store has it now:
+   * another replica established the session upstream again (the lease's
+   * renewal saw the record move), or a follow had to wait.
    */
   #movedElsewhere (s: LocalSession, sessionId: string, log: Logger): void {
     this.#o.metrics.timeStore('get_session', () => this.#o.store.getSession(sessionId)).then(record => {

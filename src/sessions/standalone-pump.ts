@@ -129,6 +129,9 @@ export class StandalonePump {
   #recoveries: Promise<unknown> = Promise.resolve()
   /** The stream's state in the epoch a recovery the lease's renewal started moved it to, until the recorder takes it. */
   #moved: StreamState | undefined
+  /** Recoveries and hold releases in flight on the lease (see movable), and the latest's end. */
+  #leaseWork = 0
+  #leaseWorkSettled: Promise<void> = Promise.resolve()
   /** The epoch the recorder was last moved to (undefined: the one it started in). */
   #recorderEpoch: string | undefined
 
@@ -260,7 +263,7 @@ export class StandalonePump {
     const { upstream, metrics } = this.#o
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
     const placement = await this.#o.placement()
-    if (placement === null) return undefined
+    if (placement === null || this.stopped) return undefined
     // Established upstream again meanwhile: the new upstream session's stream is another
     // stream, which never issued that id (an upstream with an event store may refuse it).
     const moved = this.#record !== undefined && !samePlacement(this.#record, placement)
@@ -316,6 +319,28 @@ export class StandalonePump {
   }
 
   /**
+   * Whether the lease may be handed over (moveAway) now: held, and nothing
+   * in flight on it that would settle or replace it under the next pump (a
+   * recovery after a store loss, the hold's release).
+   */
+  get movable (): boolean {
+    return !this.stopped && !this.#lease.settled && this.#leaseWork === 0
+  }
+
+  /** Settles once nothing is in flight on the lease (see movable). */
+  async leaseWorkDone (): Promise<void> {
+    while (this.#leaseWork > 0) await this.#leaseWorkSettled
+  }
+
+  /** Work on the lease that may settle or replace it, counted until it is done (see movable). */
+  #onLease<T> (work: Promise<T>): Promise<T> {
+    this.#leaseWork++
+    const done = work.finally(() => { this.#leaseWork-- })
+    this.#leaseWorkSettled = done.then(() => {}, () => {})
+    return done
+  }
+
+  /**
    * Draining: close the upstream GET first, then release the lease (live),
    * so the replica that asked opens its own with the smallest gap.
    */
@@ -348,6 +373,8 @@ export class StandalonePump {
 
   /** The record as read for the upstream GET: the lease's renewals compare its upstream session with the store's. */
   #read (record: SessionRecord): void {
+    // Stopped, its lease may be another pump's now (moveAway).
+    if (this.stopped) return
     this.#record = record
     this.#lease.upstreamSessionId = record.upstreamSessionId
   }
@@ -385,7 +412,7 @@ export class StandalonePump {
 
   /** One recovery at a time: a second finds the session recorded again by the first, and only checks. */
   #recover (): Promise<StreamState | undefined> {
-    const next = this.#recoveries.then(async () => await this.#recoverOnce())
+    const next = this.#onLease(this.#recoveries.then(async () => await this.#recoverOnce()))
     this.#recoveries = next.catch(() => {})
     return next
   }
@@ -442,7 +469,7 @@ export class StandalonePump {
       this.#holdTimer = undefined
       if (this.stopped || this.#o.clients.localClients() > 0) return
       // A client attached on another replica keeps the stream held (its marker lives in the store).
-      this.#lease.releaseIfIdle().then(wait => {
+      this.#onLease(this.#lease.releaseIfIdle()).then(wait => {
         if (this.stopped) return
         if (wait === 0) {
           this.#o.log.debug('no client anywhere for the hold time: releasing the upstream GET stream')

@@ -1,0 +1,114 @@
+// A pump's lease handed to the pump that follows the session to a new
+// upstream placement (StandalonePump.moveAway, StandaloneHolder.follow): only
+// while nothing is in flight on it (`movable`). A recovery after a store loss
+// replaces a lost lease with one taken again, and the hold's release settles
+// it: handed over meanwhile, the next pump ran on a settled lease while the
+// one taken again stayed renewed by nobody's pump, for ever. Real leases
+// (HeldLeases) and pumps; the store, upstream and backend are stand-ins that
+// answer at chosen moments.
+import t from 'tap'
+import { PassThrough } from 'node:stream'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyBaseLogger } from 'fastify'
+import { HeldLeases } from '../../src/cluster/renewal.js'
+import type { Lease, LeaseBackend } from '../../src/cluster/lease.js'
+import { StandalonePump, type PumpOptions } from '../../src/sessions/standalone-pump.js'
+import { ReadAheadBudget } from '../../src/recording/read-ahead.js'
+import type { EventStore, SessionRecord } from '../../src/store/contract.js'
+import type { GatewayMetrics } from '../../src/metrics/metrics.js'
+import type { UpstreamClient } from '../../src/upstream/client.js'
+
+const log = { info () {}, warn () {}, debug () {}, error () {}, child () { return log } } as unknown as FastifyBaseLogger
+const metrics = {
+  timeStore: async (_name: string, fn: () => Promise<unknown>) => await fn(),
+  upstreamStreamsOpen: { inc () {}, dec () {} },
+  upstreamRequestDuration: { startTimer: () => () => {} },
+  upstreamErrors: { inc () {} },
+  leaseTakeovers: { inc () {} },
+  countGap () {},
+  eventsUnrecorded: { inc () {} }
+} as unknown as GatewayMetrics
+const store = {
+  async state () { return { epoch: 'e1', lastSeq: 0, firstSeq: 1, ended: false } },
+  async sessionDeleted () { await sleep(5); return false },
+  async append () { return [] },
+  async openStream () { return { epoch: 'e2', lastSeq: 0, firstSeq: 1, ended: false } }
+} as unknown as EventStore
+const upstream = {
+  async request () { return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body: new PassThrough() } }
+} as unknown as UpstreamClient
+
+interface Setup {
+  readonly held: HeldLeases
+  readonly released: string[]
+  readonly pump: (lease: Lease, more?: Partial<PumpOptions>) => StandalonePump
+  /** Resolves the backend's pending releaseIfIdle with `wait`. */
+  readonly answerRelease: (wait: number) => void
+}
+
+function setup (clients = 1): Setup {
+  const released: string[] = []
+  let answerRelease: (wait: number) => void = () => {}
+  const backend = {
+    replicaId: 'r1',
+    async release (_sessionId: string, token: string) { released.push(token); return true },
+    async releaseIfIdle () { return await new Promise<number>(resolve => { answerRelease = resolve }) }
+  } as unknown as LeaseBackend
+  const held = new HeldLeases(backend, log)
+  const record: SessionRecord = { epoch: 'e1', principal: 'p', upstreamSessionId: 'up-old' }
+  const pump = (lease: Lease, more: Partial<PumpOptions> = {}): StandalonePump => new StandalonePump({
+    upstream,
+    store,
+    metrics,
+    log,
+    sessionId: 's',
+    placement: async () => record,
+    path: '/mcp',
+    holdMs: 20,
+    earlyHoldMs: 20,
+    maxEventBytes: 1 << 20,
+    readAhead: new ReadAheadBudget(),
+    resumeBounds: { withoutProgress: 3, maxMs: 1000 },
+    lease,
+    recoverSession: async () => { await sleep(20); return true },
+    reacquire: async lost => { await sleep(5); return lost.settled ? held.hold('s', { token: lost.token, takeover: false, lastUpstreamId: undefined }) : lost },
+    clients: { localClients: () => clients, deleting: false } as unknown as PumpOptions['clients'],
+    onStop: () => {},
+    ...more
+  })
+  return { held, released, pump, answerRelease: wait => { answerRelease(wait) } }
+}
+
+t.test('not movable while a recovery replaces its lease; movable once done, and the lease moved is the one renewed', async t => {
+  const { held, released, pump } = setup()
+  const first = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
+  const p1 = pump(first)
+  t.equal(await p1.open({}), null, 'the GET runs')
+  t.equal(p1.movable, true, 'movable while nothing is in flight')
+  held.renewed([first], ['gone']) // the store lost the session: the pump records it again
+  t.equal(p1.movable, false, 'not while the lost lease is being taken again')
+  await p1.leaseWorkDone()
+  t.equal(p1.movable, true, 'movable once the recovery is done')
+  t.not(p1.lease, first, 'under the lease taken again')
+  const p2 = pump(p1.moveAway(), { newUpstreamSession: true })
+  t.equal(await p2.open({}), null, 'the next pump runs')
+  t.same(held.list(), [p2.lease], 'the one lease renewed is the next pump\'s')
+  p2.stop()
+  await sleep(10)
+  t.same(held.list(), [], 'stopped: nothing left renewed')
+  t.same(released, ['T'], 'and the lease released once')
+})
+
+t.test('not movable while the hold\'s release is in flight', async t => {
+  const { held, pump, answerRelease } = setup(0)
+  const lease = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
+  const p = pump(lease)
+  t.equal(await p.open({}), null)
+  await sleep(40) // the 20 ms hold ran out: its release is asked of the backend
+  t.equal(p.movable, false, 'not while the release may settle the lease')
+  answerRelease(0)
+  await p.leaseWorkDone()
+  await sleep(1)
+  t.equal(p.stopped, true, 'released for want of a client: the pump stopped')
+  t.equal(p.movable, false, 'and a stopped pump is never movable')
+})
