@@ -329,6 +329,18 @@ t.test('redis: a stream whose key expired alone reports its history as gone', as
   t.same(await store.state('sess', 'r1'), { epoch, lastSeq: 4, firstSeq: 4, ended: false })
 })
 
+t.test('redis: a move to another upstream session forgets the old one\'s last standalone event id', async (t) => {
+  const env = await useRedis(t, 'move-upstream-id')
+  const store = await storeFor(t, env)
+  await store.createSession('sess', 'p', { placement: { upstreamSessionId: 'up-1' } })
+  const meta = `${env.prefix}{sess}:m`
+  await env.redis.hset(meta, 'u:s', 'event-of-up-1') // what an append of up-1's GET leaves
+  await store.movePlacement('sess', 'up-0', { upstreamSessionId: 'up-9' })
+  t.equal(await env.redis.hget(meta, 'u:s'), 'event-of-up-1', 'a move that does not apply changes nothing')
+  await store.movePlacement('sess', 'up-1', { upstreamSessionId: 'up-2' })
+  t.equal(await env.redis.hget(meta, 'u:s'), null, 'moved: the next holder opens up-2\'s GET afresh, not from an id up-2 never issued')
+})
+
 t.test('redis: a lost session hash makes the session gone, and its id reusable', async (t) => {
   const env = await useRedis(t, 'lost-hash')
   const store = await storeFor(t, env)

@@ -168,7 +168,7 @@ export class RedisEventStore implements EventStore {
 
   async movePlacement (sessionId: string, expected: string, next: UpstreamPlacement): Promise<SessionRecord | null> {
     const keys = this.#keys.session(sessionId)
-    const reply = await this.#redis.mcpgwMovePlacement(keys.meta, sessionId, expected, next.upstreamSessionId, next.endpoint ?? '')
+    const reply = await this.#redis.mcpgwMovePlacement(keys.meta, sessionId, expected, next.upstreamSessionId, next.endpoint ?? '', STANDALONE_STREAM)
     return reply === null ? null : recordOf(sessionId, reply)
   }
 
