@@ -16,11 +16,14 @@ export interface AnswerStart {
   readonly body: Readable
 }
 
-export async function readAnswerStart (body: Readable, maxBytes: number, enough: (chunk: Buffer) => boolean = () => false): Promise<AnswerStart> {
+/** `maxWaitMs`: reading also stops after this long (undefined: as long as the upstream takes). */
+export async function readAnswerStart (body: Readable, maxBytes: number, enough: (chunk: Buffer) => boolean = () => false, maxWaitMs?: number): Promise<AnswerStart> {
   const chunks: Buffer[] = []
   let bytes = 0
+  let timer: NodeJS.Timeout | undefined
   const ended = await new Promise<boolean>((resolve, reject) => {
     const done = (end: boolean): void => {
+      clearTimeout(timer)
       body.off('data', onData)
       body.off('end', onEnd)
       body.off('error', onError)
@@ -34,10 +37,12 @@ export async function readAnswerStart (body: Readable, maxBytes: number, enough:
     }
     const onEnd = (): void => done(true)
     const onError = (err: Error): void => {
+      clearTimeout(timer)
       body.off('data', onData)
       body.off('end', onEnd)
       reject(err)
     }
+    if (maxWaitMs !== undefined) timer = setTimeout(() => done(false), maxWaitMs)
     body.on('data', onData)
     body.on('end', onEnd)
     body.on('error', onError)

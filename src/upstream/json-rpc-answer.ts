@@ -23,7 +23,8 @@ export interface JsonRpcResponse {
   readonly error?: unknown
 }
 
-export async function readJsonRpcAnswer (body: Readable, kind: 'json' | 'sse', id: string | number, maxBytes: number): Promise<JsonRpcAnswer> {
+/** `maxWaitMs`: as readAnswerStart's (past it, nothing is found). */
+export async function readJsonRpcAnswer (body: Readable, kind: 'json' | 'sse', id: string | number, maxBytes: number, maxWaitMs?: number): Promise<JsonRpcAnswer> {
   let response: JsonRpcResponse | undefined
   const parser = createParser({
     onEvent: event => { response ??= responseTo(event.data, id) }
@@ -31,7 +32,7 @@ export async function readJsonRpcAnswer (body: Readable, kind: 'json' | 'sse', i
   const start = await readAnswerStart(body, maxBytes, chunk => {
     if (kind === 'sse') parser.feed(chunk.toString('utf8'))
     return response !== undefined
-  })
+  }, maxWaitMs)
   if (kind === 'json' && start.ended) response = responseTo(Buffer.concat(start.chunks).toString('utf8'), id)
   return { response, body: start.body }
 }

@@ -7,7 +7,7 @@
 import t from 'tap'
 import { createServer } from 'node:http'
 import { request } from 'undici'
-import { startGateway, type RunningGateway } from '../fixtures/gateway.js'
+import { startGateway } from '../fixtures/gateway.js'
 import { answerInitialize, listenUntilEnd, readMessage } from '../fixtures/hand-upstream.js'
 import { rawInitialize, until } from '../fixtures/hardening.js'
 
@@ -18,7 +18,6 @@ t.test('a re-establishment that loses the race to record its session deletes tha
   const known = new Set<string>()
   const deleted: string[] = []
   let sessionId = ''
-  let gw: RunningGateway | undefined
   const upstream = createServer((req, res) => {
     const session = req.headers['mcp-session-id'] as string | undefined
     if (req.method === 'DELETE') {
@@ -37,7 +36,7 @@ t.test('a re-establishment that loses the race to record its session deletes tha
         if (initializes === 2) {
           // Another replica established the session first and recorded it: up-other.
           known.add(id).add('up-other')
-          await gw?.store.movePlacement(sessionId, 'up-1', { upstreamSessionId: 'up-other' })
+          await gw.store.movePlacement(sessionId, 'up-1', { upstreamSessionId: 'up-other' })
         }
         answerInitialize(res, message, id, VERSION)
       } else if (message.id === undefined) {
@@ -50,7 +49,7 @@ t.test('a re-establishment that loses the race to record its session deletes tha
       }
     }, () => res.writeHead(400).end())
   })
-  gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
+  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
   const mcpUrl = `${gw.url}/mcp`
   const client = await rawInitialize(mcpUrl, { version: VERSION })
   sessionId = client.sessionId

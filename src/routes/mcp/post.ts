@@ -99,13 +99,22 @@ async function createSession (ctx: McpContext, request: FastifyRequest, principa
 }
 
 /**
+ * How long the answer to a state request is read for its response before it
+ * is passed on: such requests are answered at once, but a server may send
+ * other messages first (a request to the client, which waits for its answer).
+ */
+const STATE_ANSWER_WAIT_MS = 1000
+
+/**
  * A request that set session state the client expects to keep: kept in the
- * session's recipe once the upstream's response to it is a result, to be
- * sent again if the session must be established upstream again (a level or
- * unsubscribe the upstream refused would otherwise replace what it kept).
- * The answer is read up to that response and given back whole. A batch that
- * sets state is not read: it makes the recipe incomplete, whatever its
- * answers. A failure to record only costs the recipe.
+ * session's recipe, to be sent again if the session must be established
+ * upstream again, unless the upstream's response to it is an error (a level
+ * or unsubscribe it refused would otherwise replace what it kept). The answer
+ * is read up to that response, for at most STATE_ANSWER_WAIT_MS, and given
+ * back whole; not seen by then (or the stream ended before it, to be resumed),
+ * the request is kept, as any 2xx was. A batch that sets state is not read:
+ * it makes the recipe incomplete, whatever its answers. A failure to record
+ * only costs the recipe.
  */
 async function keepSessionState (ctx: McpContext, request: FastifyRequest, sessionId: string, res: UpstreamResponse): Promise<UpstreamResponse> {
   const body = request.body as Buffer | undefined
@@ -115,9 +124,9 @@ async function keepSessionState (ctx: McpContext, request: FastifyRequest, sessi
     const requestId = requestIdOfBody(body)
     const kind = answerKind(res)
     if (requestId === undefined || kind === undefined) return res
-    const answer = await readJsonRpcAnswer(res.body, kind, requestId, ctx.deps.config.maxEventBytes)
+    const answer = await readJsonRpcAnswer(res.body, kind, requestId, ctx.deps.config.maxEventBytes, STATE_ANSWER_WAIT_MS)
     res = { ...res, body: answer.body }
-    if (answer.response?.result === undefined) return res
+    if (answer.response?.error !== undefined) return res
   }
   await ctx.deps.metrics.timeStore('session_state', () => ctx.deps.store.recordSessionState(sessionId, change))
     .catch((err: unknown) => request.log.warn({ err }, 'could not keep a session-state request in the session\'s recipe'))
