@@ -128,7 +128,11 @@ export interface LeaseBackend extends RecorderLiveness {
   releaseIfIdle (sessionId: string, token: string): Promise<number>
   /** Tell holders a client is attached here, for `ms`. */
   markAttached (sessionId: string, ms: number): Promise<void>
-  /** The upstream's last event id on the standalone stream (Redis keeps it with the events already). */
+  /**
+   * The upstream's last event id on the standalone stream (Redis keeps it
+   * with the events already); '' forgets it (the session moved to another
+   * upstream session, which never issued it; Redis forgets it with the move).
+   */
   noteUpstreamId (sessionId: string, id: string): void
   /** The session is gone: forget what is kept about it. */
   forget (sessionId: string): void

@@ -59,7 +59,7 @@ export class LocalLeaseBackend implements LeaseBackend {
   async markAttached (): Promise<void> {}
 
   noteUpstreamId (sessionId: string, id: string): void {
-    this.#entry(sessionId).upstreamId = id
+    this.#entry(sessionId).upstreamId = id === '' ? undefined : id
   }
 
   forget (sessionId: string): void {

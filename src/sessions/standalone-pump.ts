@@ -209,6 +209,8 @@ export class StandalonePump {
     metrics.upstreamStreamsOpen.inc({ kind: 'standalone' })
     log.debug({ takeover: lease.takeover, resuming }, 'upstream GET stream opened')
     this.#phase = 'recording'
+    // The old upstream session's last event id is no id of this one: a later holder opens afresh.
+    if (this.#o.newUpstreamSession === true) lease.noteUpstreamId('')
     if (lease.takeover && this.#o.newUpstreamSession !== true) {
       metrics.leaseTakeovers.inc()
       if (!resuming) await this.#recordHandoverGap()

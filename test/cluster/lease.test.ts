@@ -292,6 +292,9 @@ t.test('local lease backend (embedded store, one process)', async (t) => {
   t.equal(await local.releaseIfIdle('x', 'k3'), 0)
   t.equal(await local.releaseIfIdle('x', 'k3'), -1)
   t.same((await local.tick({ ttlMs: 1, attachedMs: 1, renew: [{ sessionId: 'x', token: 'k3' }], watch: [{ sessionId: 'y', token: 'k4' }] })).renew, ['lost'])
+  // The session moved to another upstream session: the old one's last id is forgotten.
+  local.noteUpstreamId('x', '')
+  t.equal(grant(await local.acquire('x', 'k5')).lastUpstreamId, undefined, 'after a move: no id to resume the new upstream session from')
 })
 
 // ---------------------------------------------------------------------------

@@ -41,6 +41,8 @@ const upstream = {
 interface Setup {
   readonly held: HeldLeases
   readonly released: string[]
+  /** The upstream event ids noted on the backend. */
+  readonly noted: string[]
   readonly pump: (lease: Lease, more?: Partial<PumpOptions>) => StandalonePump
   /** Resolves the backend's pending releaseIfIdle with `wait`. */
   readonly answerRelease: (wait: number) => void
@@ -48,10 +50,12 @@ interface Setup {
 
 function setup (clients = 1): Setup {
   const released: string[] = []
+  const noted: string[] = []
   let answerRelease: (wait: number) => void = () => {}
   const backend = {
     replicaId: 'r1',
     async release (_sessionId: string, token: string) { released.push(token); return true },
+    noteUpstreamId (_sessionId: string, id: string) { noted.push(id) },
     async releaseIfIdle () { return await new Promise<number>(resolve => { answerRelease = resolve }) }
   } as unknown as LeaseBackend
   const held = new HeldLeases(backend, log)
@@ -76,11 +80,11 @@ function setup (clients = 1): Setup {
     onStop: () => {},
     ...more
   })
-  return { held, released, pump, answerRelease: wait => { answerRelease(wait) } }
+  return { held, released, noted, pump, answerRelease: wait => { answerRelease(wait) } }
 }
 
 t.test('not movable while a recovery replaces its lease; movable once done, and the lease moved is the one renewed', async t => {
-  const { held, released, pump } = setup()
+  const { held, released, noted, pump } = setup()
   const first = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
   const p1 = pump(first)
   t.equal(await p1.open({}), null, 'the GET runs')
@@ -92,6 +96,7 @@ t.test('not movable while a recovery replaces its lease; movable once done, and 
   t.not(p1.lease, first, 'under the lease taken again')
   const p2 = pump(p1.moveAway(), { newUpstreamSession: true })
   t.equal(await p2.open({}), null, 'the next pump runs')
+  t.same(noted, [''], 'and forgets the old upstream session\'s last event id (a later holder must not resume the new one from it)')
   t.same(held.list(), [p2.lease], 'the one lease renewed is the next pump\'s')
   p2.stop()
   await sleep(10)
