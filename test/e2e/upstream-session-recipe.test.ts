@@ -5,8 +5,10 @@
 // official SDK client with its default options, raw HTTP where the SDK client
 // cannot write what a test needs.
 import t from 'tap'
+import { createServer } from 'node:http'
 import { request } from 'undici'
 import { startGateway } from '../fixtures/gateway.js'
+import { answerInitialize, listenUntilEnd, readMessage } from '../fixtures/hand-upstream.js'
 import { rawInitialize } from '../fixtures/hardening.js'
 import { connectClient } from '../fixtures/mcp-client.js'
 import { REFUSED_LEVEL, startRestartableUpstream } from '../fixtures/restartable-upstream.js'
@@ -51,4 +53,40 @@ t.test('an initialize larger than the recipe\'s bound: the session works, but ke
   const sessionId = answer.headers['mcp-session-id'] as string
   t.not(await gw.store.getSession(sessionId), null, 'and recorded')
   t.equal(await gw.store.recipe(sessionId), null, 'without a recipe: its initialize would hold 70 KiB for the session\'s life')
+})
+
+t.test('the answer to a state request is held back at most a second for its response', async t => {
+  // A server that sends something first (a log line; a request to the client would wait for
+  // its answer) and answers the request itself only later.
+  const RESPONSE_AFTER_MS = 3000
+  const upstream = createServer((req, res) => {
+    if (req.method !== 'POST') {
+      res.writeHead(405).end()
+      return
+    }
+    readMessage(req).then(message => {
+      if (message.method === 'initialize') {
+        answerInitialize(res, message, 'up-1', '2025-06-18', { logging: {} })
+      } else if (message.method === 'logging/setLevel') {
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        res.write(`data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'first' } })}\n\n`)
+        setTimeout(() => res.end(`data: ${JSON.stringify({ jsonrpc: '2.0', id: message.id, result: {} })}\n\n`), RESPONSE_AFTER_MS)
+      } else {
+        res.writeHead(202).end()
+      }
+    }, () => res.writeHead(400).end())
+  })
+  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
+  const session = await rawInitialize(`${gw.url}/mcp`)
+  const started = performance.now()
+  const answer = await request(`${gw.url}/mcp`, { method: 'POST', headers: session.headers(), body: '{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"info"}}' })
+  let firstAt: number | undefined
+  let text = ''
+  for await (const chunk of answer.body) {
+    text += String(chunk)
+    if (firstAt === undefined && text.includes('first')) firstAt = performance.now() - started
+  }
+  t.ok(firstAt !== undefined && firstAt < RESPONSE_AFTER_MS - 1000, `what came first reached the client before the response (${Math.round(firstAt ?? -1)} ms)`)
+  t.match(text, /"result"/, 'then the response')
+  t.match(JSON.parse((await gw.store.recipe(session.sessionId))?.logLevel ?? '{}'), { params: { level: 'info' } }, 'and the level is kept (its response was not seen in time: not refused)')
 })
