@@ -137,8 +137,11 @@ export class StandaloneHolder {
   follow (s: LocalSession, sessionId: string, placement: UpstreamPlacement, log: Logger): void {
     const opening = s.opening
     if (opening !== undefined) {
-      // Looked at again from the record as it is then: the opening may have read a newer one.
-      opening.catch(() => null).then(() => { this.#movedElsewhere(s, sessionId, log) }).catch(() => {})
+      // At once when it has opened, so that the request retried after the re-establishment
+      // waits for the move too (SessionHub.opened). Should the opening have read a record
+      // newer than `placement`, the pump that replaces it reads that one again: one GET
+      // opened twice, not one at an old placement.
+      opening.catch(() => null).then(() => { this.follow(s, sessionId, placement, log) }).catch(() => {})
       return
     }
     const pump = s.pump
