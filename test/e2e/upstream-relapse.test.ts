@@ -10,7 +10,7 @@ import { createServer } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import { startGateway } from '../fixtures/gateway.js'
-import { answerInitialize, listenUntilEnd, readMessage } from '../fixtures/hand-upstream.js'
+import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
 import { rawInitialize } from '../fixtures/hardening.js'
 import { Relapses, RELAPSES_MAX } from '../../src/sessions/relapses.js'
 
@@ -29,25 +29,19 @@ t.test('Relapses: one too many within the window; the window starts at the first
 t.test('the upstream loses the session after every re-establishment: 503 twice, then 404, and nothing more upstream', async t => {
   let initializes = 0
   let calls = 0
-  const upstream = createServer((req, res) => {
-    if (req.method !== 'POST') {
-      res.writeHead(405).end()
-      return
+  const upstream = createServer(postsOnly((message, _req, res) => {
+    if (message.method === 'initialize') {
+      initializes++
+      answerInitialize(res, message, `up-${initializes}`, VERSION)
+    } else if (message.id === undefined) {
+      res.writeHead(202).end()
+    } else {
+      // Another replica behind the same address: it never heard of the session.
+      calls++
+      res.writeHead(404, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null }))
     }
-    readMessage(req).then(message => {
-      if (message.method === 'initialize') {
-        initializes++
-        answerInitialize(res, message, `up-${initializes}`, VERSION)
-      } else if (message.id === undefined) {
-        res.writeHead(202).end()
-      } else {
-        // Another replica behind the same address: it never heard of the session.
-        calls++
-        res.writeHead(404, { 'content-type': 'application/json' })
-        res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null }))
-      }
-    }, () => res.writeHead(400).end())
-  })
+  }))
   const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
   const mcpUrl = `${gw.url}/mcp`
   const session = await rawInitialize(mcpUrl, { version: VERSION })

@@ -8,7 +8,7 @@ import t from 'tap'
 import { createServer } from 'node:http'
 import { request } from 'undici'
 import { startGateway } from '../fixtures/gateway.js'
-import { answerInitialize, listenUntilEnd, readMessage } from '../fixtures/hand-upstream.js'
+import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
 import { rawInitialize } from '../fixtures/hardening.js'
 import { connectClient } from '../fixtures/mcp-client.js'
 import { REFUSED_LEVEL, startRestartableUpstream } from '../fixtures/restartable-upstream.js'
@@ -59,23 +59,17 @@ t.test('the answer to a state request is held back at most a second for its resp
   // A server that sends something first (a log line; a request to the client would wait for
   // its answer) and answers the request itself only later.
   const RESPONSE_AFTER_MS = 3000
-  const upstream = createServer((req, res) => {
-    if (req.method !== 'POST') {
-      res.writeHead(405).end()
-      return
+  const upstream = createServer(postsOnly((message, _req, res) => {
+    if (message.method === 'initialize') {
+      answerInitialize(res, message, 'up-1', '2025-06-18', { logging: {} })
+    } else if (message.method === 'logging/setLevel') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write(`data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'first' } })}\n\n`)
+      setTimeout(() => res.end(`data: ${JSON.stringify({ jsonrpc: '2.0', id: message.id, result: {} })}\n\n`), RESPONSE_AFTER_MS)
+    } else {
+      res.writeHead(202).end()
     }
-    readMessage(req).then(message => {
-      if (message.method === 'initialize') {
-        answerInitialize(res, message, 'up-1', '2025-06-18', { logging: {} })
-      } else if (message.method === 'logging/setLevel') {
-        res.writeHead(200, { 'content-type': 'text/event-stream' })
-        res.write(`data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'first' } })}\n\n`)
-        setTimeout(() => res.end(`data: ${JSON.stringify({ jsonrpc: '2.0', id: message.id, result: {} })}\n\n`), RESPONSE_AFTER_MS)
-      } else {
-        res.writeHead(202).end()
-      }
-    }, () => res.writeHead(400).end())
-  })
+  }))
   const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
   const session = await rawInitialize(`${gw.url}/mcp`)
   const started = performance.now()
