@@ -247,7 +247,8 @@ export class StreamAppender {
     const batch = markers.length === 0 && answer === undefined
       ? read
       : EventBatch.from([...markers, ...read.toArray(), ...(answer === undefined ? [] : [answer])])
-    const options = { end, ...(o.fence !== undefined && { fence: o.fence }) }
+    const readFrom = o.upstreamIds?.readFrom?.()
+    const options = { end, ...(o.fence !== undefined && { fence: o.fence }), ...(readFrom !== undefined && { readFrom }) }
     let stored: NumberedBatch
     try {
       stored = await o.metrics.timeStore('append', () => o.store.appendBatch(o.sessionId, o.streamId, batch, options))

@@ -3,6 +3,8 @@ import { isResumableUpstreamId } from '../protocol/upstream-event-id.js'
 /** Keeps the upstream's last event id (the stream's lease does), to resume the upstream GET from it. */
 export interface UpstreamIdListener {
   noteUpstreamId: (id: string) => void
+  /** The upstream session the stream is read from now (AppendOptions.readFrom). */
+  readFrom?: () => string | undefined
 }
 
 /** How far one stream is resumed upstream (UPSTREAM_RESUMES_WITHOUT_PROGRESS, UPSTREAM_RESUME_MAX_SECONDS). */

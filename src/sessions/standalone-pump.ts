@@ -234,7 +234,7 @@ export class StandalonePump {
       endStreamOnFinish: false,
       // The same token under a lease taken again after a store loss (#recoverOnce).
       fence: lease.token,
-      upstreamIds: { noteUpstreamId: id => this.#lease.noteUpstreamId(id) },
+      upstreamIds: { noteUpstreamId: id => this.#lease.noteUpstreamId(id), readFrom: () => this.#record?.upstreamSessionId },
       live: this.#o.clients,
       storedThrough,
       resumeUpstream: lastEventId => this.#resume(lastEventId),

@@ -134,6 +134,15 @@ export interface AppendOptions {
    * lease is held under another token. The embedded store (one process) ignores it.
    */
   readonly fence?: string
+  /**
+   * The upstream session the events were read from (the standalone stream's
+   * upstream GET). Their last upstream event id is kept for a later holder
+   * to resume that GET from only while the session's record still places it
+   * there: after a move (movePlacement), no stream of the new upstream session
+   * issued it. The embedded store ignores it (the id is kept with the lease,
+   * which a pump that moved away no longer writes).
+   */
+  readonly readFrom?: string
 }
 
 /** What adoptSession found or made. */

@@ -187,7 +187,7 @@ t.test('a batch resent after a reconnect is not appended twice', async (t) => {
   // ioredis resends a command in flight when its connection drops: the same script call twice.
   const tag = `${env.prefix}{d1}`
   const epoch = (await store.getSession('d1'))?.epoch as string
-  const args = [`${tag}:m`, `${tag}:b:s`, `${tag}:lease`, `${tag}:z:s`, `${tag}:aud`, 's', 1000, 1024 * 1024, 60_000, '0', `${tag}:n`, 'replica', '', 1, epoch, '', 1, 1, '0 1 0 0 ', 'b']
+  const args = [`${tag}:m`, `${tag}:b:s`, `${tag}:lease`, `${tag}:z:s`, `${tag}:aud`, 's', 1000, 1024 * 1024, 60_000, '0', `${tag}:n`, 'replica', '', 1, epoch, '', 'd1', '', 1, 1, '0 1 0 0 ', 'b']
   const append = async (...a: Array<string | number>): Promise<unknown[]> => await redis.eval(COMMANDS.append.lua, 5, ...a) as unknown[]
   const first = await append(...args)
   const again = await append(...args)

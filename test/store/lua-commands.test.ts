@@ -64,7 +64,7 @@ t.test('a script with includes runs by EVAL of its loaded text', async t => {
   await env.redis.hset(`${tag}:m`, 'epoch', 'e1', 'principal', 'p')
   t.same(await env.redis.eval(COMMANDS.open.lua, 2, `${tag}:m`, `${tag}:b:x`, 'x', 60_000), ['e1', 0, 1, 0], 'open-2: a new stream')
   const appended = await env.redis.eval(COMMANDS.append.lua, 5, `${tag}:m`, `${tag}:b:x`, `${tag}:lease`, `${tag}:z:x`, `${tag}:aud`,
-    'x', 100, 1_000_000, 60_000, '0', `${tag}:n`, 'r1', '', -1, '', '', 1, 1, '0 5 0 0 ', 'hello')
+    'x', 100, 1_000_000, 60_000, '0', `${tag}:n`, 'r1', '', -1, '', '', 's', '', 1, 1, '0 5 0 0 ', 'hello')
   t.same(appended, ['e1', 0, 0, 0], 'append-5: one event after seq 0')
   const read = await env.redis.eval(COMMANDS.read.lua, 2, `${tag}:m`, `${tag}:b:x`, 'x', 0, 10, 1_000_000) as unknown[]
   t.same(read.slice(0, 4), ['e1', 1, 1, 0], 'read-2: its state')

@@ -341,6 +341,38 @@ t.test('redis: a move to another upstream session forgets the old one\'s last st
   t.equal(await env.redis.hget(meta, 'u:s'), null, 'moved: the next holder opens up-2\'s GET afresh, not from an id up-2 never issued')
 })
 
+for (const appendWrite of ['zero-copy', 'ioredis'] as const) {
+  t.test(`redis (${appendWrite}): an append read from an upstream session the record no longer places does not write its last event id back`, async (t) => {
+    const env = await useRedis(t, `move-in-flight-${appendWrite}`)
+    const store = await storeFor(t, env, RETENTION, appendWrite)
+    await store.createSession('sess', 'p', { placement: { upstreamSessionId: 'up-1' } })
+    const meta = `${env.prefix}{sess}:m`
+    const small = (id: string): Array<{ data: string, upstreamId: string }> => [{ data: 'x', upstreamId: id }]
+    // Large enough for the split path (append-split-6) once the stream's end is known here.
+    const large = (id: string): Array<{ data: string, upstreamId: string }> =>
+      Array.from({ length: Math.ceil(SPLIT_MIN_BYTES / 1000) + 1 }, (_, i) => ({ data: 'y'.repeat(1000), upstreamId: `${id}.${i}` }))
+    await store.append('sess', 's', small('a1'), { readFrom: 'up-1' })
+    t.equal(await env.redis.hget(meta, 'u:s'), 'a1', 'read from where the record places the session: kept')
+    await store.movePlacement('sess', 'up-1', { upstreamSessionId: 'up-2' })
+    await store.append('sess', 's', small('a2'), { readFrom: 'up-1' })
+    t.equal(await env.redis.hget(meta, 'u:s'), null, 'an append of up-1\'s GET after the move (append-5): not written back')
+    await store.append('sess', 's', large('a3'), { readFrom: 'up-1' })
+    t.equal(await env.redis.hget(meta, 'u:s'), null, 'nor by the split append')
+    await store.append('sess', 's', large('b1'), { readFrom: 'up-2' })
+    t.equal(await env.redis.hget(meta, 'u:s'), `b1.${Math.ceil(SPLIT_MIN_BYTES / 1000)}`, 'up-2\'s own ids are kept (split append)')
+    await store.append('sess', 's', small('b2'), { readFrom: 'up-2' })
+    t.equal(await env.redis.hget(meta, 'u:s'), 'b2', 'and by append-5')
+    await store.append('sess', 's', small('c1'))
+    t.equal(await env.redis.hget(meta, 'u:s'), 'c1', 'a writer that does not say where it read (a request stream) is kept as before')
+    t.same((await store.read('sess', 's', 0, 1000))?.events.length, 1 + 1 + large('').length * 2 + 2, 'every event is recorded: only the resume point is held back')
+
+    await store.createSession('own', 'p')
+    const ownMeta = `${env.prefix}{own}:m`
+    await store.append('own', 's', small('o1'), { readFrom: 'own' })
+    t.equal(await env.redis.hget(ownMeta, 'u:s'), 'o1', 'a record without a placement of its own is placed on its session id')
+  })
+}
+
 t.test('redis: a lost session hash makes the session gone, and its id reusable', async (t) => {
   const env = await useRedis(t, 'lost-hash')
   const store = await storeFor(t, env)

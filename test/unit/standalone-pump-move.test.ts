@@ -15,8 +15,11 @@ import type { Lease, LeaseBackend } from '../../src/cluster/lease.js'
 import { StandalonePump, type PumpOptions } from '../../src/sessions/standalone-pump.js'
 import { ReadAheadBudget } from '../../src/recording/read-ahead.js'
 import type { EventStore, SessionRecord } from '../../src/store/contract.js'
-import type { GatewayMetrics } from '../../src/metrics/metrics.js'
+import { GatewayMetrics } from '../../src/metrics/metrics.js'
 import type { UpstreamClient } from '../../src/upstream/client.js'
+import { EventBatch } from '../../src/store/batch/event-batch.js'
+import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
+import type { AppendOptions } from '../../src/store/contract.js'
 
 const log = { info () {}, warn () {}, debug () {}, error () {}, child () { return log } } as unknown as FastifyBaseLogger
 const metrics = {
@@ -117,3 +120,31 @@ t.test('not movable while the hold\'s release is in flight', async t => {
   t.equal(p.stopped, true, 'released for want of a client: the pump stopped')
   t.equal(p.movable, false, 'and a stopped pump is never movable')
 })
+
+t.test('its appends say which upstream session they were read from, so a move elsewhere makes the store drop their resume point', async t => {
+  const { held, noted, pump } = setup()
+  const body = new PassThrough()
+  const appends: AppendOptions[] = []
+  const recording = {
+    ...store,
+    async appendBatch (_s: string, _stream: string, batch: EventBatch, options: AppendOptions) {
+      appends.push(options)
+      return new NumberedBatch(batch, 1)
+    }
+  } as unknown as EventStore
+  const p = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), {
+    store: recording,
+    metrics: new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false }),
+    upstream: { async request () { return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body } } } as unknown as UpstreamClient
+  })
+  t.equal(await p.open({}), null, 'the GET runs')
+  body.write('id: ev-1\ndata: {}\n\n')
+  await waitFor(() => appends.length > 0)
+  t.match(appends[0], { fence: 'T', readFrom: 'up-old' }, 'read from the record\'s upstream session')
+  t.same(noted, ['ev-1'], 'its event id noted')
+  p.stop()
+})
+
+async function waitFor (check: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !check(); i++) await sleep(5)
+}

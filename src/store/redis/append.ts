@@ -91,7 +91,7 @@ export class Appender {
     const known = mark !== undefined && mark.fence === fence && (mark.uncertain === undefined || mark.uncertain === events)
     const head: Array<string | number> = [
       streamId, maxEvents, maxBytes, ttlMs, ending ? '1' : '0', keys.channel, this.#o.replicaId,
-      fence, known ? mark.seq : -1, known ? mark.epoch : '', batch.lastUpstreamId, batch.length
+      fence, known ? mark.seq : -1, known ? mark.epoch : '', options.readFrom ?? '', sessionId, batch.lastUpstreamId, batch.length
     ]
     // Cut so that no entry is much larger than ENTRY_MAX_BYTES.
     const runs = batch.runs(ENTRY_MAX_BYTES)

@@ -2,17 +2,18 @@
 --       session's audience.
 -- ARGV: streamId, maxEvents, maxBytes, ttlMs, end ('1'|'0'), channel, origin
 --       replica, fence token ('' for none), expected lastSeq (-1 for none),
---       the epoch that expectation belongs to, the batch's last upstream id
---       ('' for none), its event count, then the batch packed as one or more
---       stream entries, three arguments each (a few arguments per entry, not
+--       the epoch that expectation belongs to, the upstream session the
+--       batch was read from ('' for none), the session id, the batch's last
+--       upstream id ('' for none), its event count, then the batch packed as
+--       one or more stream entries, three arguments each (a few arguments per entry, not
 --       per event, so a batch of hundreds of events costs the client one
 --       small write): the entry's event count, its layout, four decimal
 --       numbers per event: flags (1 event type, 2 upstream id, 4 a frame
 --       rather than data), then the byte lengths of its frame or data, event
 --       type and upstream id; and the events' fields concatenated. A large
 --       batch comes as several entries (see ENTRY_MAX_BYTES in
---       append.ts): a replay page reads whole entries. The head (ARGV up to
---       the event count) is 10 arguments long: HEAD below.
+--       append.ts): a replay page reads whole entries. The arguments before
+--       the batch's last upstream id are HEAD below.
 -- Returns nil when the session is unknown, else
 -- { epoch, previous lastSeq, ended, already applied (1|0) }.
 --
@@ -36,11 +37,13 @@
 --- @include "add-entry"
 --- @include "fenced-off"
 --- @include "notify-others"
+--- @include "keep-upstream-id"
 local meta, skey, lease, zkey, audience = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
 local fence, expected = ARGV[8], tonumber(ARGV[9])
-local HEAD = 10
+local readFrom, sessionId = ARGV[11], ARGV[12]
+local HEAD = 12
 local upstreamId = ARGV[HEAD + 1] or ''
 local n = tonumber(ARGV[HEAD + 2] or '0')
 -- The entries: (count, layout, blob) from HEAD + 3 on.
@@ -86,7 +89,7 @@ end
 
 if ending then ended = true end
 redis.call('HSET', meta, 'q:' .. sid, newLast, 'f:' .. sid, keep, 'b:' .. sid, total, 'e:' .. sid, ended and '1' or '0')
-if upstreamId ~= '' then redis.call('HSET', meta, 'u:' .. sid, upstreamId) end
+keepUpstreamId(meta, sid, upstreamId, readFrom, sessionId)
 redis.call('PEXPIRE', meta, ttl)
 redis.call('PEXPIRE', skey, ttl)
 if n > 0 or ending then notifyOthers(audience, origin, channel, epoch, sid, newLast, ended) end

@@ -26,11 +26,13 @@
 --- @include "trim-for-batch"
 --- @include "fenced-off"
 --- @include "notify-others"
+--- @include "keep-upstream-id"
 local meta, skey, lease, zkey, audience, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, maxEvents, maxBytes, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ending, channel, origin = ARGV[5] == '1', ARGV[6], ARGV[7]
 local fence, expected = ARGV[8], tonumber(ARGV[9])
-local HEAD = 10
+local readFrom, sessionId = ARGV[11], ARGV[12]
+local HEAD = 12
 local upstreamId = ARGV[HEAD + 1]
 local n = tonumber(ARGV[HEAD + 2])
 local size = 0
@@ -56,7 +58,7 @@ redis.call('PEXPIRE', zkey, ttl)
 
 if ending then ended = true end
 redis.call('HSET', meta, 'q:' .. sid, newLast, 'f:' .. sid, keep, 'b:' .. sid, total, 'e:' .. sid, ended and '1' or '0')
-if upstreamId ~= '' then redis.call('HSET', meta, 'u:' .. sid, upstreamId) end
+keepUpstreamId(meta, sid, upstreamId, readFrom, sessionId)
 redis.call('PEXPIRE', meta, ttl)
 if n > 0 or ending then notifyOthers(audience, origin, channel, epoch, sid, newLast, ended) end
 -- Last: the stream aside, for the XADDs that follow (unpark-2 moves it back).
