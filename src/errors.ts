@@ -151,6 +151,11 @@ export function isSessionNotFound (err: unknown): boolean {
   return err instanceof GatewayError && err.code === 'MCPGW_SESSION_NOT_FOUND'
 }
 
+/** Is `err` the gateway's 503 for a session whose upstream could not be given it again yet (a restart under way)? */
+export function isSessionReestablishing (err: unknown): boolean {
+  return err instanceof GatewayError && err.code === 'MCPGW_SESSION_REESTABLISHING'
+}
+
 /** The store has no record of the session (never created, expired, deleted or lost). */
 export class SessionGoneError extends Error {
   constructor (sessionId: string) {

@@ -239,6 +239,11 @@ export class SessionGuard {
     return { intactSince, firstUpstreamId: parsed.firstUpstreamId }
   }
 
+  /** Did this request record a session the store had lost again, not settled yet (settleRecovery)? */
+  recovers (request: FastifyRequest): boolean {
+    return this.recovering.has(request)
+  }
+
   /**
    * The upstream answered a request that recorded a lost session again: a 2xx
    * confirms the session (counted, logged); anything else, or no answer at all,

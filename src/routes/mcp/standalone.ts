@@ -4,7 +4,7 @@
  * follows the store from where it stands.
  */
 import type { FastifyBaseLogger as Logger, FastifyReply, FastifyRequest } from 'fastify'
-import { errors } from '../../errors.js'
+import { errors, isSessionReestablishing } from '../../errors.js'
 import type { ProtocolInfo } from '../../protocol/era.js'
 import type { EventPosition } from '../../protocol/event-id.js'
 import { StreamFollower } from '../../sessions/follower.js'
@@ -60,8 +60,21 @@ export async function attachStandalone (ctx: McpContext, request: FastifyRequest
   try {
     refusal = await ensurePump(ctx, request, sessionId, record, headers, log)
   } catch (err) {
-    await guard.settleRecovery(request, false)
-    throw err
+    // The upstream lost the session and cannot be given it again yet (it is restarting):
+    // the GET is not refused. A client gives its GET up after a few refused reconnects
+    // (the SDK's default: two, in about 2.5 s, whatever Retry-After says), and would never
+    // hear from the session's standalone stream again. It follows the store instead, as
+    // when another replica holds the stream; the stream's lease, free, comes to this
+    // replica, which tries the upstream GET again and, while it still fails, closes the
+    // client stream, whose reconnect (a stream that opened counts as no failure) tries
+    // the re-establishment again. A session the store had lost is not kept on that
+    // ground: the upstream never confirmed it.
+    if (!isSessionReestablishing(err) || guard.recovers(request)) {
+      await guard.settleRecovery(request, false)
+      throw err
+    }
+    log.info('the session\'s upstream is not back yet: the client\'s GET follows the store until its upstream GET can be opened')
+    refusal = null
   }
   // null: the upstream GET runs (here, or on the replica that holds it).
   await guard.settleRecovery(request, refusal === null)
