@@ -158,8 +158,12 @@ export interface LeaseOwner {
  * Ownership: whoever gets a Lease (LeaseCoordinator.acquire or reacquire, a
  * watch's grant) owns it, and hands it to the StandalonePump it starts
  * (PumpOptions.lease); a lease that no pump takes, or that its pump refused,
- * goes back (giveBack) from its owner. Until it is released or lost it is
- * renewed at every tick: a lease nobody releases holds the stream for good.
+ * goes back (giveBack) from its owner. A pump whose session moved upstream
+ * hands its lease to the pump that opens the new placement's GET
+ * (StandalonePump.moveAway): from then on it is that pump's alone, and the
+ * old pump neither releases it nor notes an upstream event id on it. Until
+ * it is released or lost it is renewed at every tick: a lease nobody
+ * releases holds the stream for good.
  */
 export class Lease implements LeaseGrant {
   readonly sessionId: string

@@ -14,7 +14,9 @@ export type AdmissionKind = 'new' | 'takeover'
  * place before it takes the lease, or before a takeover's pump; the place is
  * freed when the pump stops, save a pump the upstream refused, whose place
  * stays with its starter for another attempt: the starter frees it when it
- * gives up (SessionHub for a client's GET, StandaloneHolder for a takeover).
+ * gives up (SessionHub for a client's GET, StandaloneHolder for a takeover),
+ * and a pump moved to the session's new upstream placement, whose place
+ * passes with its lease to the pump that follows it there (StandaloneHolder.follow).
  * After a failover a principal may hold more than its share here (within
  * MAX_SESSIONS): its new streams are refused until it is back under.
  */

@@ -121,6 +121,11 @@ export class SessionHub {
   reopen (sessionId: string, placement: UpstreamPlacement, headers: Record<string, string | string[]>, log: Logger): void {
     // The upstream has no standalone stream (405): nothing to reopen.
     if (this.#refusedGets.has(sessionId)) return
+    // The last upstream event id the lease kept is the old upstream session's: a GET opened
+    // from it would ask the new session to resume a stream it never had (an SDK server with
+    // an event store then files that GET under no stream, and drops what the session sends).
+    // Redis forgets it with the move itself; the process-local leases, here.
+    this.#o.leases.backend.noteUpstreamId(sessionId, '')
     const s = this.#sessions.get(sessionId)
     if (s !== undefined && (s.pumping || s.opening !== undefined)) {
       this.#holder.follow(s, sessionId, placement, s.log ?? log)

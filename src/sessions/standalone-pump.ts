@@ -49,7 +49,9 @@ export interface PumpOptions {
   /**
    * The session's lease, held by this replica: appends are fenced with its
    * token. The pump owns it from then on and releases it when it stops, save
-   * after 'refused' (the upstream GET never opened), when it stays the caller's.
+   * after 'refused' (the upstream GET never opened), when it stays the caller's,
+   * and after 'moved' (moveAway), when it is the next pump's, on which this one
+   * writes nothing more.
    */
   readonly lease: Lease
   /**
@@ -97,6 +99,12 @@ export interface PumpClients extends LiveClients {
  */
 export type SessionRecovery = (sessionId: string, record: SessionRecord, log: Logger) => Promise<boolean>
 
+/** Where a pump is: its upstream GET being opened, recorded, or stopped (and how). */
+type PumpPhase =
+  | { readonly kind: 'opening' }
+  | { readonly kind: 'recording' }
+  | { readonly kind: 'stopped', readonly outcome: PumpOutcome }
+
 /** After these outcomes the upstream GET ended cleanly: the next holder owes clients no gap marker. */
 const CLEAN_END: ReadonlySet<PumpOutcome> = new Set(['completed', 'session_gone', 'stopped'])
 
@@ -116,7 +124,7 @@ export class StandalonePump {
    * recorded (from then on a lost lease stops the pump, or has the session
    * recorded again); stopped: for good.
    */
-  #phase: 'opening' | 'recording' | 'stopped' = 'opening'
+  #phase: PumpPhase = { kind: 'opening' }
   /** A client attached here since the GET opened: from then on the hold is holdMs. */
   #clientSeen = false
   #headers: Record<string, string | string[]> = {}
@@ -141,7 +149,15 @@ export class StandalonePump {
     this.#useLease(options.lease)
   }
 
-  get stopped (): boolean { return this.#phase === 'stopped' }
+  get stopped (): boolean { return this.#phase.kind === 'stopped' }
+  /**
+   * Moved away: the lease is the next pump's, which opened the new upstream
+   * session's GET, and nothing this pump's recording still finishes (an
+   * append in flight) may write on it: an upstream event id of the old
+   * session, noted after the next pump forgot it, would be sent to the new
+   * session as the point to resume from.
+   */
+  get #handedOn (): boolean { return this.#phase.kind === 'stopped' && this.#phase.outcome === 'moved' }
   get lease (): Lease { return this.#lease }
   /** Where the upstream GET goes (the record as last read for it); undefined before the first read. */
   get placement (): UpstreamPlacement | undefined { return this.#record }
@@ -208,7 +224,7 @@ export class StandalonePump {
     }
     metrics.upstreamStreamsOpen.inc({ kind: 'standalone' })
     log.debug({ takeover: lease.takeover, resuming }, 'upstream GET stream opened')
-    this.#phase = 'recording'
+    this.#phase = { kind: 'recording' }
     // The old upstream session's last event id is no id of this one: a later holder opens afresh.
     if (this.#o.newUpstreamSession === true) lease.noteUpstreamId('')
     if (lease.takeover && this.#o.newUpstreamSession !== true) {
@@ -234,7 +250,7 @@ export class StandalonePump {
       endStreamOnFinish: false,
       // The same token under a lease taken again after a store loss (#recoverOnce).
       fence: lease.token,
-      upstreamIds: { noteUpstreamId: id => this.#lease.noteUpstreamId(id), readFrom: () => this.#record?.upstreamSessionId },
+      upstreamIds: { noteUpstreamId: id => { if (!this.#handedOn) this.#lease.noteUpstreamId(id) }, readFrom: () => this.#record?.upstreamSessionId },
       live: this.#o.clients,
       storedThrough,
       resumeUpstream: lastEventId => this.#resume(lastEventId),
@@ -360,10 +376,10 @@ export class StandalonePump {
     this.#lease = lease
     lease.upstreamSessionId = this.#record?.upstreamSessionId
     lease.onMoved = () => {
-      if (this.#phase === 'recording') this.#o.onMoved?.()
+      if (this.#phase.kind === 'recording') this.#o.onMoved?.()
     }
     lease.onLost = reason => {
-      if (this.#phase !== 'recording') return
+      if (this.#phase.kind !== 'recording') return
       if (reason === 'gone' && this.#o.recoverSession !== undefined) this.#lostWithTheStore()
       else this.#stop(reason === 'gone' ? 'session_gone' : 'lease_lost')
     }
@@ -490,8 +506,8 @@ export class StandalonePump {
   }
 
   #stop (outcome: PumpOutcome): void {
-    if (this.#phase === 'stopped') return
-    this.#phase = 'stopped'
+    if (this.#phase.kind === 'stopped') return
+    this.#phase = { kind: 'stopped', outcome }
     clearTimeout(this.#holdTimer)
     this.#holdTimer = undefined
     // A refusal's body is the caller's to pass on: not aborted.

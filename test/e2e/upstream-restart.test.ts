@@ -83,6 +83,26 @@ for (const kind of ['memory', 'redis'] as const) {
   })
 }
 
+for (const kind of ['memory', 'redis'] as const) {
+  t.test(`${kind} store: an upstream with an event store restarted: the new upstream session's GET opens afresh, not from the old session's last event id`, async t => {
+    const upstream = await startRestartableUpstream({ eventStore: true })
+    t.teardown(() => upstream.close())
+    const gw = await gatewayFor(t, kind, upstream)
+    const mcp = await connectClient(`${gw.url}/mcp`)
+    t.teardown(() => mcp.close())
+    t.ok(await waitUntil(() => mcp.exchanges.some(e => e.method === 'GET' && e.status === 200), 5000), 'the standalone GET is open')
+    await mcp.client.callTool({ name: 'notify_standalone', arguments: { text: 'before' } })
+    t.ok(await waitUntil(() => standaloneTexts(mcp).includes('before'), 5000), 'a standalone message (with its upstream event id) before the restart')
+    await upstream.restart()
+    await mcp.client.callTool({ name: 'notify_standalone', arguments: { text: 'after' } })
+    const upstreamId = upstream.life.initialized[0]
+    const gets = upstream.life.requests.filter(r => r.method === 'GET' && r.sessionId === upstreamId)
+    t.ok(gets.length > 0, 'the new upstream session\'s GET was opened')
+    t.same(gets.map(r => r.lastEventId), gets.map(() => undefined), 'without a Last-Event-ID its stream never issued')
+    t.ok(await waitUntil(() => standaloneTexts(mcp).includes('after'), 5000), 'what the new session sends on its standalone stream reaches the client')
+  })
+}
+
 t.test('a restarted upstream whose initialize result has other capabilities: 404, the session ends', async t => {
   const { upstream, gw, mcp, sessionId } = await sessionThrough(t, 'memory')
   await upstream.restart({ capabilities: { experimental: { somethingNew: {} } } })

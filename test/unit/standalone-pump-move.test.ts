@@ -145,6 +145,36 @@ t.test('its appends say which upstream session they were read from, so a move el
   p.stop()
 })
 
+t.test('an append still in flight when the pump moved away notes nothing on the lease it handed on', async t => {
+  const { held, noted, pump } = setup()
+  const body = new PassThrough()
+  let release: () => void = () => {}
+  const gate = new Promise<void>(resolve => { release = resolve })
+  let appends = 0
+  const slow = {
+    ...store,
+    async appendBatch (_s: string, _stream: string, batch: EventBatch) {
+      appends++
+      await gate
+      return new NumberedBatch(batch, 1)
+    }
+  } as unknown as EventStore
+  const p1 = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), {
+    store: slow,
+    metrics: new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false }),
+    upstream: { async request () { return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body } } } as unknown as UpstreamClient
+  })
+  t.equal(await p1.open({}), null, 'the GET runs')
+  body.write('id: old-session-ev-9\ndata: {}\n\n')
+  await waitFor(() => appends > 0)
+  const p2 = pump(p1.moveAway(), { newUpstreamSession: true })
+  t.equal(await p2.open({}), null, 'the next pump runs on the lease')
+  release()
+  await sleep(20)
+  t.same(noted, [''], 'only the next pump\'s forgetting: the old session\'s id never reaches the lease')
+  p2.stop()
+})
+
 async function waitFor (check: () => boolean): Promise<void> {
   for (let i = 0; i < 200 && !check(); i++) await sleep(5)
 }
