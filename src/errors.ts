@@ -151,6 +151,11 @@ export function isSessionNotFound (err: unknown): boolean {
   return err instanceof GatewayError && err.code === 'MCPGW_SESSION_NOT_FOUND'
 }
 
+/** Is `err` the gateway's 404 for a session whose upstream endpoint is gone (the client is told to start anew)? */
+export function isUpstreamEndpointGone (err: unknown): boolean {
+  return err instanceof GatewayError && err.code === 'MCPGW_UPSTREAM_ENDPOINT_GONE'
+}
+
 /** Is `err` the gateway's 503 for a session whose upstream could not be given it again yet (a restart under way)? */
 export function isSessionReestablishing (err: unknown): boolean {
   return err instanceof GatewayError && err.code === 'MCPGW_SESSION_REESTABLISHING'

@@ -18,7 +18,7 @@ import type { SessionRecord } from '../../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
 import { sessionRequest } from '../../upstream/session-request.js'
 import { Relapses, RELAPSES_MAX } from '../../sessions/relapses.js'
-import { errors } from '../../errors.js'
+import { errors, isUpstreamEndpointGone } from '../../errors.js'
 import type { FastifyRequest } from 'fastify'
 import type { SessionCache } from './session-cache.js'
 import type { SessionGuard } from './session-guard.js'
@@ -159,7 +159,10 @@ export class McpContext {
     } catch (err) {
       if (!upstreamNeverReached(err)) throw err
       const moved = await this.reestablish(request, sessionId, record)
-      if (moved === undefined) throw err
+      if (moved === undefined) {
+        await this.endedWith(err, sessionId, request.log)
+        throw err
+      }
       return await this.sentAgain(request, sessionId, await send(moved))
     }
     const told = await lostSession(first)
@@ -225,6 +228,16 @@ export class McpContext {
   }
 
   /** A session the upstream no longer knows: neither does the gateway. */
+  /**
+   * The session's request failed with `err`, which the client is about to get.
+   * Told the endpoint holding its session is gone (404: start anew), it is: the
+   * gateway forgets the session too, as for the upstream's own 404, so that
+   * the session the client was told is gone does not go on.
+   */
+  async endedWith (err: unknown, sessionId: string, log: Logger): Promise<void> {
+    if (isUpstreamEndpointGone(err)) await this.forgetSession(sessionId, log)
+  }
+
   async forgetSession (sessionId: string, log: Logger): Promise<void> {
     this.sessions.delete(sessionId)
     this.deps.hub.dropSession(sessionId)

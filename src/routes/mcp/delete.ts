@@ -4,7 +4,7 @@
  * and retries.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { errors } from '../../errors.js'
+import { errors, isUpstreamEndpointGone } from '../../errors.js'
 import { discardBody, type UpstreamResponse } from '../../upstream/client.js'
 import { sessionRequest } from '../../upstream/session-request.js'
 import { forwardTransparently, sendUpstreamResponse, upstreamHeadersFor } from '../forward.js'
@@ -29,8 +29,15 @@ export async function handleDelete (ctx: McpContext, request: FastifyRequest, re
       method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
     })))
   } catch (err) {
-    hub.deleteRefused(sessionId)
-    await guard.settleRecovery(request, false)
+    if (!isUpstreamEndpointGone(err)) {
+      hub.deleteRefused(sessionId)
+      await guard.settleRecovery(request, false)
+      throw err
+    }
+    // The endpoint that held the session left, was set aside or refused the connection: the
+    // session is ended here as for the upstream's 404, or the client, told 404, would see the
+    // session it deleted go on (established again elsewhere at its next request).
+    await dropRecords(ctx, request, sessionId)
     throw err
   }
   const gone = sessionGone(res.statusCode)
@@ -39,16 +46,25 @@ export async function handleDelete (ctx: McpContext, request: FastifyRequest, re
     await guard.settleRecovery(request, false)
     return sendUpstreamResponse(ctx.deps, reply, res)
   }
+  try {
+    await dropRecords(ctx, request, sessionId)
+  } catch (err) {
+    discardBody(res.body)
+    throw err
+  }
+  return sendUpstreamResponse(ctx.deps, reply, res)
+}
+
+/** The session ended: its streams here and its records go; fails closed (503) while the store cannot drop them. */
+async function dropRecords (ctx: McpContext, request: FastifyRequest, sessionId: string): Promise<void> {
   // A lost session deleted at once is not counted as recovered: its records go below.
-  guard.recovering.delete(request)
+  ctx.guard.recovering.delete(request)
   ctx.sessions.delete(sessionId)
-  hub.dropSession(sessionId)
+  ctx.deps.hub.dropSession(sessionId)
   try {
     await ctx.deps.metrics.timeStore('delete_session', () => ctx.deps.store.deleteSession(sessionId))
   } catch (err) {
     // Fail closed: the client retries the DELETE until the records are gone.
-    discardBody(res.body)
     throw errors.storeUnavailable(err)
   }
-  return sendUpstreamResponse(ctx.deps, reply, res)
 }

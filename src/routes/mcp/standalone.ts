@@ -30,7 +30,11 @@ async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: 
   try {
     refusal = await hub.ensurePump(sessionId, headers, log)
   } catch (err) {
-    if (!upstreamUnreachable(err) || await ctx.reestablish(request, sessionId, record) === undefined) throw err
+    if (!upstreamUnreachable(err)) throw err
+    if (await ctx.reestablish(request, sessionId, record) === undefined) {
+      await ctx.endedWith(err, sessionId, log)
+      throw err
+    }
     return await ensuredAgain(ctx, request, sessionId, hub.ensurePump(sessionId, headers, log))
   }
   if (refusal === null) return null
