@@ -41,7 +41,9 @@ async function main (): Promise<void> {
   if (tracing !== undefined) log.info('tracing: spans exported over OTLP/HTTP as the OTEL_* variables say')
   const gateway = await buildGateway(config, { store, logger, ...(tracing !== undefined && { tracer: tracing.tracer }) })
   if (config.allowedOrigins === null) log.warn('ALLOWED_ORIGINS is not set: requests from any Origin are accepted')
-  if (config.sessionBindingKey === undefined) log.warn('SESSION_BINDING_KEY is not set: session ids are bound to their principal under a built-in key, against which whoever holds an id can test guesses of a weak credential offline')
+  if (config.sessionBindingKey === undefined) {
+    log.warn(`SESSION_BINDING_KEY is not set: session ids are bound to their principal under a built-in key, against which whoever holds an id can test guesses of a weak credential offline${config.recoverLostSessions ? ', and sessions the event store loses are not recovered (RECOVER_LOST_SESSIONS needs a key of this deployment\'s own): their clients initialize again' : ''}`)
+  }
 
   // The grace period covers the drain; close-with-grace exits non-zero if it runs out.
   // 2 s beyond it: the drain ends 1.5 s before the grace, and the closes after it must not be cut.

@@ -33,10 +33,13 @@ export const UPSTREAM_SESSION_ID_MAX = 256
 export const SESSION_ID_MAX = PREFIX.length + TAG_CHARS + 1 + UPSTREAM_SESSION_ID_MAX
 
 /**
- * The key when SESSION_BINDING_KEY is unset. The binding still holds (a
- * request's principal must produce the tag), but anyone holding an id can
- * test guesses of a low-entropy credential offline against it: a deployment
- * whose principals are not strong secrets (or JWT subjects) sets its own key.
+ * The key when SESSION_BINDING_KEY is unset. The binding of an issued id
+ * still holds (a request's principal must produce its tag), but the key is
+ * no secret: anyone can make an id of their own, bound to themselves, that
+ * names another's upstream session, and test guesses of a low-entropy
+ * credential offline against an id they hold. So an id under this key is
+ * never taken for a session the store lost (SessionGuard), and a
+ * deployment whose principals are not strong secrets sets its own key.
  */
 export const BUILT_IN_BINDING_KEY = 'mcpgw built-in session binding key: set SESSION_BINDING_KEY'
 

@@ -8,7 +8,7 @@ import t from 'tap'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { deleteKeys, useRedis } from '../fixtures/redis.js'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startGateway, startGatewayOnRedis } from '../fixtures/gateway.js'
+import { startGateway, startGatewayOnRedis, TEST_SESSION_BINDING_KEY } from '../fixtures/gateway.js'
 import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil } from '../fixtures/mcp-client.js'
 import { HeaderPrincipal } from '../../src/auth/principal.js'
 import { SessionIdIssuer } from '../../src/protocol/session-id.js'
@@ -66,10 +66,10 @@ t.test('a restarted gateway picks up the sessions its store lost; the upstream d
   t.same(echo.content, [{ type: 'text', text: 'same session' }], 'a tool call on the same session works')
   t.equal(mcp.sessionId, sessionId, 'no new initialize')
 
-  // A session id the gateway issued (bound to this principal, built-in key) for an
+  // A session id the gateway issued (bound to this principal, under the tests' key) for an
   // upstream session that never existed: recorded for a moment, dropped on the upstream's 404.
   const anonymous = new HeaderPrincipal('authorization').identify({}).principal as string
-  const ids = new SessionIdIssuer(undefined)
+  const ids = new SessionIdIssuer(TEST_SESSION_BINDING_KEY)
   const bogus = ids.issue(anonymous, 'not-a-session-0123456789abcdef')
   const refused = await post(second.url, bogus, callTool(7, 'echo', { text: 'x' }))
   t.equal(refused.status, 404, 'a session the upstream does not know: 404, as the upstream answered')

@@ -11,6 +11,8 @@ import { RECORD_BYTES, type MemoryEventStore } from '../../src/store/memory/memo
 import { startGateway, startGatewayOnRedis } from '../fixtures/gateway.js'
 import { deleteKeys, useRedis } from '../fixtures/redis.js'
 import { exchange, jsonRpcError, rawInitialize } from '../fixtures/hardening.js'
+import { HeaderPrincipal } from '../../src/auth/principal.js'
+import { parseSessionId, SessionIdIssuer } from '../../src/protocol/session-id.js'
 
 const CAP = 1048576
 /** Past the session cache's fresh window (2 s): the next request asks the store. */
@@ -46,6 +48,29 @@ t.test('an initialize flood that evicts a session does not hand it to another pr
   const owner = await exchange(mcpUrl, { method: 'POST', headers: alice.headers(), body: ping(3) })
   t.equal(owner.status, 404, 'alice gets 404 too, and initializes again')
   t.equal(await store.getSession(alice.sessionId), null, 'nothing recorded under anyone')
+})
+
+t.test('without SESSION_BINDING_KEY, an id made under the built-in key for another principal\'s upstream session is not taken for a lost session', async t => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  // A fresh process: its embedded store was "lost" at its start, less than RETENTION_TTL_SECONDS ago.
+  const gw = await startGateway(t, 'memory', upstream.url, { SESSION_BINDING_KEY: '' })
+  const mcpUrl = `${gw.url}/mcp`
+  const alice = await rawInitialize(mcpUrl, { headers: { authorization: 'Bearer alice' } })
+  t.equal((await exchange(mcpUrl, { method: 'POST', headers: alice.headers(), body: ping(1) })).status, 200, 'alice\'s session works')
+  const parsed = parseSessionId(alice.sessionId)
+  if (parsed.kind !== 'bound') throw new Error('the gateway issued an unbound id')
+  // The built-in key is in the source: mallory binds alice's upstream session to herself.
+  const mallory = new HeaderPrincipal('authorization').identify({ authorization: 'Bearer mallory' }).principal as string
+  const forged = new SessionIdIssuer(undefined).issue(mallory, parsed.firstUpstreamId)
+  const headers = alice.headers({ authorization: 'Bearer mallory', 'mcp-session-id': forged })
+  const call = await exchange(mcpUrl, { method: 'POST', headers, body: ping(2) })
+  t.equal(call.status, 404, 'mallory\'s forged id: 404')
+  t.match(jsonRpcError(call.text)?.message, GATEWAY_404, 'the gateway\'s answer: nothing went to alice\'s upstream session')
+  const stream = await exchange(mcpUrl, { headers: alice.getHeaders(undefined, { authorization: 'Bearer mallory', 'mcp-session-id': forged }) }, 800)
+  t.equal(stream.status, 404, 'nor does its GET open alice\'s standalone stream')
+  t.equal(await gw.store.getSession(forged), null, 'nothing recorded under the forged id')
+  t.equal((await exchange(mcpUrl, { method: 'POST', headers: alice.headers(), body: ping(3) })).status, 200, 'alice\'s session goes on')
 })
 
 t.test('an evicted session this replica never verified is not recovered for anyone', async t => {

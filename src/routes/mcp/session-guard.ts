@@ -219,13 +219,15 @@ export class SessionGuard {
   /**
    * Since when the store has been intact, and the upstream id the session
    * id carries, when the session may be taken for one the store lost:
-   * recovery is on, the id is bound to `principal` (and no other principal
+   * recovery is on under a key of the deployment's own (the built-in key is
+   * no secret: anyone can make an id that names another's upstream session
+   * and is bound to themselves), the id is bound to `principal` (and no other principal
    * was seen with it), the store lost its data less than a session's
    * lifetime ago, and the session was not deleted (the store's mark of a
    * DELETE or an upstream 404). Null otherwise.
    */
   async #lostSince (sessionId: string, principal: string): Promise<{ intactSince: number, firstUpstreamId: string } | null> {
-    if (!this.#config.recoverLostSessions) return null
+    if (!this.#config.recoverLostSessions || this.#config.sessionBindingKey === undefined) return null
     const parsed = parseSessionId(sessionId)
     if (parsed.kind !== 'bound' || !this.ids.verify(parsed, principal)) return null
     const known = this.#sessions.stale(sessionId)
