@@ -43,8 +43,8 @@ t.test('three upstream replicas behind two gateways, requests alternating: sessi
   const upstreamUrl = upstreams.map(u => u.url).join(',')
   // Seeded placement: the same spread at every run.
   const gateways = [
-    await startGatewayOnRedis(t, redis, upstreamUrl, {}, prng(1)),
-    await startGatewayOnRedis(t, redis, upstreamUrl, {}, prng(2))
+    await startGatewayOnRedis(t, redis, upstreamUrl, {}, { placementRandom: prng(1) }),
+    await startGatewayOnRedis(t, redis, upstreamUrl, {}, { placementRandom: prng(2) })
   ]
   const balancer = await startBalancer(gateways.map(g => g.port))
   t.teardown(() => balancer.close())
