@@ -1,6 +1,6 @@
 import { betterOfTwo, RoundRobin } from './balance.js'
 import { isConnectFailure } from './connect-failure.js'
-import { answered, HEALTHY, inRotation, LEAVING_MAX_MS, listed, reachable, refused, stateAt, unlisted, type EndpointState } from './endpoint-state.js'
+import { answered, HEALTHY, inRotation, LEAVING_MAX_COUNT, LEAVING_MAX_MS, listed, reachable, refused, stateAt, unlisted, type EndpointState } from './endpoint-state.js'
 import type { UpstreamTarget } from './upstream-url.js'
 
 /**
@@ -149,10 +149,14 @@ export class EndpointSet {
 
   /**
    * The addresses `target`'s name resolves to now. The endpoints of that
-   * target that are no longer listed start leaving, or go at once if this
-   * replica placed no session there; new ones join level with the endpoint
-   * with the fewest sessions, so they are not sent every new session until
-   * they catch up.
+   * target that are no longer listed start leaving, whoever placed sessions
+   * there: the sessions' records are the routing table, and another replica,
+   * or this one before a restart, may have placed some there (`placed` counts
+   * only this process's). New ones join level with the endpoint with the
+   * fewest sessions, so they are not sent every new session until they catch
+   * up. The name as written, used until its first answer, gives way at once
+   * if this replica placed nothing there: it is no address that left, and a
+   * replica that resolved at start never routes to it.
    */
   update (target: UpstreamTarget, addresses: readonly string[]): void {
     if (addresses.length === 0) return
@@ -163,7 +167,7 @@ export class EndpointSet {
     for (const endpoint of this.#endpoints.values()) {
       if (endpoint.from !== target.origin) continue
       if (keys.has(endpoint.key)) endpoint.state = listed(endpoint.state)
-      else if (endpoint.placed === 0) this.#endpoints.delete(endpoint.key)
+      else if (endpoint.key === target.origin && endpoint.placed === 0) this.#endpoints.delete(endpoint.key)
       else endpoint.state = unlisted(endpoint.state, now)
     }
     const start = Math.min(...[...this.#endpoints.values()].filter(e => inRotation(stateAt(e.state, now))).map(e => e.placed + e.offset), Number.MAX_SAFE_INTEGER)
@@ -175,6 +179,7 @@ export class EndpointSet {
     for (const endpoint of this.#endpoints.values()) {
       if (this.#expired(endpoint, now)) this.#endpoints.delete(endpoint.key)
     }
+    this.#boundLeaving()
   }
 
   /** Every endpoint and its state, for /upstreamz and the metrics. */
@@ -215,6 +220,15 @@ export class EndpointSet {
       }
     }
     return best as Endpoint
+  }
+
+  /** Past LEAVING_MAX_COUNT leaving endpoints, those leaving longest go first. */
+  #boundLeaving (): void {
+    const leaving: Array<{ key: EndpointKey, since: number }> = []
+    for (const e of this.#endpoints.values()) if (e.state.kind === 'leaving') leaving.push({ key: e.key, since: e.state.since })
+    if (leaving.length <= LEAVING_MAX_COUNT) return
+    leaving.sort((a, b) => a.since - b.since)
+    for (const { key } of leaving.slice(0, leaving.length - LEAVING_MAX_COUNT)) this.#endpoints.delete(key)
   }
 
   #expired (endpoint: Endpoint, now: number): boolean {

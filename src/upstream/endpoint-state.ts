@@ -36,6 +36,15 @@ export const SET_ASIDE_MAX_FACTOR = 16
  * another pod does not get this server's sessions for long.
  */
 export const LEAVING_MAX_MS = 15 * 60_000
+/**
+ * At most this many leaving endpoints are kept; past it, those leaving longest
+ * are forgotten first. Every address gone from the DNS answer is kept, since
+ * another replica may have placed sessions there, so a name whose addresses
+ * churn (pods replaced again and again, an answer that rotates a pool) would
+ * otherwise keep each for LEAVING_MAX_MS: 256 endpoints stay well under a
+ * megabyte, and outnumber the pods a rollout replaces within that time.
+ */
+export const LEAVING_MAX_COUNT = 256
 
 export const HEALTHY: EndpointState = Object.freeze({ kind: 'healthy' })
 

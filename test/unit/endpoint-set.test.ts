@@ -6,7 +6,7 @@ import t from 'tap'
 import { betterOfTwo, RoundRobin } from '../../src/upstream/balance.js'
 import { isConnectFailure } from '../../src/upstream/connect-failure.js'
 import { EndpointSet } from '../../src/upstream/endpoint-set.js'
-import { LEAVING_MAX_MS, SET_ASIDE_MAX_FACTOR } from '../../src/upstream/endpoint-state.js'
+import { LEAVING_MAX_COUNT, LEAVING_MAX_MS, SET_ASIDE_MAX_FACTOR } from '../../src/upstream/endpoint-state.js'
 import { targetOfUrl, type UpstreamTarget } from '../../src/upstream/upstream-url.js'
 import { prng } from '../fixtures/hardening.js'
 
@@ -144,6 +144,39 @@ t.test('a name: connected as written until it resolves; each address an endpoint
   t.equal(set.snapshot().find(v => v.endpoint === 'http://10.0.0.8:3000')?.state, 'leaving')
   set.update(name, ['10.0.0.8', '10.0.0.9'])
   t.equal(set.snapshot().find(v => v.endpoint === 'http://10.0.0.8:3000')?.state, 'healthy', 'listed again: back in rotation')
+})
+
+t.test('an address leaving where this replica placed nothing: leaving all the same, its sessions still routed there (another replica, or this one before a restart, placed them)', async t => {
+  const c = clock()
+  const name = target('http://mcp.ns.svc.cluster.local:3000/mcp')
+  const set = new EndpointSet([name], { setAsideMs: 1000, now: c.now, random: prng(5) })
+  set.update(name, ['10.0.0.7', '10.0.0.8'])
+  set.update(name, ['10.0.0.8'])
+  t.match(set.snapshot().find(v => v.endpoint === 'http://10.0.0.7:3000'), { state: 'leaving', sessionsPlaced: 0 })
+  t.same(set.resolve('http://10.0.0.7:3000'), { origin: 'http://10.0.0.7:3000', host: 'mcp.ns.svc.cluster.local:3000', servername: undefined }, 'a session recorded there goes on there')
+  for (let i = 0; i < 10; i++) t.equal(set.place(), 'http://10.0.0.8:3000', 'nothing new on it')
+  c.advance(LEAVING_MAX_MS - 1)
+  t.ok(set.resolve('http://10.0.0.7:3000'), 'until LEAVING_MAX_MS')
+  c.advance(1)
+  t.equal(set.resolve('http://10.0.0.7:3000'), undefined, 'then forgotten')
+})
+
+t.test('addresses churning: at most LEAVING_MAX_COUNT leaving endpoints, those leaving longest forgotten first', async t => {
+  const c = clock()
+  const name = target('http://mcp.ns.svc.cluster.local:3000/mcp')
+  const set = new EndpointSet([name], { setAsideMs: 1000, now: c.now })
+  const address = (n: number): string => `10.${n >> 16 & 255}.${n >> 8 & 255}.${n & 255}`
+  const answers = LEAVING_MAX_COUNT * 3
+  // Each answer a new pair of addresses: every address listed once, then leaving.
+  for (let n = 0; n < answers; n++) {
+    set.update(name, [address(2 * n), address(2 * n + 1)])
+    c.advance(100)
+  }
+  const views = set.snapshot()
+  t.equal(views.filter(v => v.state === 'leaving').length, LEAVING_MAX_COUNT, `bounded: ${views.length} endpoints after ${answers * 2} addresses`)
+  t.equal(views.filter(v => v.state === 'healthy').length, 2, 'the addresses listed now')
+  t.ok(set.resolve(`http://${address(2 * answers - 3)}:3000`), 'the last to leave is kept')
+  t.equal(set.resolve(`http://${address(0)}:3000`), undefined, 'the first to leave is forgotten')
 })
 
 t.test('https by address: the name is the TLS server name; IPv6 addresses in brackets', async t => {
