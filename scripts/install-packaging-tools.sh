@@ -1,7 +1,11 @@
 #!/bin/sh
 # Installs the command-line tools some checks need (the README lists them):
 #   docker-compose  validates docker-compose.yml (test/packaging/compose.test.ts)
-#   redis-server    boots config/redis.conf (compose.test.ts)
+#   redis-server    boots config/redis.conf (compose.test.ts); the tests that stop,
+#                   restart, freeze or cluster a Redis of their own (test/store,
+#                   test/cluster, test/hardening)
+#   redis-cli       runs the Lua scripts on their own (test/store/lua-commands.test.ts),
+#                   forms Redis Clusters (test/cluster); Debian package redis-tools
 #   promtool        checks and unit-tests deploy/prometheus/alerts.yml (alerts.test.ts)
 #                   and checks a real scrape (test/e2e/observability.test.ts);
 #                   Debian package prometheus
@@ -34,6 +38,7 @@ cannot () {
 missing=""
 command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || missing="$missing docker-compose"
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
 command -v unzip >/dev/null 2>&1 || missing="$missing unzip"
 
