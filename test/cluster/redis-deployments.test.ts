@@ -11,8 +11,13 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { resumeAcrossReplicas } from '../fixtures/cluster-scenario.js'
 import { startRedisCluster, startRedisProcess, startRedisSentinel } from '../fixtures/redis-topologies.js'
+import { externalTools } from '../fixtures/external-tools.js'
 
-t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', async (t) => {
+const ownCluster = await externalTools(['redis-server', 'redis-cli'])
+const ownRedis = await externalTools(['redis-server'])
+
+t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', { skip: ownCluster.skip }, async (t) => {
+  if (!ownCluster.present(t)) return
   const nodes = await startRedisCluster(t)
   await resumeAcrossReplicas(t, {
     label: 'cluster',
@@ -80,7 +85,8 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', async (t) => {
   }
 })
 
-t.test('Redis Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME)', async (t) => {
+t.test('Redis Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME)', { skip: ownRedis.skip }, async (t) => {
+  if (!ownRedis.present(t)) return
   const { sentinel, name } = await startRedisSentinel(t)
   await resumeAcrossReplicas(t, {
     label: 'sentinel',
@@ -88,7 +94,8 @@ t.test('Redis Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME)', async (t) => {
   })
 })
 
-t.test('A Unix socket (REDIS_URL=unix://...), with a password and a database number', async (t) => {
+t.test('A Unix socket (REDIS_URL=unix://...), with a password and a database number', { skip: ownRedis.skip }, async (t) => {
+  if (!ownRedis.present(t)) return
   const dir = mkdtempSync(join(tmpdir(), 'mcpgw-sock-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   const socket = join(dir, 'redis.sock')

@@ -18,6 +18,9 @@ import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil, typ
 import { startRedisProcess } from '../fixtures/redis-topologies.js'
 import { startReplica } from '../fixtures/replica.js'
 import { silentJumps, standaloneItems } from '../fixtures/standalone-log.js'
+import { externalTools } from '../fixtures/external-tools.js'
+
+const ownRedis = await externalTools(['redis-server'])
 
 const COUNT = 600
 const INTERVAL_MS = 10
@@ -37,7 +40,8 @@ async function broadcasting (t: Test, label: string, env: Record<string, string>
   return { mcp, received: () => sequencesOf(mcp.notifications, 'broadcast'), redis, replica, admin }
 }
 
-t.test('Redis frozen for 2 s mid-stream: delayed, nothing lost', async (t) => {
+t.test('Redis frozen for 2 s mid-stream: delayed, nothing lost', { skip: ownRedis.skip }, async (t) => {
+  if (!ownRedis.present(t)) return
   const { mcp, received, redis } = await broadcasting(t, 'frozen')
   t.ok(await waitUntil(() => received().length >= 100, 10_000))
   await redis.freeze(2000)
@@ -49,7 +53,8 @@ t.test('Redis frozen for 2 s mid-stream: delayed, nothing lost', async (t) => {
   t.same(standaloneItems(mcp.exchanges).filter(i => i.kind === 'gap'), [], 'no gap')
 })
 
-t.test('Redis restarted from an older snapshot: new epoch, the client is told, nothing skipped silently', async (t) => {
+t.test('Redis restarted from an older snapshot: new epoch, the client is told, nothing skipped silently', { skip: ownRedis.skip }, async (t) => {
+  if (!ownRedis.present(t)) return
   const { mcp, received, redis, replica, admin } = await broadcasting(t, 'snapshot')
   t.ok(await waitUntil(() => received().length >= 100, 10_000))
   await admin.save()
@@ -72,7 +77,8 @@ t.test('Redis restarted from an older snapshot: new epoch, the client is told, n
   t.same(silentJumps(items), [], 'nothing skipped silently')
 })
 
-t.test('Redis restarted empty: the session goes on under a new epoch, the client is told', async (t) => {
+t.test('Redis restarted empty: the session goes on under a new epoch, the client is told', { skip: ownRedis.skip }, async (t) => {
+  if (!ownRedis.present(t)) return
   const { mcp, received, redis } = await broadcasting(t, 'empty')
   t.ok(await waitUntil(() => received().length >= 100, 10_000))
   await redis.stop('SIGKILL')
@@ -91,7 +97,8 @@ t.test('Redis restarted empty: the session goes on under a new epoch, the client
   t.notOk(mcp.exchanges.some(e => e.status === 404), 'no 404')
 })
 
-t.test('Redis restarted empty with RECOVER_LOST_SESSIONS=false: the session is gone (404), a new one works', async (t) => {
+t.test('Redis restarted empty with RECOVER_LOST_SESSIONS=false: the session is gone (404), a new one works', { skip: ownRedis.skip }, async (t) => {
+  if (!ownRedis.present(t)) return
   const { mcp, received, redis, replica } = await broadcasting(t, 'empty-strict', { RECOVER_LOST_SESSIONS: 'false' })
   t.ok(await waitUntil(() => received().length >= 100, 10_000))
   await redis.stop('SIGKILL')

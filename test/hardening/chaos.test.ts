@@ -42,6 +42,9 @@ import { missingRanges, standaloneItems, type StandaloneItem } from '../fixtures
 import { metricSum, metrics, prng, startPersistentRedis } from '../fixtures/hardening.js'
 import { MAIN, startReplica, type Replica } from '../fixtures/replica.js'
 import { dataOf } from '../fixtures/events.js'
+import { externalTools } from '../fixtures/external-tools.js'
+
+const ownRedis = await externalTools(['redis-server'])
 
 const SEED = Number(process.env.CHAOS_SEED ?? Math.floor(Math.random() * 2 ** 31))
 const CHAOS_SECONDS = Number(process.env.CHAOS_SECONDS ?? 20)
@@ -169,7 +172,8 @@ function copiesOf (exchanges: readonly HttpExchange[], tool: string, tag: string
   return out.join('; ')
 }
 
-t.test(`chaos: connection cuts and Redis restarts, seed ${SEED}`, async t => {
+t.test(`chaos: connection cuts and Redis restarts, seed ${SEED}`, { skip: ownRedis.skip }, async t => {
+  if (!ownRedis.present(t)) return
   const actions = schedule(SEED)
   t.comment(`chaos seed ${SEED} (rerun with CHAOS_SEED=${SEED}): ${actions.map(a => a.kind === 'cut' ? `${a.at}:cut-${a.mode}` : `${a.at}:redis-down-${a.downMs}ms`).join(' ')}`)
   const redis = await startPersistentRedis(t)
@@ -289,7 +293,8 @@ function newest (dir: string): number {
   return latest
 }
 
-t.test(`chaos: the replica recording a tool call is killed, seed ${SEED}`, async t => {
+t.test(`chaos: the replica recording a tool call is killed, seed ${SEED}`, { skip: ownRedis.skip }, async t => {
+  if (!ownRedis.present(t)) return
   if (!existsSync(MAIN)) {
     t.fail(`${MAIN} is missing: run \`npx tsc -p tsconfig.build.json\` (npm test builds it)`)
     return

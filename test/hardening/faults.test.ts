@@ -29,6 +29,9 @@ import {
   exchange, freePort, jsonRpcError, metricSum, metrics, rawInitialize, rawRequest, RawSse, startPersistentRedis, until,
   type RawSession
 } from '../fixtures/hardening.js'
+import { externalTools } from '../fixtures/external-tools.js'
+
+const ownRedis = await externalTools(['redis-server'])
 
 // Eleven scenarios, several of them restarting Redis or waiting out a grace: about
 // 85-95 s on the project's 2-core machine, too close to .taprc's 120 s per file.
@@ -500,7 +503,8 @@ async function redisOutage (t: Test, redis: { url: string, stop: () => Promise<v
   t.same(union.lost, [], 'nothing lost overall: what the store missed, the live client got live')
 }
 
-t.test('Redis stopped mid-stream and started again', async t => {
+t.test('Redis stopped mid-stream and started again', { skip: ownRedis.skip }, async t => {
+  if (!ownRedis.present(t)) return
   t.test('without persistence (comes back empty)', async t => {
     const redis = await startRedisServer()
     t.teardown(() => redis.stop())
@@ -575,7 +579,8 @@ async function answerEndsDuringOutage (t: Test, longOutage: boolean): Promise<vo
   t.ok(ended, 'the resumed stream ends')
 }
 
-t.test('Redis down when a tool call\'s answer ends (the client is away)', async t => {
+t.test('Redis down when a tool call\'s answer ends (the client is away)', { skip: ownRedis.skip }, async t => {
+  if (!ownRedis.present(t)) return
   t.test('Redis back before the stream\'s end is recorded', async t => { await answerEndsDuringOutage(t, false) })
   t.test('Redis still down when the stream\'s end is recorded', async t => { await answerEndsDuringOutage(t, true) })
 })
@@ -696,7 +701,8 @@ async function toolCallInOutage (t: Test, tag: string, downMs?: number): Promise
   return { result, elapsed, copies, metricsText }
 }
 
-t.test('a tool call POSTed while Redis is down for about a second: its answer is recorded, not passed through', async t => {
+t.test('a tool call POSTed while Redis is down for about a second: its answer is recorded, not passed through', { skip: ownRedis.skip }, async t => {
+  if (!ownRedis.present(t)) return
   // Opening the request stream in the store is retried like an append (the
   // recorder's confirm window): a short outage only delays the answer, which
   // stays resumable. Passed through unrecorded, a connection cut mid-answer
@@ -706,7 +712,8 @@ t.test('a tool call POSTed while Redis is down for about a second: its answer is
   t.equal(metricSum(r.metricsText, 'mcpgw_events_unrecorded_total'), 0, 'nothing passed through unrecorded')
 })
 
-t.test('a tool call POSTed while Redis stays down: its answer is passed through unrecorded, the result arrives', async t => {
+t.test('a tool call POSTed while Redis stays down: its answer is passed through unrecorded, the result arrives', { skip: ownRedis.skip }, async t => {
+  if (!ownRedis.present(t)) return
   const r = await toolCallInOutage(t, 'long-outage')
   t.equal(r.copies.filter(ev => ev.id === undefined).length, 20, 'without ids: passed through, not recorded')
   t.ok(r.elapsed >= 2000, `after the store was retried for the confirm window (${r.elapsed} ms)`)

@@ -7,6 +7,9 @@ import { readdirSync } from 'node:fs'
 import { promisify } from 'node:util'
 import { COMMANDS, FENCED, loadLua, ROLLED_BACK, UNSPLIT } from '../../src/store/redis/lua.js'
 import { useRedis } from '../fixtures/redis.js'
+import { externalTools } from '../fixtures/external-tools.js'
+
+const redisCli = await externalTools(['redis-cli'])
 
 const run = promisify(execFile)
 const DIR = new URL('../../src/store/redis/commands/', import.meta.url)
@@ -42,7 +45,8 @@ t.test('each script compiles in Redis (SCRIPT LOAD)', async t => {
   }
 })
 
-t.test('a script runs on its own: redis-cli --eval on the file', async t => {
+t.test('a script runs on its own: redis-cli --eval on the file', { skip: redisCli.skip }, async t => {
+  if (!redisCli.present(t)) return
   const env = await useRedis(t, 'lua-cli')
   const { hostname, port } = new URL(env.url)
   const cli = async (file: string, keys: string[], args: string[]): Promise<string> =>

@@ -13,6 +13,9 @@ import { storeContract } from '../fixtures/store-contract.js'
 import { COMMANDS } from '../../src/store/redis/lua.js'
 import { EventBatch, EventBatchBuilder } from '../../src/store/batch/event-batch.js'
 import { startRedisCut, type RedisCut } from '../fixtures/redis-cut.js'
+import { externalTools } from '../fixtures/external-tools.js'
+
+const ownRedis = await externalTools(['redis-server'])
 
 const RETENTION: RetentionLimits = { maxEvents: 1000, maxBytes: 1024 * 1024, ttlMs: 60_000 }
 
@@ -387,7 +390,8 @@ t.test('redis: a lost session hash makes the session gone, and its id reusable',
   t.same((await store.read('sess', 's', 0, 10))?.events.map((e) => e.data), ['new'])
 })
 
-t.test('redis: a restart without persistence loses sessions; subscriptions come back', async (t) => {
+t.test('redis: a restart without persistence loses sessions; subscriptions come back', { skip: ownRedis.skip }, async (t) => {
+  if (!ownRedis.present(t)) return
   const server = await startRedisServer()
   t.teardown(() => server.stop())
   const keyPrefix = 'restart:'
@@ -440,7 +444,8 @@ t.test('redis: a listener that unsubscribes while it is told does not keep the n
   t.same(heard, ['first 1', 'second 1', 'third 1', 'second 2', 'third 2'], 'each told once per notice, the one gone told no more')
 })
 
-t.test('redis: after a reconnect each channel is subscribed again once, by the store (ioredis\'s own resubscription has no error handler)', async (t) => {
+t.test('redis: after a reconnect each channel is subscribed again once, by the store (ioredis\'s own resubscription has no error handler)', { skip: ownRedis.skip }, async (t) => {
+  if (!ownRedis.present(t)) return
   const server = await startRedisServer()
   t.teardown(() => server.stop())
   const redis = new Redis(server.url)

@@ -13,6 +13,9 @@ import { Command, Redis } from 'ioredis'
 import { ScriptCall, transaction, writeCommand } from '../../src/store/redis/script-call.js'
 import { countWritevs } from '../fixtures/net.js'
 import { startRedisServer } from '../fixtures/redis.js'
+import { externalTools } from '../fixtures/external-tools.js'
+
+const ownRedis = await externalTools(['redis-server'])
 
 /** A connection to a private redis-server, and its EVAL / EVALSHA counts so far. */
 async function privateRedis (t: Test): Promise<{ redis: Redis, calls: () => Promise<Record<string, number>> }> {
@@ -44,7 +47,8 @@ t.test('the command on the wire is what ioredis would write', async t => {
     '*3\r\n$7\r\nevalsha\r\n$3\r\nsha\r\n$1\r\n0\r\n', 'a command of text only is all returned')
 })
 
-t.test('EVAL on a new connection, EVALSHA after, and EVAL again after NOSCRIPT', async t => {
+t.test('EVAL on a new connection, EVALSHA after, and EVAL again after NOSCRIPT', { skip: ownRedis.skip }, async t => {
+  if (!ownRedis.present(t)) return
   const { redis, calls } = await privateRedis(t)
   const script = new ScriptCall('redis.call("SET", KEYS[1], ARGV[2]) return {KEYS[1], ARGV[1], redis.call("STRLEN", KEYS[1])}', 1)
   const payload = Buffer.concat([Buffer.from('\r\n$3\r\n'), Buffer.alloc(100_000, 0xff)])
@@ -114,7 +118,8 @@ async function replyCutAfterMulti (t: Test, redisUrl: string): Promise<{ url: st
   return { url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`, arm: () => { armed = true } }
 }
 
-t.test('transaction(): a connection lost before EXEC\'s reply rejects it, and nothing of it is sent again outside MULTI', async t => {
+t.test('transaction(): a connection lost before EXEC\'s reply rejects it, and nothing of it is sent again outside MULTI', { skip: ownRedis.skip }, async t => {
+  if (!ownRedis.present(t)) return
   const server = await startRedisServer()
   t.teardown(() => server.stop())
   const relay = await replyCutAfterMulti(t, server.url)
