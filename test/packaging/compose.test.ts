@@ -2,8 +2,9 @@
 // order, a stop grace period longer than the gateway's drain, Redis with AOF
 // persistence, and a gateway environment made only of variables the gateway knows.
 // The compose CLI validates the file as well, and redis-server boots the mounted
-// config/redis.conf. scripts/install-packaging-tools.sh installs both (npm test
-// runs it); without them those two checks are skipped, except in CI.
+// config/redis.conf (redis-cli queries it). scripts/install-packaging-tools.sh
+// installs them (npm test runs it); without them those two checks are skipped,
+// except in CI.
 import t from 'tap'
 import { execFile } from 'node:child_process'
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
@@ -13,11 +14,11 @@ import { promisify } from 'node:util'
 import { parse as parseYaml } from 'yaml'
 import { ConfigSchema } from '../../src/config/schema.js'
 import { loadConfig } from '../../src/config/load.js'
-import { externalTool } from '../fixtures/external-tools.js'
+import { externalTool, externalTools } from '../fixtures/external-tools.js'
 
 const run = promisify(execFile)
 const ROOT = join(import.meta.dirname, '..', '..')
-const redisServer = await externalTool('redis-server')
+const redisTools = await externalTools(['redis-server', 'redis-cli'])
 const composeCli = await externalTool('compose')
 
 type Service = Record<string, unknown> & { environment?: Record<string, string>, healthcheck?: { test?: unknown } }
@@ -132,8 +133,8 @@ t.test('redis persists with AOF from the mounted config', async t => {
   t.ok(Object.hasOwn(compose.volumes ?? {}, volumeName), 'a named volume')
 })
 
-t.test('redis-server boots config/redis.conf', { skip: redisServer.skip }, async t => {
-  if (redisServer.require(t) === undefined) return
+t.test('redis-server boots config/redis.conf', { skip: redisTools.skip }, async t => {
+  if (!redisTools.present(t)) return
   const dir = await mkdtemp(join(tmpdir(), 'mcpgw-redis-conf-'))
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const conf = (await readFile(join(ROOT, 'config', 'redis.conf'), 'utf8')).replace(/^dir .*$/m, `dir ${dir}`)
