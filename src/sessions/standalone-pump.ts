@@ -6,7 +6,7 @@ import type { EventStore, SessionRecord, StreamState, UpstreamPlacement } from '
 import { errors } from '../errors.js'
 import { samePlacement, sessionRequest } from '../upstream/session-request.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
-import type { GatewayMetrics } from '../metrics/metrics.js'
+import { statusClass, type GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { mediaType } from '../upstream/headers.js'
 import type { ReadAheadBudget } from '../recording/read-ahead.js'
@@ -194,22 +194,31 @@ export class StandalonePump {
   }
 
   async #request (headers: Record<string, string | string[]>): Promise<UpstreamResponse> {
-    const { upstream, metrics } = this.#o
     const placement = await this.#o.placement().catch((err: unknown) => { this.#stop('refused'); throw errors.storeUnavailable(err) })
     if (placement === null) {
       this.#stop('refused')
       throw errors.sessionNotFound()
     }
     this.#read(placement)
+    try {
+      return await this.#get(placement, headers)
+    } catch (err) {
+      this.#stop('refused')
+      throw err
+    }
+  }
+
+  /** The upstream GET at `placement`, timed and its failure counted (both ways it is opened: #request and #resume). */
+  async #get (placement: SessionRecord, headers: Record<string, string | string[]>): Promise<UpstreamResponse> {
+    const { upstream, metrics } = this.#o
     const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
     try {
       const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
-      end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
+      end({ status_class: statusClass(res.statusCode) })
       return res
     } catch (err) {
       end({ status_class: 'error' })
       metrics.upstreamErrors.inc({ kind: 'request' })
-      this.#stop('refused')
       throw err
     }
   }
@@ -278,8 +287,6 @@ export class StandalonePump {
       this.#o.log.debug('a DELETE of the session is on its way upstream: its ended GET stream is not reopened')
       return undefined
     }
-    const { upstream, metrics } = this.#o
-    const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
     const placement = await this.#o.placement()
     if (placement === null || this.stopped) return undefined
     // Established upstream again meanwhile: the new upstream session's stream is another
@@ -287,8 +294,7 @@ export class StandalonePump {
     const moved = this.#record !== undefined && !samePlacement(this.#record, placement)
     this.#read(placement)
     const headers = lastEventId === undefined || moved ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }
-    const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
-    end({ status_class: `${Math.floor(res.statusCode / 100)}xx` })
+    const res = await this.#get(placement, headers)
     if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
     discardBody(res.body)
     return undefined

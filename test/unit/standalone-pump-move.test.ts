@@ -16,6 +16,7 @@ import { StandalonePump, type PumpOptions } from '../../src/sessions/standalone-
 import { ReadAheadBudget } from '../../src/recording/read-ahead.js'
 import type { EventStore, SessionRecord } from '../../src/store/contract.js'
 import { GatewayMetrics } from '../../src/metrics/metrics.js'
+import { metricSum } from '../fixtures/hardening.js'
 import type { UpstreamClient } from '../../src/upstream/client.js'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
@@ -173,6 +174,30 @@ t.test('an append still in flight when the pump moved away notes nothing on the 
   await sleep(20)
   t.same(noted, [''], 'only the next pump\'s forgetting: the old session\'s id never reaches the lease')
   p2.stop()
+})
+
+t.test('a resume of the upstream GET that fails is timed and counted as an upstream error, as its first opening would be', async t => {
+  const { held, pump } = setup()
+  const body = new PassThrough()
+  const counted = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  let requests = 0
+  const p = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), {
+    metrics: counted,
+    upstream: {
+      async request () {
+        if (++requests > 1) throw new Error('connect ECONNREFUSED')
+        return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body }
+      }
+    } as unknown as UpstreamClient
+  })
+  t.equal(await p.open({}), null, 'the GET runs')
+  body.end() // the upstream ends its GET: the pump resumes it, and the upstream is gone
+  await waitFor(() => requests > 1)
+  await sleep(20)
+  const text = await counted.registry.metrics()
+  t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'request' }), 1, 'the failed resume counted')
+  t.equal(metricSum(text, 'mcpgw_upstream_request_duration_seconds_count', { status_class: 'error' }), 1, 'and timed, its status class "error"')
+  p.stop()
 })
 
 async function waitFor (check: () => boolean): Promise<void> {
