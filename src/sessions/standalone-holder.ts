@@ -170,13 +170,26 @@ export class StandaloneHolder {
       } catch (err) {
         log.warn({ err }, 'the upstream GET of the session established again could not be opened; the client reconnects')
       }
-      // As a failed takeover: the place and the lease go back, the client attached here
-      // reconnects through ensurePump, which opens the stream or passes a refusal on.
-      this.#o.admission?.release(sessionId)
-      await lease.giveBack().catch(() => {})
-      s.standaloneClient?.close('upstream_error')
-      return null
+      // As a failed takeover.
+      return await this.#giveUp(s, sessionId, lease)
     }) as Opened
+    this.#forgetOnceSettled(sessionId, opened)
+  }
+
+  /**
+   * A stream this replica could not open after all (a takeover, a follow): the
+   * place and the lease go back, and the client attached here reconnects
+   * through ensurePump, which opens the stream or passes a refusal on.
+   */
+  async #giveUp (s: LocalSession, sessionId: string, lease: Lease): Promise<null> {
+    this.#o.admission?.release(sessionId)
+    await lease.giveBack().catch(() => {})
+    s.standaloneClient?.close('upstream_error')
+    return null
+  }
+
+  /** The session is forgotten here once its opening settled, unless something holds it (LocalSessions.forget). */
+  #forgetOnceSettled (sessionId: string, opened: Opened): void {
     opened.catch(() => null).finally(() => this.#sessions.forget(sessionId)).catch(() => {})
   }
 
@@ -270,14 +283,7 @@ export class StandaloneHolder {
     // The lease came free: another replica let go of the stream or died (takeover), or this
     // one let go of it just before its client attached.
     log.info({ takeover: lease.takeover }, 'the upstream GET stream\'s lease came free: opening the stream here for the client attached')
-    // The place and the lease go back; the client's reconnect goes through ensurePump,
-    // which opens the stream or passes the upstream's refusal on.
-    const giveUp = async (): Promise<null> => {
-      this.#o.admission?.release(sessionId)
-      await lease.giveBack().catch(() => {})
-      s.standaloneClient?.close('upstream_error')
-      return null
-    }
+    const giveUp = async (): Promise<null> => await this.#giveUp(s, sessionId, lease)
     const opened = s.open(async () => {
       // Counted for its principal, never refused for it (AdmissionKind). The check above may be
       // stale after that wait: another takeover may have filled MAX_SESSIONS meanwhile.
@@ -302,6 +308,6 @@ export class StandaloneHolder {
         await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
       }
     }) as Opened
-    opened.catch(() => null).finally(() => this.#sessions.forget(sessionId)).catch(() => {})
+    this.#forgetOnceSettled(sessionId, opened)
   }
 }
