@@ -18,6 +18,7 @@ import { buildAdminServer } from './routes/admin.js'
 import { limitConnections } from './routes/connection-limits.js'
 import { listenerOptions } from './routes/listener-options.js'
 import { registerMcpEndpoint } from './routes/mcp/index.js'
+import { servePipelinedInTurn } from './routes/pipelining.js'
 import { registerProxyRoute } from './routes/proxy.js'
 import { registerRequestHooks } from './routes/request-hooks.js'
 import { traceRequests } from './tracing/spans.js'
@@ -90,6 +91,8 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
 
   const app = Fastify(listenerOptions(config, { logger: log, metrics, fromTrustedProxy }))
   limitConnections(app.server, { maxConnections: config.maxConnections, maxPerAddress: config.maxConnectionsPerAddress, exempt: fromTrustedProxy })
+  // First of the hooks: a pipelined request waits for its turn before anything is done for it.
+  servePipelinedInTurn(app)
   if (deps.tracer !== undefined) {
     // First of the hooks: refusals get their span too.
     traceRequests(app, deps.tracer, fromTrustedProxy)

@@ -5,6 +5,7 @@ import { errors, GatewayError, jsonRpcErrorBody } from '../errors.js'
 import { headerLines, requestAuthority } from '../net/request-authority.js'
 import type { HostPolicy } from '../net/host-policy.js'
 import { discardBody, UpstreamAbort, type UpstreamClient } from '../upstream/client.js'
+import { servePipelinedInTurn } from './pipelining.js'
 
 export interface AdminDeps {
   readonly store: EventStore
@@ -92,6 +93,8 @@ export function registerAdminRoutes (admin: FastifyInstance, deps: AdminDeps): v
  */
 export function buildAdminServer (logger: FastifyBaseLogger, allowedHosts: HostPolicy, deps: AdminDeps): FastifyInstance {
   const admin = Fastify({ loggerInstance: logger.child({ listener: 'admin' }), logController: new LogController({ disableRequestLogging: true }) })
+  // Pipelined /upstreamz probes must not reach the upstream all at once.
+  servePipelinedInTurn(admin)
   admin.addHook('onRequest', async (request, reply) => {
     const authority = requestAuthority(allowedHosts, { hosts: headerLines(request.raw.rawHeaders, 'host'), trustedPeer: false, protocol: 'http' })
     if (authority.kind !== 'served') {
