@@ -21,13 +21,25 @@
  */
 import { PageBuffers } from './page-buffers.js'
 
+/** A client's TCP (or TLS) socket, as this sees it. */
+export interface ClientSocket {
+  readonly destroyed: boolean
+  destroy: () => void
+}
+
 /** The parts of a client connection (an http ServerResponse) this reads. */
 export interface WaitingConnection {
   /** Bytes written and not yet handed to the kernel (the write in flight included). */
   readonly writableLength: number
   readonly destroyed: boolean
-  /** Its socket: libuv's queue is read from the socket's handle (see above). */
-  readonly socket: object | null
+  /**
+   * Its socket: libuv's queue is read from the socket's handle (see above).
+   * null while the answer waits behind an earlier one of its connection (Node
+   * hands the socket to pipelined answers in turn).
+   */
+  readonly socket: ClientSocket | null
+  /** Its request, whose socket is the connection's from the start. */
+  readonly req?: { readonly socket: ClientSocket | null }
   destroy: () => void
   once: (event: 'close', listener: () => void) => unknown
 }
@@ -186,13 +198,17 @@ export class ClientBuffer {
     if (now - this.#progressAt < timeoutMs) return
     this.#release()
     this.#raw.destroy()
+    // An answer without its socket yet destroys nothing by itself (Node
+    // destroys the socket when handing it over): the connection is cut now,
+    // and the answers queued on it leave uncounted (see #settle).
+    this.#connectionSocket()?.destroy()
     this.#listener.writeTimedOut(waiting)
   }
 
   /** Charge what waits now; start or stop watching. */
   #settle (): void {
     const raw = this.#raw
-    const waiting = raw.destroyed ? 0 : raw.writableLength
+    const waiting = raw.destroyed || this.#connectionSocket()?.destroyed === true ? 0 : raw.writableLength
     if (waiting === 0) {
       this.#release()
       return
@@ -218,6 +234,11 @@ export class ClientBuffer {
     if (!this.#watched) return
     this.#watched = false
     this.#buffers.unwatch(this)
+  }
+
+  /** The connection's socket: the answer's own, or while it waits its turn, its request's. */
+  #connectionSocket (): ClientSocket | null | undefined {
+    return this.#raw.socket ?? this.#raw.req?.socket
   }
 
   #queued (): number {

@@ -3,15 +3,37 @@
 import t from 'tap'
 import { ClientBuffers, type WaitingConnection } from '../../src/sse/client-buffers.js'
 
-/** A connection whose bytes waiting and libuv queue the test sets. */
+/** A client's socket; its handle's libuv queue the test sets. */
+class FakeSocket {
+  destroyed = false
+  readonly _handle = { writeQueueSize: 0 }
+  destroy (): void { this.destroyed = true }
+}
+
+/**
+ * A connection whose bytes waiting and libuv queue the test sets. `queuedOn`:
+ * an answer pipelined behind another on that socket (its own socket is null
+ * until its turn, and destroying it then destroys nothing yet, as in Node).
+ */
 class FakeConnection implements WaitingConnection {
   writableLength = 0
   destroyed = false
-  readonly handle = { writeQueueSize: 0 }
-  readonly socket = { _handle: this.handle }
+  readonly socket: FakeSocket | null
+  readonly handle: { writeQueueSize: number }
+  readonly req: { readonly socket: FakeSocket }
   #onClose: Array<() => void> = []
+
+  constructor (queuedOn?: FakeSocket) {
+    const socket = queuedOn ?? new FakeSocket()
+    this.socket = queuedOn === undefined ? socket : null
+    this.handle = socket._handle
+    this.req = { socket }
+  }
+
   destroy (): void {
     this.destroyed = true
+    if (this.socket === null) return
+    this.socket.destroy()
     for (const listener of this.#onClose) listener()
   }
 
@@ -23,14 +45,14 @@ class FakeConnection implements WaitingConnection {
 
 const TIMEOUT = 10_000
 
-function setup (maxBytes = 1000): { buffers: ClientBuffers, clock: { now: number }, connection: () => { raw: FakeConnection, cut: number[], account: ReturnType<ClientBuffers['connection']>, write: (bytes: number) => void } } {
+function setup (maxBytes = 1000): { buffers: ClientBuffers, clock: { now: number }, connection: (queuedOn?: FakeSocket) => { raw: FakeConnection, cut: number[], account: ReturnType<ClientBuffers['connection']>, write: (bytes: number) => void } } {
   const clock = { now: 0 }
   const buffers = new ClientBuffers({ maxBytes, writeTimeoutMs: TIMEOUT, now: () => clock.now, timer: false })
   return {
     buffers,
     clock,
-    connection: () => {
-      const raw = new FakeConnection()
+    connection: (queuedOn?: FakeSocket) => {
+      const raw = new FakeConnection(queuedOn)
       const cut: number[] = []
       const account = buffers.connection(raw, { writeTimedOut: waiting => { cut.push(waiting) } })
       return { raw, cut, account, write: (bytes: number) => { raw.writableLength += bytes; account.wrote(bytes) } }
@@ -115,6 +137,33 @@ t.test('drained: the connection leaves the watch; bytes waiting later start a ne
   clock.now = 2 * TIMEOUT
   buffers.tick()
   t.same(cut, [100])
+})
+
+t.test('answers pipelined on one stuck connection: the connection is cut once, counted once', async t => {
+  const { buffers, clock, connection } = setup()
+  const first = connection()
+  const socket = first.raw.socket!
+  const queued = [connection(socket), connection(socket)]
+  first.write(100)
+  // Answers written before their turn wait in their own queue, not the socket's.
+  for (const answer of queued) answer.write(200)
+  clock.now = TIMEOUT
+  buffers.tick()
+  t.equal(socket.destroyed, true, 'the connection\'s socket is destroyed')
+  t.same([first, ...queued].map(answer => answer.cut), [[100], [], []], 'one cut counted: the queued answers leave with their connection')
+  t.equal(buffers.waitingBytes, 0, 'none of their bytes stay charged')
+  t.equal(buffers.watched, 0)
+})
+
+t.test('a queued answer stuck on its own cuts its request\'s socket', async t => {
+  const { buffers, clock, connection } = setup()
+  const socket = connection().raw.socket!
+  const queued = connection(socket)
+  queued.write(200)
+  clock.now = TIMEOUT
+  buffers.tick()
+  t.equal(socket.destroyed, true, 'destroyed now, not when Node would hand the socket over')
+  t.same(queued.cut, [200])
 })
 
 t.test('a connection closed by its client leaves the budget at once', async t => {
