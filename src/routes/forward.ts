@@ -4,7 +4,7 @@ import { errors } from '../errors.js'
 import type { Authority } from '../net/request-authority.js'
 import { statusClass } from '../metrics/metrics.js'
 import type { UpstreamPlacement } from '../store/contract.js'
-import type { UpstreamClient, UpstreamRequest, UpstreamResponse } from '../upstream/client.js'
+import { discardBody, type UpstreamClient, type UpstreamRequest, type UpstreamResponse } from '../upstream/client.js'
 import { sessionRequest } from '../upstream/session-request.js'
 import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/headers.js'
 import { relayedBody, type RelayDeps } from '../sse/relayed-answer.js'
@@ -68,9 +68,10 @@ export function sendUpstreamResponse (deps: RelayDeps, reply: FastifyReply, res:
  * Transparent streaming proxy: for paths other than the MCP endpoint and for
  * modern-era MCP requests. Closing the client connection aborts the upstream
  * request (there, disconnect means cancellation). `session`: the request named
- * a session the gateway holds, addressed upstream where it lives.
+ * a session the gateway holds, addressed upstream where it lives. `admit`:
+ * may refuse the upstream's answer by throwing (its body is then discarded).
  */
-export async function forwardTransparently (deps: ForwardDeps, request: FastifyRequest, reply: FastifyReply, body: Buffer | Readable | undefined, session?: UpstreamPlacement): Promise<FastifyReply> {
+export async function forwardTransparently (deps: ForwardDeps, request: FastifyRequest, reply: FastifyReply, body: Buffer | Readable | undefined, session?: UpstreamPlacement, admit?: (res: UpstreamResponse) => void): Promise<FastifyReply> {
   const abort = new AbortController()
   const onClose = (): void => { if (!reply.raw.writableFinished) abort.abort() }
   reply.raw.once('close', onClose)
@@ -97,5 +98,11 @@ export async function forwardTransparently (deps: ForwardDeps, request: FastifyR
     throw err
   }
   end({ status_class: statusClass(res.statusCode) })
+  try {
+    admit?.(res)
+  } catch (err) {
+    discardBody(res.body)
+    throw err
+  }
   return sendUpstreamResponse(deps, reply, res)
 }

@@ -11,6 +11,7 @@ import type { ClientBuffers } from '../../sse/client-buffers.js'
 import { ClientStream } from '../../sse/client-stream.js'
 import type { KeepAliveTicker } from '../../sse/keep-alive.js'
 import type { EventStore } from '../../store/contract.js'
+import type { InitializeRate } from './initialize-rate.js'
 import type { ReplayLimiter } from './replay-limit.js'
 import type { SessionReestablisher } from '../../sessions/reestablish.js'
 import { lostSession, upstreamNeverReached } from '../../sessions/reestablish.js'
@@ -94,16 +95,19 @@ export class McpContext {
   readonly guard: SessionGuard
   readonly replayPages: ReplayPages
   readonly replays: ReplayLimiter
+  /** INITIALIZES_PER_MINUTE_PER_ADDRESS, taken before the upstream and where a session is issued. */
+  readonly initializes: InitializeRate
   readonly #relapses: Relapses
   readonly #keepAlive: KeepAliveTicker
 
-  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, replays: ReplayLimiter }) {
+  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, replays: ReplayLimiter, initializes: InitializeRate }) {
     this.deps = deps
     this.random = deps.random ?? randomBytes
     this.sessions = parts.sessions
     this.guard = parts.guard
     this.#keepAlive = parts.keepAlive
     this.replays = parts.replays
+    this.initializes = parts.initializes
     this.#relapses = new Relapses({ maxEntries: Math.max(1000, deps.config.maxSessions) })
     this.replayPages = replayPagesFor(deps.config.clientBufferMaxBytes)
   }

@@ -16,6 +16,7 @@ import { handleDelete } from './delete.js'
 import { handleGet } from './get.js'
 import { handlePost } from './post.js'
 import { InitializeRate, isInitializeRequest } from './initialize-rate.js'
+import { admitAnswer } from './issued-session.js'
 import { SessionRateLimiter } from './rate-limit.js'
 import { ReplayLimiter } from './replay-limit.js'
 import { sessionIdOf } from './request-headers.js'
@@ -78,7 +79,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
   const keepAlive = new KeepAliveTicker(config.keepaliveIntervalMs)
   app.addHook('onClose', async () => { keepAlive.stop() })
-  const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream) })
+  const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream), initializes })
 
   app.route({
     method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH', 'OPTIONS', 'HEAD'],
@@ -90,11 +91,14 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
       const proto = protocolInfo(versionHeader)
       if (proto === null) throw errors.badProtocolVersion(String(versionHeader))
       const sessionId = sessionIdOf(request)
-      // Only a legacy-era initialize makes a session here (the 2026-07-28 revision has none),
-      // and only those bodies are parsed to tell.
-      if (sessionId === undefined && request.method === 'POST' && proto.era === 'legacy' && isInitializeRequest(request.body as Buffer | undefined)) {
+      const sessionLess = sessionId === undefined && request.method === 'POST'
+      // INITIALIZES_PER_MINUTE_PER_ADDRESS. A legacy-era initialize the gateway reads as one is
+      // refused here, before the upstream (only session-less POST bodies are parsed to tell).
+      // Any other session-less POST is counted if the upstream issues it a session, in either
+      // era (post.ts, issued-session.ts); none is counted twice.
+      if (sessionLess && proto.era === 'legacy' && isInitializeRequest(request.body as Buffer | undefined)) {
         // request.ip: the peer, or the client a trusted proxy forwards for.
-        const wait = initializes.take(request.ip)
+        const wait = initializes.beforeUpstream(request)
         if (wait > 0) throw errors.initializeRateLimited(wait)
       }
       if (sessionId !== undefined) {
@@ -111,7 +115,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
         // Methods the MCP endpoint does not define need a verified token, as on any other
         // path; OPTIONS does not: a browser's CORS preflight never carries credentials.
         if (sessionId === undefined && proto.era === 'legacy' && request.method !== 'OPTIONS') await guard.verifiedPrincipalOf(request)
-        return await forwardTransparently(deps, request, reply, request.body as Buffer | undefined, record)
+        return await forwardTransparently(deps, request, reply, request.body as Buffer | undefined, record,
+          sessionLess ? res => { admitAnswer(ctx, request, res) } : undefined)
       }
       switch (request.method) {
         case 'POST': return await handlePost(ctx, request, reply, proto)

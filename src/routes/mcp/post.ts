@@ -22,6 +22,7 @@ import { sessionRequest } from '../../upstream/session-request.js'
 import { clientResponseHeaders, headerValue, mediaType } from '../../upstream/headers.js'
 import { sendUpstreamResponse } from '../forward.js'
 import { STANDALONE_OPEN_WAIT_MS, type McpContext } from './context.js'
+import { admitIssuedSession } from './issued-session.js'
 import { isUpstreamSessionId, recordableHeaders, sessionIdOf, upstreamGetHeaders } from './request-headers.js'
 import { sessionHash } from './session-guard.js'
 
@@ -67,13 +68,21 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
 }
 
 /**
- * initialize: the upstream issued a session. The client gets the gateway's
+ * initialize: the upstream issued a session. Counted against the client's
+ * address first (issued-session.ts): past its initializes, 429 and the
+ * upstream session ended. The client gets the gateway's
  * own id for it, bound to this principal; the record keeps the upstream's id
  * and the recipe to establish the session again: the client's initialize and
  * what its result promised, read from the answer before it is passed on.
  */
 async function createSession (ctx: McpContext, request: FastifyRequest, principal: string, issued: string, res: UpstreamResponse): Promise<{ sessionId: string, res: UpstreamResponse }> {
   const { hub, metrics, config } = ctx.deps
+  try {
+    admitIssuedSession(ctx, request, { upstreamSessionId: issued, ...(res.endpoint !== undefined && { endpoint: res.endpoint }) })
+  } catch (err) {
+    discardBody(res.body)
+    throw err
+  }
   const sessionId = ctx.guard.ids.issue(principal, issued)
   const body = request.body as Buffer | undefined
   const ok = res.statusCode >= 200 && res.statusCode < 300
