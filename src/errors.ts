@@ -21,6 +21,7 @@ export const REFUSALS = {
   MCPGW_NOT_ACCEPTABLE: { status: 406, rpcCode: -32000, reason: 'not_acceptable' },
   MCPGW_REQUEST_TIMEOUT: { status: 408, rpcCode: -32000, reason: 'request_timeout' },
   MCPGW_BODY_TOO_LARGE: { status: 413, rpcCode: -32000, reason: 'body_too_large' },
+  MCPGW_UNSUPPORTED_CONTENT_ENCODING: { status: 415, rpcCode: -32000, reason: 'unsupported_content_encoding' },
   MCPGW_INITIALIZE_RATE_LIMITED: { status: 429, rpcCode: -32000, reason: 'initialize_rate_limited' },
   MCPGW_RATE_LIMITED: { status: 429, rpcCode: -32000, reason: 'rate_limited' },
   MCPGW_TOO_MANY_PRINCIPAL_SESSIONS: { status: 429, rpcCode: -32000, reason: 'too_many_principal_sessions' },
@@ -95,6 +96,9 @@ export const errors = {
     `Request Header Fields Too Large: headers are limited to MAX_HEADER_BYTES (${maxHeaderBytes}).`),
   bodyTooLarge: (maxBodyBytes: number) => refusal('MCPGW_BODY_TOO_LARGE',
     `Payload Too Large: request bodies are limited to MAX_BODY_BYTES (${maxBodyBytes}).`),
+  /** RFC 9110 section 12.5.3: a 415 for a content coding names the ones accepted. */
+  unsupportedContentEncoding: () => refusal('MCPGW_UNSUPPORTED_CONTENT_ENCODING',
+    'Unsupported Media Type: request bodies on the MCP endpoint are not compressed (Content-Encoding identity, or none).', { 'accept-encoding': 'identity' }),
   nonCanonicalMcpPath: (mcpPath: string) => refusal('MCPGW_NON_CANONICAL_PATH',
     `Bad Request: this path is another spelling of the MCP endpoint; use ${mcpPath} exactly.`),
   badPath: (reason: string) => refusal('MCPGW_BAD_PATH',

@@ -1,8 +1,9 @@
 // INITIALIZES_PER_MINUTE_PER_ADDRESS holds whatever the gateway can read of
 // the body: an initialize the upstream reads as one (a byte order mark,
-// UTF-16, gzip, as express.json() reads them) or a session the upstream issues
+// UTF-16, as express.json() decodes them) or a session the upstream issues
 // under the 2026-07-28 revision is counted where the session is issued, and
-// refused past the limit with its upstream session ended. A real gateway in front of a
+// refused past the limit with its upstream session ended; a compressed body
+// is refused before it goes anywhere. A real gateway in front of a
 // hand-written upstream that reads bodies as express.json() does, raw HTTP.
 import { createServer } from 'node:http'
 import { gzipSync } from 'node:zlib'
@@ -72,7 +73,6 @@ t.test('initializes the gateway cannot read as such are counted where the upstre
     return answers
   }
   const variants: Array<{ name: string, address: string, headers: Record<string, string>, body: Buffer, sessions: number }> = [
-    { name: 'gzip-encoded', address: '198.51.100.5', headers: { 'content-encoding': 'gzip' }, body: gzipSync(INIT), sessions: LIMIT },
     { name: 'with a UTF-8 byte order mark', address: '198.51.100.1', headers: {}, body: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(INIT)]), sessions: LIMIT },
     { name: 'in UTF-16', address: '198.51.100.2', headers: { 'content-type': 'application/json; charset=utf-16' }, body: Buffer.from(`\ufeff${INIT}`, 'utf16le'), sessions: LIMIT },
     // The 2026-07-28 revision is proxied transparently: the gateway records no session, the upstream made one.
@@ -92,11 +92,38 @@ t.test('initializes the gateway cannot read as such are counted where the upstre
     t.notOk(upstream.issued.slice(before.issued, before.issued + LIMIT).some(id => upstream.deleted.includes(id)), `${variant.name}: the served ones were not`)
   }
   // Only the served legacy sessions opened an upstream GET (the rest would have held MAX_SESSIONS' 20).
-  t.ok(await until(() => upstream.gets() === 3 * LIMIT, 5000), 'the served sessions\' upstream GETs open')
+  t.ok(await until(() => upstream.gets() === 2 * LIMIT, 5000), 'the served sessions\' upstream GETs open')
   await new Promise(resolve => setTimeout(resolve, 200))
-  t.equal(upstream.gets(), 3 * LIMIT, `upstream GETs: ${3 * LIMIT}, for the served legacy sessions only`)
+  t.equal(upstream.gets(), 2 * LIMIT, `upstream GETs: ${2 * LIMIT}, for the served legacy sessions only`)
 
   // A plain initialize counted before the upstream is not counted again where its session is issued.
   const plain = await flood('198.51.100.4', {}, Buffer.from(INIT))
   t.same(plain.map(a => a.status), [...Array(LIMIT).fill(200), ...Array(ATTEMPTS - LIMIT).fill(429)], `plain: ${LIMIT} served, then 429`)
+})
+
+t.test('a compressed body is refused with 415 before it reaches the upstream', async t => {
+  const upstream = await startUpstream(t)
+  const gw = await startGateway(t, 'memory', upstream.url, { TRUSTED_PROXIES: 'loopback', INITIALIZES_PER_MINUTE_PER_ADDRESS: String(LIMIT) })
+  const mcpUrl = `${gw.url}/mcp`
+  const answers: Answer[] = []
+  for (let i = 0; i < ATTEMPTS; i++) {
+    answers.push(await exchange(mcpUrl, {
+      method: 'POST',
+      headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', 'mcp-protocol-version': '2025-11-25', 'content-encoding': 'gzip', 'x-forwarded-for': '198.51.100.9', authorization: `Bearer gz-${i}` },
+      body: gzipSync(INIT)
+    }))
+  }
+  t.same(answers.map(a => a.status), Array(ATTEMPTS).fill(415), 'every gzip initialize: 415')
+  t.equal(answers[0]?.headers['accept-encoding'], 'identity', 'naming the coding accepted')
+  t.match(jsonRpcError(answers[0]?.text ?? '')?.message, /not compressed/)
+  // Nothing compressed reaches the upstream: it would inflate past MAX_BODY_BYTES there.
+  t.same(upstream.posts, [], 'no POST reached the upstream')
+  t.equal((gw.store as MemoryEventStore).sessionCount, 0, 'no session')
+
+  const identity = await exchange(mcpUrl, {
+    method: 'POST',
+    headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', 'mcp-protocol-version': '2025-11-25', 'content-encoding': 'identity' },
+    body: INIT
+  })
+  t.equal(identity.status, 200, 'Content-Encoding: identity is served')
 })

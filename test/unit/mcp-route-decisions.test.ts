@@ -3,7 +3,7 @@ import fc from 'fast-check'
 import type { FastifyRequest } from 'fastify'
 import { replayPagesFor } from '../../src/routes/mcp/context.js'
 import { sessionGone } from '../../src/routes/mcp/delete.js'
-import { acceptsEventStream, isUpstreamSessionId, offeredVersion, sessionIdOf } from '../../src/routes/mcp/request-headers.js'
+import { acceptsEventStream, isIdentityCoded, isUpstreamSessionId, offeredVersion, sessionIdOf } from '../../src/routes/mcp/request-headers.js'
 import { SESSION_ID_MAX } from '../../src/protocol/session-id.js'
 import { LOST_PHRASES, requestResumePosition, resumePoint } from '../../src/routes/mcp/resume-point.js'
 import { orphanAnswer } from '../../src/routes/mcp/resume.js'
@@ -86,6 +86,11 @@ t.test('sessionIdOf: one value of visible ASCII, else 400', async (t) => {
 t.test('acceptsEventStream', async (t) => {
   for (const ok of [undefined, 'text/event-stream', '*/*', 'text/*', 'application/json, text/event-stream']) t.ok(acceptsEventStream(ok), String(ok))
   for (const bad of ['application/json', 'text/html', '']) t.notOk(acceptsEventStream(bad), bad)
+})
+
+t.test('isIdentityCoded: a body as sent (no Content-Encoding, or identity alone), else 415', async (t) => {
+  for (const value of [undefined, '', 'identity', 'IDENTITY', ' identity ', 'identity, identity', ['identity']]) t.ok(isIdentityCoded(value), JSON.stringify(value))
+  for (const value of ['gzip', 'x-gzip', 'deflate', 'br', 'zstd', 'identity, gzip', 'gzip, identity', ['identity', 'gzip'], 'identityx']) t.notOk(isIdentityCoded(value), JSON.stringify(value))
 })
 
 t.test('offeredVersion: a plain token from an initialize body, else nothing', async (t) => {

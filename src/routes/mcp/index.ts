@@ -19,7 +19,7 @@ import { InitializeRate, isInitializeRequest } from './initialize-rate.js'
 import { admitAnswer } from './issued-session.js'
 import { SessionRateLimiter } from './rate-limit.js'
 import { ReplayLimiter } from './replay-limit.js'
-import { sessionIdOf } from './request-headers.js'
+import { isIdentityCoded, sessionIdOf } from './request-headers.js'
 import { SessionCache } from './session-cache.js'
 import { SessionGuard } from './session-guard.js'
 
@@ -86,6 +86,10 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
     url: config.mcpPath,
     // Keep-alive comments come from the streams' own ticker (sse/keep-alive.ts).
     sse: { kind: 'manual', heartbeat: false },
+    // Before the body is read: a compressed body is refused whatever it holds.
+    onRequest: async request => {
+      if (!isIdentityCoded(request.headers['content-encoding'])) throw errors.unsupportedContentEncoding()
+    },
     handler: async (request, reply) => {
       const versionHeader = request.headers['mcp-protocol-version']
       const proto = protocolInfo(versionHeader)

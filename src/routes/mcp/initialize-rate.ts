@@ -35,7 +35,7 @@ function isInitialize (message: unknown): boolean {
  *
  * A request is counted once, at one of two points: before the upstream, for
  * a body the gateway reads as an initialize (beforeUpstream), else where the
- * upstream issues it a session, whatever the body, its coding or the
+ * upstream issues it a session, whatever the body, its charset or the
  * protocol revision claimed (sessionIssued). Only the second holds against
  * any upstream, whose body parser may read what the gateway does not (a byte
  * order mark, UTF-16); the first spares the upstream a plain flood.

@@ -27,6 +27,19 @@ export function sessionIdOf (request: FastifyRequest): string | undefined {
   return value
 }
 
+/**
+ * Whether a body's Content-Encoding leaves it as sent (none, or identity
+ * alone). MCP clients do not compress requests, and the gateway reads
+ * initialize and session-state bodies for the recipe and the initialize
+ * limit; a compressed body would pass unread, and inflate upstream beyond
+ * MAX_BODY_BYTES.
+ */
+export function isIdentityCoded (contentEncoding: string | string[] | undefined): boolean {
+  if (contentEncoding === undefined) return true
+  const codings = (Array.isArray(contentEncoding) ? contentEncoding.join(',') : contentEncoding).split(',')
+  return codings.every(coding => /^\s*(identity)?\s*$/i.test(coding))
+}
+
 /** Whether a GET's Accept lets it be answered with an SSE stream (no Accept does). */
 export function acceptsEventStream (accept: string | undefined): boolean {
   return accept === undefined || /text\/event-stream|\*\/\*|text\/\*/.test(accept)
