@@ -1,5 +1,4 @@
 import { Agent, Pool, errors as undiciErrors, type Dispatcher } from 'undici'
-import { EventEmitter } from 'node:events'
 import type { Readable } from 'node:stream'
 import { errors, GatewayError } from '../errors.js'
 import { EndpointSet, type EndpointKey, type EndpointRoute } from './endpoint-set.js'
@@ -41,19 +40,48 @@ export interface UpstreamRequest {
   readonly newSession?: boolean | undefined
 }
 
+const NO_LISTENERS: ReadonlyArray<() => void> = []
+
 /**
  * Aborts an upstream request, like an AbortController, for requests that
  * may stay open for a stream's whole life. undici takes an EventEmitter as a
- * signal; an AbortSignal is an EventTarget with two Maps, about 0.6 KB more
- * per idle stream (bench/idle-census.mjs --by-owner).
+ * signal (it calls `once('abort')` and `removeListener`); an AbortSignal is an
+ * EventTarget with two Maps, about 0.6 KB more per idle stream, and an
+ * EventEmitter's listener table and once-wrapper about 0.3 KB
+ * (bench/idle-census.mjs --by-owner). This keeps undici's listeners itself:
+ * one per request open under it, most often one.
  */
-export class UpstreamAbort extends EventEmitter {
+export class UpstreamAbort {
   aborted = false
+  /** Of the exact length (concat, filter): push() would make room for 17. */
+  #listeners: ReadonlyArray<() => void> = NO_LISTENERS
+
+  /** As undici registers (once: an abort happens once). */
+  once (_event: 'abort', listener: () => void): this {
+    if (!this.aborted) this.#listeners = this.#listeners.concat(listener)
+    return this
+  }
+
+  /** undici checks for `on` to tell an emitter. */
+  on (event: 'abort', listener: () => void): this {
+    return this.once(event, listener)
+  }
+
+  removeListener (_event: 'abort', listener: () => void): this {
+    this.#listeners = this.#listeners.filter(l => l !== listener)
+    return this
+  }
+
+  listenerCount (_event: 'abort'): number {
+    return this.#listeners.length
+  }
 
   abort (): void {
     if (this.aborted) return
     this.aborted = true
-    this.emit('abort')
+    const listeners = this.#listeners
+    this.#listeners = NO_LISTENERS
+    for (const listener of listeners) listener()
   }
 }
 

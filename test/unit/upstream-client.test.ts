@@ -77,6 +77,14 @@ t.test('UpstreamAbort ends a request before its answer and a stream in the middl
   early.abort()
   await t.rejects(pending, { name: 'AbortError' }, 'a request waiting for its head is aborted')
 
+  const read = new UpstreamAbort()
+  const whole = await client.request({ method: 'GET', path: '/stream', headers: {}, signal: read })
+  t.equal(read.listenerCount('abort'), 1, 'an open answer listens to its signal')
+  const wholeClosed = new Promise(resolve => whole.body.once('close', resolve))
+  discardBody(whole.body)
+  await wholeClosed
+  t.equal(read.listenerCount('abort'), 0, 'an answer closed without an abort lets go of its signal')
+
   const late = new UpstreamAbort()
   const res = await client.request({ method: 'GET', path: '/stream', headers: {}, signal: late })
   const ended = new Promise<Error | undefined>(resolve => {
@@ -87,8 +95,8 @@ t.test('UpstreamAbort ends a request before its answer and a stream in the middl
   late.abort()
   late.abort()
   t.match(await ended, { name: 'AbortError' }, 'a streaming answer ends in an abort')
-  for (let i = 0; i < 100 && closed.length < 2; i++) await sleep(10)
-  t.same(closed.sort(), ['/silent', '/stream'], 'both upstream connections closed')
+  for (let i = 0; i < 100 && closed.length < 3; i++) await sleep(10)
+  t.same(closed.sort(), ['/silent', '/stream', '/stream'], 'every upstream connection closed')
   t.equal(late.listenerCount('abort'), 0, 'undici let go of the signal')
 })
 
