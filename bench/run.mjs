@@ -16,6 +16,8 @@
 //                           [--gateway-b=<another build's main.js> --label-b=<what it is>]
 //                           [--out=bench/results] [--name=latest] [--nice=-5]
 // --rounds=N overrides the number of rounds of every scenario (replay: 2N).
+// --idle-rounds=N holds the idle streams N times through each proxy (default 1);
+// with --gateway-b the two builds take turns going first.
 // --replay-events=N resumes N events behind instead of 10,000 (the targets are
 // for 10,000; a short resume shows what comes before the first page).
 // --nice runs the benchmark and everything it starts at that niceness (negative
@@ -45,7 +47,7 @@ import { parseArgs } from './lib/args.mjs'
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
 
-const args = parseArgs(['quick', 'only', 'paths', 'gateway', 'label', 'gateway-b', 'label-b', 'out', 'name', 'nice', 'rounds', 'replay-events'], import.meta.url)
+const args = parseArgs(['quick', 'only', 'paths', 'gateway', 'label', 'gateway-b', 'label-b', 'out', 'name', 'nice', 'rounds', 'replay-events', 'idle-rounds'], import.meta.url)
 const QUICK = args.quick === true
 const ALL_PATHS = ['direct', 'nginx', 'node', 'gw-memory', 'gw-redis']
 const ALL_SCENARIOS = ['thr1', 'thr100', 'fair', 'lat1k', 'lat1k-lockstep', 'lat10k', 'replay', 'idle']
@@ -343,13 +345,18 @@ async function main () {
       ? `${count} streams instead of ${CFG.idleStreams}: the hard RLIMIT_NOFILE here is ${limits.hard} and each stream costs a proxy 2 descriptors, plus room for pooled connections (raising the hard limit needs CAP_SYS_RESOURCE)`
       : undefined
     if (results.idleNote !== undefined) log(results.idleNote)
-    for (const id of ['nginx', 'node', 'gw-memory', 'gw-redis'].filter(i => want.has(i))) {
+    // With --gateway-b each gateway path is followed by the other build's, the pair's order
+    // swapped every other round (--idle-rounds), so drift on the machine falls on both.
+    const idleRounds = Number(args['idle-rounds'] ?? 1)
+    const idleOrder = round => ['nginx', 'node', 'gw-memory', 'gw-redis'].filter(i => want.has(i)).flatMap(id =>
+      gatewayMainB === undefined || !id.startsWith('gw-') ? [id] : round % 2 === 0 ? [id, `${id}-b`] : [`${id}-b`, id])
+    for (const id of Array.from({ length: idleRounds }, (_, round) => idleOrder(round)).flat()) {
       let path
       try {
         path = await launch(id, limits, CFG.idleGatewayEnv)
         log(`idle: ${count} streams through ${id}`)
         const value = await idleRun(ctx, path, count, CFG.idle)
-        results.idle[id] = [value]
+        ;(results.idle[id] ??= []).push(value)
         log(`idle ${id}: ${value.accepted}/${value.attempted} accepted, ${value.kbPerStream.toFixed(1)} KB/stream, cpu at rest ${value.cpuPctAtRest.toFixed(2)}%, opened in ${value.openSeconds.toFixed(1)} s`)
       } catch (err) {
         errors.push({ scenario: 'idle', path: id, error: err.message })
@@ -486,7 +493,8 @@ try {
     replayFirst: Object.fromEntries(Object.entries(results.replayFirst).map(([k, v]) => [k, medians(v)])),
     // The worst round, not the median: a stall in one round of few is the finding.
     fair: Object.fromEntries(Object.entries(results.fair).map(([k, v]) => [k, worstFair(v)])),
-    idle: Object.fromEntries(Object.entries(results.idle).map(([k, v]) => [k, v[0]])),
+    // The round of median RSS per stream (one round: that one).
+    idle: Object.fromEntries(Object.entries(results.idle).map(([k, v]) => [k, [...v].sort((a, b) => a.kbPerStream - b.kbPerStream)[Math.floor((v.length - 1) / 2)]])),
     idleNote: results.idleNote,
     labelB: args['label-b'],
     redisConnectionsAtRest: results.redisConnectionsAtRest
