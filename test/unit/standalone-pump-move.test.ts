@@ -133,11 +133,7 @@ t.test('its appends say which upstream session they were read from, so a move el
       return new NumberedBatch(batch, 1)
     }
   } as unknown as EventStore
-  const p = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), {
-    store: recording,
-    metrics: new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false }),
-    upstream: { async request () { return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body } } } as unknown as UpstreamClient
-  })
+  const p = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), recordingFrom(body, recording))
   t.equal(await p.open({}), null, 'the GET runs')
   body.write('id: ev-1\ndata: {}\n\n')
   await waitFor(() => appends.length > 0)
@@ -160,11 +156,7 @@ t.test('an append still in flight when the pump moved away notes nothing on the 
       return new NumberedBatch(batch, 1)
     }
   } as unknown as EventStore
-  const p1 = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), {
-    store: slow,
-    metrics: new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false }),
-    upstream: { async request () { return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body } } } as unknown as UpstreamClient
-  })
+  const p1 = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), recordingFrom(body, slow))
   t.equal(await p1.open({}), null, 'the GET runs')
   body.write('id: old-session-ev-9\ndata: {}\n\n')
   await waitFor(() => appends > 0)
@@ -199,6 +191,15 @@ t.test('a resume of the upstream GET that fails is timed and counted as an upstr
   t.equal(metricSum(text, 'mcpgw_upstream_request_duration_seconds_count', { status_class: 'error' }), 1, 'and timed, its status class "error"')
   p.stop()
 })
+
+/** A pump's options to record what `body` carries into `into` (the recorder needs real metrics). */
+function recordingFrom (body: PassThrough, into: EventStore): Partial<PumpOptions> {
+  return {
+    store: into,
+    metrics: new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false }),
+    upstream: { async request () { return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body } } } as unknown as UpstreamClient
+  }
+}
 
 async function waitFor (check: () => boolean): Promise<void> {
   for (let i = 0; i < 200 && !check(); i++) await sleep(5)
