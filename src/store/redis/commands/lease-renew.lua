@@ -5,8 +5,11 @@
 -- holds the lease, 1 when renewed, 2 when it had expired unclaimed and is
 -- taken back, 3 when renewed or taken back but the record's upstream id is
 -- another (the session was established upstream again, maybe by another
--- replica). A record without one was never moved. (On Cluster a call carries
--- one pair: its keys share a slot.)
+-- replica). A record without one was never moved. Only the upstream session
+-- id is compared, not the endpoint (samePlacement in TypeScript compares
+-- both): a re-establishment always gives the session a new upstream id, and
+-- a record that comes to name the endpoint already holding its session
+-- moves no GET. (On Cluster a call carries one pair: its keys share a slot.)
 local out = {}
 for i = 1, #KEYS, 2 do
   local lease, meta = KEYS[i], KEYS[i + 1]
