@@ -44,10 +44,9 @@ export class ByteCap {
 
   /** The session's recipe from now on; its bytes count instead of the last one's (call evict after). */
   setRecipe (session: MemorySession, recipe: SessionRecipe | undefined): void {
-    const bytes = recipe === undefined ? 0 : recipeBytes(recipe)
-    this.#recordTotal += bytes - session.recipeBytes
-    session.recipe = recipe
-    session.recipeBytes = bytes
+    const kept = recipe === undefined ? undefined : { value: recipe, bytes: recipeBytes(recipe) }
+    this.#recordTotal += (kept?.bytes ?? 0) - (session.recipe?.bytes ?? 0)
+    session.recipe = kept
   }
 
   /** The stream was appended to: it is evicted last. */
@@ -61,7 +60,7 @@ export class ByteCap {
       this.#eventBytes -= stream.bytes
       this.#streams.delete(stream)
     }
-    this.#recordTotal -= this.#recordBytes.session + session.recipeBytes + session.streams.size * this.#recordBytes.stream
+    this.#recordTotal -= this.#recordBytes.session + (session.recipe?.bytes ?? 0) + session.streams.size * this.#recordBytes.stream
   }
 
   /**

@@ -131,13 +131,13 @@ export class MemoryEventStore implements EventStore {
   }
 
   async recipe (sessionId: string): Promise<SessionRecipe | null> {
-    return this.#sessions.live(sessionId)?.recipe ?? null
+    return this.#sessions.live(sessionId)?.recipe?.value ?? null
   }
 
   async recordSessionState (sessionId: string, change: SessionStateChange): Promise<void> {
     const session = this.#sessions.live(sessionId)
     if (session?.recipe === undefined) return
-    this.#cap.setRecipe(session, applyStateChange(session.recipe, change))
+    this.#cap.setRecipe(session, applyStateChange(session.recipe.value, change))
     this.#cap.evict(undefined, session, this.#sessions)
   }
 

@@ -9,11 +9,16 @@ export interface MemorySession {
   readonly id: string
   /** Replaced whole when the session moves upstream (movePlacement). */
   record: SessionRecord
-  /** Set through ByteCap.setRecipe only, which counts its bytes (recipeBytes) against the cap. */
-  recipe: SessionRecipe | undefined
-  recipeBytes: number
+  /** Set through ByteCap.setRecipe only, which counts its bytes against the cap. */
+  recipe: KeptRecipe | undefined
   readonly streams: Map<string, MemoryStream>
   expiresAt: number
+}
+
+/** A session's recipe and the bytes it counts for, one value: they cannot disagree. */
+export interface KeptRecipe {
+  readonly value: SessionRecipe
+  readonly bytes: number
 }
 
 export interface SessionTableOptions {
@@ -45,7 +50,7 @@ export class SessionTable {
 
   /** A new session without a recipe, most recently used; the id must not be held (drop() it first). */
   add (sessionId: string, record: SessionRecord): MemorySession {
-    const session: MemorySession = { id: sessionId, record, recipe: undefined, recipeBytes: 0, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs }
+    const session: MemorySession = { id: sessionId, record, recipe: undefined, streams: new Map(), expiresAt: this.#now() + this.#retention.ttlMs }
     this.#sessions.touch(sessionId, session)
     return session
   }
