@@ -10,7 +10,7 @@ import type { LocalSession, LocalSessions, Opened } from './local-session.js'
 import type { PumpAdmission } from './principal-quota.js'
 import type { ReadAheadBudget } from '../recording/read-ahead.js'
 import type { ResumeBounds } from '../recording/upstream-resume.js'
-import { StandalonePump, type PumpOutcome, type SessionRecovery } from './standalone-pump.js'
+import { PUMP_OUTCOMES, releasedAt, StandalonePump, type PumpOutcome, type SessionRecovery } from './standalone-pump.js'
 
 export interface StandaloneHolderOptions {
   readonly upstream: UpstreamClient
@@ -240,24 +240,20 @@ export class StandaloneHolder {
     // A refused pump's place stays with whoever started it, who may try again (claim's retries,
     // a takeover's attempts) and frees it when it gives up (SessionHub, #takeover); a moved
     // one's goes to the pump follow() starts at once.
-    if (outcome !== 'refused' && outcome !== 'moved') this.#o.admission?.release(sessionId)
+    const rule = PUMP_OUTCOMES[outcome]
+    if (releasedAt(outcome)) this.#o.admission?.release(sessionId)
     s.pumpStopped(pump)
     // Not forgotten either: follow() opens the stream again on this same LocalSession next.
-    if (outcome === 'moved') return
+    if (rule.lease === 'next_pump') return
     const local = s.standaloneClient
-    switch (outcome) {
-      case 'refused':
-      case 'handed_over':
-      case 'stopped':
-        // stopped: dropSession closes the clients itself, with its own outcome (session_deleted).
+    switch (rule.client) {
+      case 'as_is':
         break
-      case 'hold_expired':
-      case 'lease_lost':
-        // Another replica holds (or may take) the stream: the client here follows the store.
+      case 'follow_store':
         if (local !== undefined) this.watch(s, sessionId)
         break
-      default:
-        // The upstream GET ended or broke: the client reconnects (retry hint) and reopens it.
+      case 'reconnect':
+        // The client reconnects (retry hint) and reopens the upstream GET.
         local?.close(s.deleting ? 'session_deleted' : 'upstream_error')
     }
     this.#sessions.forget(sessionId)

@@ -105,8 +105,47 @@ type PumpPhase =
   | { readonly kind: 'recording' }
   | { readonly kind: 'stopped', readonly outcome: PumpOutcome }
 
-/** After these outcomes the upstream GET ended cleanly: the next holder owes clients no gap marker. */
-const CLEAN_END: ReadonlySet<PumpOutcome> = new Set(['completed', 'session_gone', 'stopped'])
+/** What a pump's end means for what it held: its lease (with its place), and the client attached here. */
+interface OutcomeRule {
+  /**
+   * `clean`: released, the upstream GET ended cleanly (the next holder owes
+   * clients no gap marker); `unclean`: released, the next holder marks a gap;
+   * `caller`: kept by whoever started the pump, who may try again (a refusal),
+   * with the session's place; `next_pump`: handed, with the place, to the
+   * pump that follows the session to its new placement (moveAway).
+   */
+  readonly lease: 'clean' | 'unclean' | 'caller' | 'next_pump'
+  /**
+   * `reconnect`: the client's stream is closed, and its reconnect reopens the
+   * upstream GET; `follow_store`: another replica holds (or may take) the
+   * stream, the client here follows the store; `as_is`: left alone (closed by
+   * whoever stopped the pump, or kept for the next pump).
+   */
+  readonly client: 'reconnect' | 'follow_store' | 'as_is'
+}
+
+/** The rule of each outcome: one row each, complete by type. */
+export const PUMP_OUTCOMES = {
+  completed: { lease: 'clean', client: 'reconnect' },
+  session_gone: { lease: 'clean', client: 'reconnect' },
+  // dropSession closes the clients itself, with its own outcome (session_deleted).
+  stopped: { lease: 'clean', client: 'as_is' },
+  upstream_error: { lease: 'unclean', client: 'reconnect' },
+  aborted: { lease: 'unclean', client: 'reconnect' },
+  event_too_large: { lease: 'unclean', client: 'reconnect' },
+  lease_lost: { lease: 'unclean', client: 'follow_store' },
+  hold_expired: { lease: 'unclean', client: 'follow_store' },
+  // The drain closes the clients, with their retry hint.
+  handed_over: { lease: 'unclean', client: 'as_is' },
+  refused: { lease: 'caller', client: 'as_is' },
+  moved: { lease: 'next_pump', client: 'as_is' }
+} as const satisfies Record<PumpOutcome, OutcomeRule>
+
+/** Whether the pump's lease, and the session's place, were let go at its end (not kept by its starter or handed on). */
+export function releasedAt (outcome: PumpOutcome): boolean {
+  const { lease } = PUMP_OUTCOMES[outcome]
+  return lease === 'clean' || lease === 'unclean'
+}
 
 /** What a pump's promise fields start as: one for every pump, not three each (48 bytes apiece). */
 const SETTLED: Promise<void> = Promise.resolve()
@@ -524,10 +563,10 @@ export class StandalonePump {
     const { log } = this.#o
     const lease = this.#lease
     // Released after the abort, so the next holder's GET does not race this one
-    // upstream. A lease already released or lost is left alone; a refused one
-    // is the caller's (it may retry), a moved one the next pump's.
-    if (outcome !== 'refused' && outcome !== 'moved') {
-      this.#released = lease.release(CLEAN_END.has(outcome) ? 'clean' : 'unclean').catch((err: unknown) => log.warn({ err }, 'could not release the upstream GET lease'))
+    // upstream. A lease already released or lost is left alone.
+    const end = PUMP_OUTCOMES[outcome].lease
+    if (end === 'clean' || end === 'unclean') {
+      this.#released = lease.release(end).catch((err: unknown) => log.warn({ err }, 'could not release the upstream GET lease'))
     }
     this.#o.onStop(outcome)
   }
