@@ -24,9 +24,11 @@ const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', '
  * upstream answered with a server error: the session is kept and the client
  * told to retry), `timed_out` (waited in vain for another replica's; kept
  * and retried likewise), `busy` (no turn within the fence's time under
- * REESTABLISH_CONCURRENCY; kept and retried likewise).
+ * REESTABLISH_CONCURRENCY; kept and retried likewise), `found` (a record
+ * that named no endpoint, recovered after the store lost it: the endpoint
+ * holding its upstream session was found and recorded, nothing established).
  */
-export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'incompatible', 'unrecorded', 'failed', 'unavailable', 'timed_out', 'busy'] as const
+export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'found', 'incompatible', 'unrecorded', 'failed', 'unavailable', 'timed_out', 'busy'] as const
 export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const

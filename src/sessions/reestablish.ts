@@ -20,7 +20,7 @@ import { headerValue, mediaType } from '../upstream/headers.js'
 import { readAnswerStart } from '../upstream/answer-start.js'
 import { isConnectFailure } from '../upstream/connect-failure.js'
 import { readJsonRpcAnswer, type JsonRpcResponse } from '../upstream/json-rpc-answer.js'
-import { sessionRequest } from '../upstream/session-request.js'
+import { samePlacement, sessionRequest } from '../upstream/session-request.js'
 
 export interface ReestablishOptions {
   readonly store: EventStore
@@ -37,8 +37,8 @@ export interface ReestablishOptions {
 
 /** How a re-establishment ended: the record to go on with, or why there is none. */
 export type Reestablished =
-  | { readonly outcome: 'reestablished' | 'joined', readonly record: SessionRecord }
-  | { readonly outcome: Exclude<ReestablishOutcome, 'reestablished' | 'joined'> }
+  | { readonly outcome: 'reestablished' | 'joined' | 'found', readonly record: SessionRecord }
+  | { readonly outcome: Exclude<ReestablishOutcome, 'reestablished' | 'joined' | 'found'> }
 
 const FENCE_MS = 10_000
 const WAIT_STEP_MS = 50
@@ -201,7 +201,7 @@ export class SessionReestablisher {
       await sleep(WAIT_STEP_MS)
       const record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
       if (record === null) return { outcome: 'incompatible' }
-      if (record.upstreamSessionId !== stale.upstreamSessionId) return { outcome: 'joined', record }
+      if (!samePlacement(record, stale)) return { outcome: 'joined', record }
       const mine = await this.#fenced(sessionId, token, stale, headers, log, deadline)
       if (mine !== undefined) return mine
     }
@@ -215,12 +215,16 @@ export class SessionReestablisher {
       metrics.timeStore('recipe', () => store.recipe(sessionId))
     ])
     if (current === null) return { outcome: 'incompatible' }
-    // Another replica did it just before this one took the fence.
-    if (current.upstreamSessionId !== stale.upstreamSessionId) return { outcome: 'joined', record: current }
-    if (recipe === null || !recipe.complete) return { outcome: 'unrecorded' }
+    // Another replica did it (or found the session's endpoint) just before this one took the fence.
+    if (!samePlacement(current, stale)) return { outcome: 'joined', record: current }
     // The upstream's answers within the fence's time: one that accepts the requests and
     // never answers must not hold the client's request (and the fence) for long.
     const signal = AbortSignal.timeout(this.#fenceMs)
+    if (current.endpoint === undefined && this.#o.upstream.endpoints.size > 1) {
+      const found = await this.#locate(sessionId, current, headers, signal, log)
+      if (found !== undefined) return found
+    }
+    if (recipe === null || !recipe.complete) return { outcome: 'unrecorded' }
     const established = await this.#initialize(recipe, baseHeaders(headers), signal, log)
     if (established === 'failed' || established === 'unavailable') return { outcome: established }
     if (established === 'incompatible') return { outcome: 'incompatible' }
@@ -243,6 +247,46 @@ export class SessionReestablisher {
     if (moved?.upstreamSessionId !== upstreamSessionId) this.#abandon(placement, sessionHeaders)
     if (moved === null) return { outcome: 'incompatible' }
     return moved.upstreamSessionId === upstreamSessionId ? { outcome: 'reestablished', record: moved } : { outcome: 'joined', record: moved }
+  }
+
+  /**
+   * A record that names no endpoint (recorded again after the store lost it,
+   * on a replica that did not know where the session lives), with several
+   * endpoints: its requests were balanced, and one that does not hold the
+   * session answered 404 (SDK servers keep sessions in memory, one endpoint
+   * each). The session may well live on another one, which the recipe, lost
+   * with the store, could not replace. Each endpoint is asked with a `ping`
+   * (harmless in any session: transports spec, 2025-06-18, "Session
+   * Management"); the first that answers it with a 2xx holds it (an
+   * endpoint that does not know the session answers 404, or 400 for the
+   * SDK's example servers; any other refusal, such as a 401, says nothing of
+   * the session), and the record is pinned there, same upstream session.
+   * At most one request per endpoint, all within the fence's time.
+   * Undefined: no endpoint knows it.
+   */
+  async #locate (sessionId: string, current: SessionRecord, headers: Record<string, string | string[]>, signal: AbortSignal, log: Logger): Promise<Reestablished | undefined> {
+    const { store, metrics, upstream } = this.#o
+    const version = headerValue(headers['mcp-protocol-version'])
+    const pingHeaders = { ...baseHeaders(headers), ...(version !== undefined && { 'mcp-protocol-version': version }) }
+    const body = Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: `mcpgw-locate-${randomBytes(6).toString('base64url')}`, method: 'ping' }))
+    const keys = upstream.endpoints.snapshot().map(e => e.endpoint)
+    const holds = await Promise.all(keys.map(async endpoint => {
+      const placement: UpstreamPlacement = { upstreamSessionId: current.upstreamSessionId, endpoint }
+      try {
+        const res = await this.#post(pingHeaders, body, signal, placement)
+        discardBody(res.body)
+        return res.statusCode >= 200 && res.statusCode < 300
+      } catch {
+        // Refused, set aside, gone, or no answer in time: not where the session can be used now.
+        return false
+      }
+    }))
+    const endpoint = keys.find((_, i) => holds[i])
+    if (endpoint === undefined) return undefined
+    const moved = await metrics.timeStore('move_placement', () => store.movePlacement(sessionId, current.upstreamSessionId, { upstreamSessionId: current.upstreamSessionId, endpoint }))
+    if (moved === null) return { outcome: 'incompatible' }
+    log.info({ endpoint }, 'found the endpoint holding a recovered session\'s upstream session; its record names it now')
+    return { outcome: samePlacement(moved, { upstreamSessionId: current.upstreamSessionId, endpoint }) ? 'found' : 'joined', record: moved }
   }
 
   /**

@@ -170,11 +170,35 @@ export class McpContext {
       return await this.sentAgain(request, sessionId, await send(moved))
     }
     const told = await lostSession(first)
-    if (!told.lost) return told.res
+    if (!told.lost) {
+      await this.#pinEndpoint(sessionId, record, told.res, request.log)
+      return told.res
+    }
     const moved = await this.reestablish(request, sessionId, record)
     if (moved === undefined) return told.res
     discardBody(told.res.body)
     return await this.sentAgain(request, sessionId, await send(moved))
+  }
+
+  /**
+   * A record that names no endpoint (recorded again after the store lost it,
+   * by a replica that did not know where it lives) sends its requests round
+   * robin; the endpoint that answered one with a 2xx holds the session (SDK
+   * servers keep sessions in memory, one endpoint each): the record names it
+   * from now on, for every replica. Best effort: unpinned, the session's next
+   * request meeting a 404 finds its endpoint (SessionReestablisher).
+   */
+  async #pinEndpoint (sessionId: string, record: SessionRecord, answer: UpstreamResponse, log: Logger): Promise<void> {
+    const endpoint = answer.endpoint
+    if (record.endpoint !== undefined || endpoint === undefined || this.deps.upstream.endpoints.size < 2) return
+    if (answer.statusCode < 200 || answer.statusCode >= 300) return
+    const placement = { upstreamSessionId: record.upstreamSessionId, endpoint }
+    try {
+      const moved = await this.deps.metrics.timeStore('move_placement', () => this.deps.store.movePlacement(sessionId, record.upstreamSessionId, placement))
+      if (moved !== null) this.sessions.set(sessionId, moved)
+    } catch (err) {
+      log.warn({ err, sessionHash: sessionHash(sessionId) }, 'could not record the endpoint holding a recovered session; its next request finds it again')
+    }
   }
 
   /**
@@ -191,6 +215,7 @@ export class McpContext {
     switch (result.outcome) {
       case 'reestablished':
       case 'joined':
+      case 'found':
         this.sessions.set(sessionId, result.record)
         // The new upstream session's GET first, then the request that met the loss:
         // what that request makes the upstream send on the standalone stream (an SDK
