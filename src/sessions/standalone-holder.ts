@@ -297,7 +297,13 @@ export class StandaloneHolder {
         }
         if (res === null) return null
         if (res !== undefined) discardBody(res.body)
-        if (attempt >= TAKEOVER_ATTEMPTS || this.#drain.draining || s.standaloneClient === undefined || lease.settled) {
+        // Asked again only after a failure of the moment: no answer, or 409 (the previous
+        // holder's GET still closing upstream). Any other refusal is the upstream's word (404:
+        // it lost the session), which the client's reconnect acts on (ensurePump establishes
+        // the session again); retrying it here would only hold a request that waits for this
+        // opening (SessionHub.opened) behind the backoff.
+        const final = res !== undefined && res.statusCode !== 409
+        if (final || attempt >= TAKEOVER_ATTEMPTS || this.#drain.draining || s.standaloneClient === undefined || lease.settled) {
           log.warn({ status: res?.statusCode, attempt }, 'takeover: the upstream GET could not be opened; the client reconnects')
           return await giveUp()
         }
