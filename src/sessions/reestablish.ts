@@ -20,7 +20,7 @@ import { headerValue, mediaType } from '../upstream/headers.js'
 import { readAnswerStart } from '../upstream/answer-start.js'
 import { isConnectFailure } from '../upstream/connect-failure.js'
 import { readJsonRpcAnswer, type JsonRpcResponse } from '../upstream/json-rpc-answer.js'
-import { samePlacement, sessionRequest } from '../upstream/session-request.js'
+import { abandonUpstreamSession, samePlacement, sessionRequest } from '../upstream/session-request.js'
 
 export interface ReestablishOptions {
   readonly store: EventStore
@@ -297,8 +297,7 @@ export class SessionReestablisher {
    * would stay there for the server's life.
    */
   #abandon (placement: UpstreamPlacement, headers: Record<string, string | string[]>): void {
-    const request = sessionRequest(placement, { method: 'DELETE', path: this.#o.mcpPath, headers, signal: AbortSignal.timeout(this.#fenceMs) })
-    this.#o.upstream.request(request).then(res => { discardBody(res.body) }, () => {})
+    abandonUpstreamSession(async request => await this.#o.upstream.request(request), placement, this.#o.mcpPath, headers, this.#fenceMs)
   }
 
   /**

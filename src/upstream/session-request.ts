@@ -6,7 +6,7 @@
  * streams, DELETE, and requests proxied transparently that name a session.
  */
 import type { UpstreamPlacement } from '../store/contract.js'
-import type { UpstreamRequest } from './client.js'
+import { discardBody, type UpstreamResponse, type UpstreamRequest } from './client.js'
 
 export function sessionRequest (placement: UpstreamPlacement, request: UpstreamRequest): UpstreamRequest {
   return {
@@ -20,4 +20,15 @@ export function sessionRequest (placement: UpstreamPlacement, request: UpstreamR
 /** The same upstream session at the same endpoint: a record moved by a re-establishment is not. */
 export function samePlacement (a: UpstreamPlacement, b: UpstreamPlacement): boolean {
   return a.upstreamSessionId === b.upstreamSessionId && a.endpoint === b.endpoint
+}
+
+/**
+ * Ends an upstream session the gateway will never name (established in vain,
+ * or issued past a limit): a DELETE, best effort, its answer discarded and
+ * nobody waiting for it; an SDK server keeps a session until told.
+ */
+export function abandonUpstreamSession (send: (request: UpstreamRequest) => Promise<UpstreamResponse>, placement: UpstreamPlacement,
+  path: string, headers: Record<string, string | string[]>, timeoutMs: number): void {
+  send(sessionRequest(placement, { method: 'DELETE', path, headers, signal: AbortSignal.timeout(timeoutMs) }))
+    .then(res => { discardBody(res.body) }, () => {})
 }

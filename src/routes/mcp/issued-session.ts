@@ -8,9 +8,9 @@
 import type { FastifyRequest } from 'fastify'
 import { errors } from '../../errors.js'
 import type { UpstreamPlacement } from '../../store/contract.js'
-import { discardBody, type UpstreamResponse } from '../../upstream/client.js'
+import type { UpstreamResponse } from '../../upstream/client.js'
 import { headerValue } from '../../upstream/headers.js'
-import { sessionRequest } from '../../upstream/session-request.js'
+import { abandonUpstreamSession } from '../../upstream/session-request.js'
 import type { McpContext } from './context.js'
 import { upstreamGetHeaders } from './request-headers.js'
 
@@ -29,8 +29,7 @@ export function admitIssuedSession (ctx: McpContext, request: FastifyRequest, pl
   if (wait === 0) return
   const headers = upstreamGetHeaders(request, 'keep')
   delete headers.accept
-  const end = sessionRequest(placement, { method: 'DELETE', path: request.url, headers, signal: AbortSignal.timeout(REFUSED_DELETE_TIMEOUT_MS) })
-  ctx.timedUpstream('DELETE', () => ctx.deps.upstream.request(end)).then(res => { discardBody(res.body) }, () => {})
+  abandonUpstreamSession(async end => await ctx.timedUpstream('DELETE', () => ctx.deps.upstream.request(end)), placement, request.url, headers, REFUSED_DELETE_TIMEOUT_MS)
   request.log.debug({ retryAfter: wait }, 'a session the upstream issued past INITIALIZES_PER_MINUTE_PER_ADDRESS: ended upstream, the client refused')
   throw errors.initializeRateLimited(wait)
 }
