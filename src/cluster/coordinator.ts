@@ -50,6 +50,8 @@ export class LeaseCoordinator {
 
   get heldCount (): number { return this.#held.size }
   get watchedCount (): number { return this.#takeovers.size }
+  /** LEASE_TTL_MS. */
+  get ttlMs (): number { return this.#o.ttlMs }
   // A third of the lease: two renewals may fail before it lapses. The floor only
   // matters for tests' leases (LEASE_TTL_MS is at least 500).
   get tickMs (): number { return Math.max(100, Math.floor(this.#o.ttlMs / 3)) }

@@ -36,9 +36,9 @@ export interface DrainState {
   readonly draining: boolean
 }
 
-/** Attempts to open the upstream GET after taking a stream over (the old one may still be closing upstream: 409). */
-const TAKEOVER_ATTEMPTS = 4
-const TAKEOVER_BACKOFF_MS = 150
+/** The first wait before asking the upstream again for a GET (see StandaloneHolder#againAfter), doubled up to the second. */
+const AGAIN_FIRST_MS = 150
+const AGAIN_MAX_MS = 1000
 
 /**
  * Holds sessions' upstream GETs in this process, each under the session's
@@ -89,13 +89,16 @@ export class StandaloneHolder {
     // Held by another replica: attach() watches it for a takeover.
     if (lease === 'held') return null
     let res: UpstreamResponse | null = null
+    const since = performance.now()
     try {
-      for (let attempt = 1; attempt <= TAKEOVER_ATTEMPTS; attempt++) {
+      for (let attempt = 1; ; attempt++) {
         res = await this.#startPump(s, sessionId, lease, log)
-        // 409: the previous holder's GET is still closing upstream (one GET per session); it goes in a moment.
-        if (res?.statusCode !== 409 || attempt === TAKEOVER_ATTEMPTS) break
+        // 409: the previous holder's GET is still open upstream (one GET per session); it goes.
+        if (res?.statusCode !== 409) break
+        const wait = this.#againAfter(attempt, since)
+        if (wait === undefined) break
         discardBody(res.body)
-        await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
+        await sleep(wait)
       }
     } catch (err) {
       await lease.giveBack().catch(() => {})
@@ -103,6 +106,20 @@ export class StandaloneHolder {
     }
     if (res !== null) await lease.giveBack().catch(() => {})
     return res
+  }
+
+  /**
+   * How long to wait before asking the upstream again for a GET it refused with
+   * 409 or did not answer, `attempt` tries after the first at `since`; undefined
+   * once that would pass LEASE_TTL_MS. The GET open upstream belongs to a holder
+   * that is closing it (a takeover), that died (its connection goes), or that
+   * lost its lease with the store's records and lets go at its next renewal, a
+   * third of LEASE_TTL_MS later: asked again for less, the client would be
+   * refused for the moment a renewal takes.
+   */
+  #againAfter (attempt: number, since: number): number | undefined {
+    const wait = Math.min(AGAIN_MAX_MS, AGAIN_FIRST_MS * 2 ** (attempt - 1))
+    return performance.now() - since + wait > this.#o.leases.ttlMs ? undefined : wait
   }
 
   /** A client is attached here and another replica holds the stream: take it over if the holder goes. */
@@ -288,6 +305,7 @@ export class StandaloneHolder {
         log.warn({ draining: this.#drain.draining, full: this.full }, 'takeover declined: the lease goes back, the client attached here reconnects')
         return await giveUp()
       }
+      const since = performance.now()
       for (let attempt = 1; ; attempt++) {
         let res: UpstreamResponse | null | undefined
         try {
@@ -303,11 +321,12 @@ export class StandaloneHolder {
         // the session again); retrying it here would only hold a request that waits for this
         // opening (SessionHub.opened) behind the backoff.
         const final = res !== undefined && res.statusCode !== 409
-        if (final || attempt >= TAKEOVER_ATTEMPTS || this.#drain.draining || s.standaloneClient === undefined || lease.settled) {
+        const wait = final ? undefined : this.#againAfter(attempt, since)
+        if (wait === undefined || this.#drain.draining || s.standaloneClient === undefined || lease.settled) {
           log.warn({ status: res?.statusCode, attempt }, 'takeover: the upstream GET could not be opened; the client reconnects')
           return await giveUp()
         }
-        await sleep(TAKEOVER_BACKOFF_MS * 2 ** (attempt - 1))
+        await sleep(wait)
       }
     }) as Opened
     this.#forgetOnceSettled(sessionId, opened)

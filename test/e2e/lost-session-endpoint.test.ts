@@ -20,8 +20,10 @@ import { request } from 'undici'
  */
 async function headStatus (url: string, headers: Record<string, string>): Promise<number | undefined> {
   const res = await request(url, { headers, signal: AbortSignal.timeout(10_000) }).catch(() => undefined)
-  res?.body.destroy()
-  return res?.statusCode
+  if (res === undefined) return undefined
+  // Destroying a body not read to its end emits an error: this check only wants the status.
+  res.body.on('error', () => {}).destroy()
+  return res.statusCode
 }
 
 const SESSIONS = 8
