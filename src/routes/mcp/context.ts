@@ -256,7 +256,6 @@ export class McpContext {
     throw errors.sessionNotFound()
   }
 
-  /** A session the upstream no longer knows: neither does the gateway. */
   /**
    * The session's request failed with `err`, which the client is about to get.
    * Told the endpoint holding its session is gone (404: start anew), it is: the
@@ -267,6 +266,7 @@ export class McpContext {
     if (isUpstreamEndpointGone(err)) await this.forgetSession(sessionId, log)
   }
 
+  /** A session the upstream no longer knows: neither does the gateway. */
   async forgetSession (sessionId: string, log: Logger): Promise<void> {
     this.sessions.delete(sessionId)
     this.deps.hub.dropSession(sessionId)
