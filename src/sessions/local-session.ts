@@ -87,7 +87,14 @@ export class LocalSession implements PumpClients {
     return (this.#state.kind === 'idle' || this.#state.kind === 'watching') && this.#clients.length === 0
   }
 
-  /** Headers of the latest standalone GET here: a takeover opens the upstream GET with them. */
+  /**
+   * The end-to-end headers of the session's latest request here that passed
+   * its principal check (its GETs and POSTs), shaped for an upstream GET:
+   * every upstream GET the gateway opens for the session carries them (the
+   * pump's opening and resumes, a takeover, a follow). Not the ones of the GET
+   * that opened the stream: a client that refreshed its token sends the new
+   * one on its requests, and the old one may have expired since.
+   */
   get headers (): Record<string, string | string[]> | undefined { return this.#headers }
   get log (): Logger | undefined { return this.#log }
 
@@ -95,6 +102,11 @@ export class LocalSession implements PumpClients {
   standaloneGet (headers: Record<string, string | string[]>, log: Logger): void {
     this.#headers = headers
     this.#log = log
+  }
+
+  /** A request of the session passed its principal check here, with these headers (see headers). */
+  requestVerified (headers: Record<string, string | string[]>): void {
+    this.#headers = headers
   }
 
   get deleting (): boolean { return this.#deleting }

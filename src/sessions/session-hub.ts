@@ -112,7 +112,7 @@ export class SessionHub {
    * session sends on it is not dropped. One running or opening here on the
    * old placement moves there under the same lease (StandaloneHolder.follow:
    * the old GET may never end by itself). Otherwise one is opened (the pump
-   * reads the record), with the headers of the session's last GET here, else
+   * reads the record), with the headers of the session's latest request here, else
    * `headers` (the re-establishing request's): the old GET may have ended,
    * and its client gone, before the session was established again. One held
    * by another replica follows at that replica's next lease renewal, which
@@ -176,6 +176,18 @@ export class SessionHub {
     const s = this.#sessions.local(sessionId)
     s.standaloneGet(headers, log)
     this.#attach(s, sessionId, client)
+  }
+
+  /**
+   * A request of the session passed its principal check here: the headers
+   * `shape` makes of it replace those the gateway's own upstream GETs of the
+   * session carry (LocalSession.headers), so a token the client refreshed
+   * reaches the upstream, not one that may have expired. Only for a session
+   * this process holds something for: none is made per request (sessions that
+   * only POST would pile up), and `shape` is not called for the others.
+   */
+  requestVerified (sessionId: string, shape: () => Record<string, string | string[]>): void {
+    this.#sessions.get(sessionId)?.requestVerified(shape())
   }
 
   /** Attach the client of a request stream. */

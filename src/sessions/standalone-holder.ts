@@ -249,7 +249,7 @@ export class StandaloneHolder {
     })
     s.pumpStarted(pump)
     this.#pumps++
-    return await pump.open(s.headers ?? {})
+    return await pump.open()
   }
 
   #pumpStopped (s: LocalSession, sessionId: string, pump: StandalonePump, outcome: PumpOutcome): void {

@@ -83,12 +83,19 @@ export interface PumpOptions {
   readonly onMoved?: () => void
 }
 
-/** The standalone stream's clients in this process, as the pump sees them. */
+/** The session in this process as the pump sees it: its standalone stream's clients here, and what its GETs carry. */
 export interface PumpClients extends LiveClients {
   /** How many are attached here (0 or 1). */
   localClients: () => number
   /** A DELETE of the session is on its way upstream: an end of the upstream GET now is the DELETE's. */
   readonly deleting: boolean
+  /**
+   * The headers of the session's latest request here that passed its
+   * principal check (LocalSession.headers), read at each opening and resume
+   * of the upstream GET: credentials the client refreshed since the GET
+   * opened reach the upstream, not the ones it opened with.
+   */
+  readonly headers: Record<string, string | string[]> | undefined
 }
 
 /**
@@ -169,7 +176,6 @@ export class StandalonePump {
   #phase: PumpPhase = { kind: 'opening' }
   /** A client attached here since the GET opened: from then on the hold is holdMs. */
   #clientSeen = false
-  #headers: Record<string, string | string[]> = {}
   #released: Promise<void> = SETTLED
   /** The lease the stream is held under: another, same token, once the store lost the session (#recoverOnce). */
   #lease: Lease
@@ -210,10 +216,9 @@ export class StandalonePump {
    * upstream's answer (405, 404, 409, an error...) for the caller to pass
    * through. The lease stays the caller's to release when it is refused.
    */
-  async open (headers: Record<string, string | string[]>): Promise<UpstreamResponse | null> {
+  async open (): Promise<UpstreamResponse | null> {
     const { log, metrics } = this.#o
     const lease = this.#lease
-    this.#headers = headers
     const lastId = this.#o.newUpstreamSession === true ? undefined : lease.lastUpstreamId
     let resuming = lastId !== undefined && isResumableUpstreamId(lastId)
     if (lastId !== undefined && !resuming) {
@@ -221,18 +226,23 @@ export class StandalonePump {
       metrics.upstreamErrors.inc({ kind: 'unresumable_id' })
       log.warn('the upstream\'s last event id cannot go back in a Last-Event-ID header: its GET stream is opened afresh')
     }
-    let res = await this.#request(resuming ? { ...headers, 'last-event-id': lastId as string } : headers)
+    let res = await this.#request(resuming ? { ...this.#headers, 'last-event-id': lastId as string } : this.#headers)
     if (resuming && !this.stopped && res.statusCode >= 400 && res.statusCode !== 404 && res.statusCode !== 405) {
       // The upstream cannot resume from that id (it forgot it, restarted...): open afresh.
       discardBody(res.body)
       resuming = false
-      res = await this.#request(headers)
+      res = await this.#request(this.#headers)
     }
     if (res.statusCode !== 200 || mediaType(res.headers['content-type']) !== 'text/event-stream') {
       this.#stop('refused')
       return res
     }
     return await this.#start(res, resuming)
+  }
+
+  /** The end-to-end headers of the upstream GET, as the session's latest request here has them (PumpClients.headers). */
+  get #headers (): Record<string, string | string[]> {
+    return this.#o.clients.headers ?? {}
   }
 
   async #request (headers: Record<string, string | string[]>): Promise<UpstreamResponse> {
@@ -335,6 +345,7 @@ export class StandalonePump {
     // stream, which never issued that id (an upstream with an event store may refuse it).
     const moved = this.#record !== undefined && !samePlacement(this.#record, placement)
     this.#read(placement)
+    // The session's latest credentials here, not the ones of the GET that ended: they may have expired.
     const headers = lastEventId === undefined || moved ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }
     const res = await this.#get(placement, headers)
     if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body

@@ -91,7 +91,7 @@ t.test('not movable while a recovery replaces its lease; movable once done, and 
   const { held, released, noted, pump } = setup()
   const first = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
   const p1 = pump(first)
-  t.equal(await p1.open({}), null, 'the GET runs')
+  t.equal(await p1.open(), null, 'the GET runs')
   t.equal(p1.movable, true, 'movable while nothing is in flight')
   held.renewed([first], ['gone']) // the store lost the session: the pump records it again
   t.equal(p1.movable, false, 'not while the lost lease is being taken again')
@@ -99,7 +99,7 @@ t.test('not movable while a recovery replaces its lease; movable once done, and 
   t.equal(p1.movable, true, 'movable once the recovery is done')
   t.not(p1.lease, first, 'under the lease taken again')
   const p2 = pump(p1.moveAway(), { newUpstreamSession: true })
-  t.equal(await p2.open({}), null, 'the next pump runs')
+  t.equal(await p2.open(), null, 'the next pump runs')
   t.same(noted, [''], 'and forgets the old upstream session\'s last event id (a later holder must not resume the new one from it)')
   t.same(held.list(), [p2.lease], 'the one lease renewed is the next pump\'s')
   p2.stop()
@@ -112,7 +112,7 @@ t.test('not movable while the hold\'s release is in flight', async t => {
   const { held, pump, answerRelease } = setup(0)
   const lease = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
   const p = pump(lease)
-  t.equal(await p.open({}), null)
+  t.equal(await p.open(), null)
   await sleep(40) // the 20 ms hold ran out: its release is asked of the backend
   t.equal(p.movable, false, 'not while the release may settle the lease')
   answerRelease(0)
@@ -134,7 +134,7 @@ t.test('its appends say which upstream session they were read from, so a move el
     }
   } as unknown as EventStore
   const p = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), recordingFrom(body, recording))
-  t.equal(await p.open({}), null, 'the GET runs')
+  t.equal(await p.open(), null, 'the GET runs')
   body.write('id: ev-1\ndata: {}\n\n')
   await waitFor(() => appends.length > 0)
   t.match(appends[0], { fence: 'T', readFrom: 'up-old' }, 'read from the record\'s upstream session')
@@ -157,11 +157,11 @@ t.test('an append still in flight when the pump moved away notes nothing on the 
     }
   } as unknown as EventStore
   const p1 = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), recordingFrom(body, slow))
-  t.equal(await p1.open({}), null, 'the GET runs')
+  t.equal(await p1.open(), null, 'the GET runs')
   body.write('id: old-session-ev-9\ndata: {}\n\n')
   await waitFor(() => appends > 0)
   const p2 = pump(p1.moveAway(), { newUpstreamSession: true })
-  t.equal(await p2.open({}), null, 'the next pump runs on the lease')
+  t.equal(await p2.open(), null, 'the next pump runs on the lease')
   release()
   await sleep(20)
   t.same(noted, [''], 'only the next pump\'s forgetting: the old session\'s id never reaches the lease')
@@ -182,7 +182,7 @@ t.test('a resume of the upstream GET that fails is timed and counted as an upstr
       }
     } as unknown as UpstreamClient
   })
-  t.equal(await p.open({}), null, 'the GET runs')
+  t.equal(await p.open(), null, 'the GET runs')
   body.end() // the upstream ends its GET: the pump resumes it, and the upstream is gone
   await waitFor(() => requests > 1)
   await sleep(20)

@@ -251,6 +251,9 @@ t.test('the latest standalone GET\'s headers and logger are kept for a takeover'
   s.standaloneGet({ accept: 'text/event-stream' }, log)
   t.same(s.headers, { accept: 'text/event-stream' })
   t.equal(s.log, log)
+  s.requestVerified({ accept: 'text/event-stream', authorization: 'Bearer refreshed' })
+  t.same(s.headers, { accept: 'text/event-stream', authorization: 'Bearer refreshed' }, 'a later verified request\'s headers replace them')
+  t.equal(s.log, log, 'the GET\'s logger stays')
 })
 
 t.test('LocalSessions forgets a session only when nothing is held for it, stopping its watch', async t => {
