@@ -85,8 +85,9 @@ export function replayPagesFor (clientBufferMaxBytes: number): ReplayPages {
 
 /**
  * What every handler of the MCP endpoint shares: the gateway's parts, the
- * session guard and cache, and the few steps they all take (opening a client
- * stream, timing an upstream request, forgetting a session).
+ * session guard and cache, and the few steps they all take (checking a
+ * session is the request's principal's, opening a client stream, timing an
+ * upstream request, forgetting a session).
  */
 export class McpContext {
   readonly deps: McpRouteDeps
@@ -127,6 +128,21 @@ export class McpContext {
       log,
       keepAlive: this.#keepAlive
     })
+  }
+
+  /**
+   * The session's record, if it is `principal`'s (SessionGuard.requireSession;
+   * `recover`: a session the store lost may be recorded again for this
+   * request, which the upstream then confirms). Once that check passed, and
+   * only then, the request's headers become the ones the gateway's own
+   * upstream GETs of the session carry here (SessionHub.requestVerified): a
+   * client's refreshed token replaces the one its GET opened with, and
+   * another principal's credentials never do.
+   */
+  async requireSession (request: FastifyRequest, sessionId: string, principal: string, recovery: 'recover' | 'none'): Promise<SessionRecord> {
+    const record = await this.guard.requireSession(sessionId, principal, recovery === 'recover' ? request : undefined)
+    this.deps.hub.requestVerified(sessionId, () => upstreamGetHeaders(request, 'keep'))
+    return record
   }
 
   /** An upstream request, timed and counted by method and status class. */

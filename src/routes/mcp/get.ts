@@ -34,10 +34,10 @@ export async function handleGet (ctx: McpContext, request: FastifyRequest, reply
   // response was lost (SessionGuard.lostWithTheStore).
   const requestStream = position !== null && position.streamId !== STANDALONE_STREAM ? position : null
   const principal = ctx.guard.principalOf(request)
-  if (requestStream === null) return await attachStandalone(ctx, request, reply, proto, sessionId, await ctx.guard.requireSession(sessionId, principal, request), position)
+  if (requestStream === null) return await attachStandalone(ctx, request, reply, proto, sessionId, await ctx.requireSession(request, sessionId, principal, 'recover'), position)
   let record: SessionRecord
   try {
-    record = await ctx.guard.requireSession(sessionId, principal)
+    record = await ctx.requireSession(request, sessionId, principal, 'none')
   } catch (err) {
     // A session the store lost is not a session that ended: its response was lost with
     // the store, and its next request (which the upstream confirms) records it again.

@@ -33,7 +33,7 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
   const principal = guard.principalOf(request)
   let record: SessionRecord | undefined
   if (sessionId !== undefined) {
-    record = await guard.requireSession(sessionId, principal, request)
+    record = await ctx.requireSession(request, sessionId, principal, 'recover')
     // The session's upstream GET, opened at initialize, first: what this request
     // makes the upstream send on the standalone stream then finds it open.
     await hub.opened(sessionId, STANDALONE_OPEN_WAIT_MS)

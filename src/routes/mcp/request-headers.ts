@@ -64,9 +64,10 @@ export function recordableHeaders (request: FastifyRequest): Record<string, stri
 }
 
 /**
- * An upstream GET of the session on behalf of a POST: its auth and other
- * end-to-end headers, without the session id (upstream/session-request.ts
- * adds the one the upstream knows). The GET opened at initialize carries the version the
+ * An upstream GET of the session on behalf of a client's request (a POST, or
+ * its own GET): its auth and other end-to-end headers, without the session id
+ * (upstream/session-request.ts adds the one the upstream knows) or the
+ * gateway's Last-Event-ID. The GET opened at initialize carries the version the
  * client offered: the negotiated one is in the answer's body, and is the
  * offered one whenever the server supports it (lifecycle spec); a server
  * that does not refuses the GET, and the client's own GET opens it later.

@@ -14,7 +14,7 @@ import { lostSession, upstreamUnreachable } from '../../sessions/reestablish.js'
 import { sendUpstreamResponse } from '../forward.js'
 import type { McpContext } from './context.js'
 import { enterReplay, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
-import { recordableHeaders } from './request-headers.js'
+import { upstreamGetHeaders } from './request-headers.js'
 import { resumePoint } from './resume-point.js'
 import { sessionHash } from './session-guard.js'
 
@@ -53,13 +53,9 @@ async function ensuredAgain (ctx: McpContext, request: FastifyRequest, sessionId
 export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
   const { guard } = ctx
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: STANDALONE_STREAM })
-  const recordable = recordableHeaders(request)
-  // The gateway's ids mean nothing upstream; the upstream GET starts fresh, under
-  // the session's upstream id (the pump addresses it).
-  delete recordable['last-event-id']
-  delete recordable['mcp-session-id']
-  // A copy: the deletes left the object in dictionary mode, and the session keeps it.
-  const headers = { ...recordable }
+  // Without the gateway's ids, which mean nothing upstream: the upstream GET starts fresh,
+  // under the session's upstream id (the pump addresses it).
+  const headers = upstreamGetHeaders(request, 'keep')
   let refusal: UpstreamResponse | null
   try {
     refusal = await ensurePump(ctx, request, sessionId, record, headers, log)
