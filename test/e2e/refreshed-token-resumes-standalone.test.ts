@@ -18,6 +18,7 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
 import { startAuthServer } from '../fixtures/jwt.js'
 import { startGateway, type StoreKind } from '../fixtures/gateway.js'
 import { connectClient, waitUntil } from '../fixtures/mcp-client.js'
+import { readJsonBody } from '../fixtures/hand-upstream.js'
 
 /** A GET the upstream got: the bearer token it carried, and the status answered (undefined until its head is written). */
 interface SeenGet {
@@ -55,9 +56,7 @@ async function startGuardedUpstream (valid: Set<string>): Promise<GuardedUpstrea
       res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'invalid token' } }))
       return
     }
-    const chunks: Buffer[] = []
-    for await (const chunk of req) chunks.push(chunk as Buffer)
-    const body: unknown = chunks.length === 0 ? undefined : JSON.parse(Buffer.concat(chunks).toString('utf8'))
+    const body = await readJsonBody(req)
     const sessionId = req.headers['mcp-session-id'] as string | undefined
     const session = sessionId === undefined ? undefined : sessions.get(sessionId)
     if (session !== undefined) {
