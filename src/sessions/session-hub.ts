@@ -190,6 +190,15 @@ export class SessionHub {
     this.#sessions.get(sessionId)?.requestVerified(shape())
   }
 
+  /**
+   * The headers the gateway's own upstream GETs of the session carry here
+   * (LocalSession.headers: its latest request here that passed the principal
+   * check); undefined when this process holds nothing for the session.
+   */
+  upstreamHeaders (sessionId: string): Record<string, string | string[]> | undefined {
+    return this.#sessions.get(sessionId)?.headers
+  }
+
   /** Attach the client of a request stream. */
   attach (sessionId: string, client: ClientStream): void {
     if (client.streamId === STANDALONE_STREAM) throw new Error('the standalone stream\'s client attaches with attachStandalone (a takeover needs its headers)')

@@ -235,14 +235,20 @@ async function serveRequestStream (ctx: McpContext, request: FastifyRequest, rep
   })
 }
 
-/** Resumes a POST's SSE answer that the upstream ended early (SEP-1699 polling): GET with its Last-Event-ID. */
+/**
+ * Resumes a POST's SSE answer that the upstream ended early (SEP-1699 polling):
+ * GET with its Last-Event-ID, carrying the session's latest credentials here
+ * (SessionHub.upstreamHeaders), else the POST's: a long call's answer may
+ * outlive the token the POST came with, which the client has refreshed since.
+ */
 function resumeRequestUpstream (ctx: McpContext, request: FastifyRequest, sessionId: string): (lastEventId: string | undefined) => Promise<Readable | undefined> {
-  const headers = upstreamGetHeaders(request, 'keep')
+  const posted = upstreamGetHeaders(request, 'keep')
   return async lastEventId => {
     if (lastEventId === undefined) return undefined
     // Under the session's upstream id as it is now (the record, shared by every replica).
     const record = await ctx.deps.store.getSession(sessionId)
     if (record === null) return undefined
+    const headers = ctx.deps.hub.upstreamHeaders(sessionId) ?? posted
     const get: UpstreamRequest = { method: 'GET', path: request.url, headers: { ...headers, 'last-event-id': lastEventId } }
     const res = await ctx.timedUpstream('GET', () => ctx.deps.upstream.request(sessionRequest(record, get)))
     if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body

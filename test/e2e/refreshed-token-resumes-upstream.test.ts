@@ -3,18 +3,22 @@
 // it carries the token of the client's latest request, not the one of the GET
 // it opened with, which the authorization server has revoked since. Real parts:
 // a gateway verifying JWTs (AUTH_JWT_*), the SDK client, and an SDK server
-// without an event store behind a check of its own that answers 401 unless the
+// (with an event store only for the long call) behind a check of its own that answers 401 unless the
 // bearer token is one it accepts now. The token goes from token1 to token2 and
 // token1 is revoked (another subject's request naming the session meanwhile
 // is refused, and changes nothing); the upstream then ends the GET (its
-// transport's own close) and notifies on the standalone stream. Both stores.
+// transport's own close) and notifies on the standalone stream. Likewise for a
+// long call's answer that the upstream ends (SEP-1699 polling) after the refresh:
+// the gateway resumes it with the new token. Both stores.
 import t from 'tap'
 import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js'
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { startAuthServer } from '../fixtures/jwt.js'
 import { startGateway, type StoreKind } from '../fixtures/gateway.js'
 import { connectClient, waitUntil } from '../fixtures/mcp-client.js'
@@ -23,6 +27,7 @@ import { readJsonBody } from '../fixtures/hand-upstream.js'
 /** A GET the upstream got: the bearer token it carried, and the status answered (undefined until its head is written). */
 interface SeenGet {
   readonly token: string | undefined
+  readonly lastEventId: string | undefined
   readonly status: () => number | undefined
 }
 
@@ -43,13 +48,19 @@ function bearerOf (req: IncomingMessage): string | undefined {
   return /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1]
 }
 
-async function startGuardedUpstream (valid: Set<string>): Promise<GuardedUpstream> {
+/**
+ * `polling`: each session keeps an event store, and its tool `long` waits for
+ * `polling.release`, then ends its SSE answer (SEP-1699: the client is to come
+ * back with GET + Last-Event-ID) and answers once the stream is resumed.
+ */
+async function startGuardedUpstream (valid: Set<string>, polling?: { readonly started: () => void, readonly release: Promise<void> }): Promise<GuardedUpstream> {
   const sessions = new Map<string, { transport: StreamableHTTPServerTransport, server: McpServer }>()
   const gets: SeenGet[] = []
 
   async function handle (req: IncomingMessage, res: ServerResponse): Promise<void> {
     const token = bearerOf(req)
-    if (req.method === 'GET') gets.push({ token, status: () => res.headersSent ? res.statusCode : undefined })
+    const lastEventId = req.headers['last-event-id'] as string | undefined
+    if (req.method === 'GET') gets.push({ token, lastEventId, status: () => res.headersSent ? res.statusCode : undefined })
     if (token === undefined || !valid.has(token)) {
       req.resume()
       res.writeHead(401, { 'www-authenticate': 'Bearer error="invalid_token"', 'content-type': 'application/json' })
@@ -65,8 +76,18 @@ async function startGuardedUpstream (valid: Set<string>): Promise<GuardedUpstrea
     }
     if (sessionId === undefined && req.method === 'POST' && isInitializeRequest(body)) {
       const server = new McpServer({ name: 'guarded-server', version: '0.1.0' }, { capabilities: { logging: {} } })
+      if (polling !== undefined) {
+        server.registerTool('long', { description: 'Ends its answer stream once released, then answers' }, async extra => {
+          polling.started()
+          await polling.release
+          extra.closeSSEStream?.()
+          await sleep(300)
+          return { content: [{ type: 'text', text: 'done' }] }
+        })
+      }
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: randomUUID,
+        ...(polling !== undefined && { eventStore: new InMemoryEventStore(), retryInterval: 100 }),
         onsessioninitialized: id => { sessions.set(id, { transport, server }) }
       })
       transport.onclose = () => { if (transport.sessionId !== undefined) sessions.delete(transport.sessionId) }
@@ -146,5 +167,39 @@ for (const kind of ['memory', 'redis'] as StoreKind[]) {
 
     await mcp.close()
     await upstream.close()
+  })
+}
+
+for (const kind of ['memory', 'redis'] as StoreKind[]) {
+  t.test(`${kind} store: a long call's answer the upstream ends is resumed with the token refreshed since the call`, async t => {
+    const auth = await startAuthServer(t)
+    const token1 = await auth.token('alice', { jti: 'token1' })
+    const token2 = await auth.token('alice', { jti: 'token2' })
+    let release = (): void => {}
+    let started = false
+    const upstream = await startGuardedUpstream(new Set([token1]), { started: () => { started = true }, release: new Promise<void>(resolve => { release = resolve }) })
+    t.teardown(() => { release(); return upstream.close() })
+    const { url } = await startGateway(t, kind, upstream.url, auth.env)
+    const headers = { authorization: `Bearer ${token1}` }
+    const mcp = await connectClient(`${url}/mcp`, { headers })
+    t.teardown(() => mcp.close())
+
+    const call = mcp.client.callTool({ name: 'long', arguments: {} }, undefined, { timeout: 15_000 })
+    t.ok(await waitUntil(() => started, 10_000), 'the call runs upstream')
+    // The token refresh while the call runs: the client's next request carries token2.
+    upstream.valid.add(token2)
+    upstream.valid.delete(token1)
+    headers.authorization = `Bearer ${token2}`
+    await mcp.client.ping()
+
+    const before = upstream.gets.length
+    release()
+    const outcome = await call.then(result => (result.content as Array<{ text: string }>)[0]?.text, (err: Error) => `failed: ${err.message}`)
+    t.equal(outcome, 'done', 'the call\'s result arrived')
+    const resumes = upstream.gets.slice(before).filter(g => g.lastEventId !== undefined)
+    t.ok(resumes.length > 0, 'the gateway resumed the answer upstream')
+    t.same(resumes.map(g => g.token), resumes.map(() => token2), 'with the refreshed token')
+    t.same(resumes.map(g => g.status()), resumes.map(() => 200), 'which the upstream accepted')
+    t.notOk(mcp.exchanges.some(e => e.method === 'GET' && e.lastEventId?.includes('.s.') === false), 'the client never had to resume the answer itself')
   })
 }
