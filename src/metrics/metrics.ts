@@ -30,6 +30,14 @@ const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', '
  */
 export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'found', 'incompatible', 'unrecorded', 'failed', 'unavailable', 'timed_out', 'busy'] as const
 export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]
+/**
+ * The outcomes mcpgw_upstream_sessions_reestablished_total counts: the
+ * re-establisher's, and `relapsed`, which the route counts when a session
+ * ends because the upstream lost it again right after each re-establishment
+ * (sessions/relapses.ts: an upstream that keeps no session).
+ */
+const REESTABLISHED_COUNTED = [...REESTABLISH_OUTCOMES, 'relapsed'] as const
+export type ReestablishedCounted = typeof REESTABLISHED_COUNTED[number]
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const
 /** Upstream answers being read: the client stream kinds that have one (a resume reads the store). */
@@ -120,7 +128,7 @@ export class GatewayMetrics {
   readonly clientWriteTimeouts: Counter
   readonly clientBufferedBytes: Gauge
   readonly sessionsRecovered: Counter
-  readonly upstreamSessionsReestablished: Counter<'outcome'>
+  readonly upstreamSessionsReestablished: ClosedCounter<{ outcome: ReestablishedCounted }>
   readonly leaseTakeovers: Counter
   readonly buildInfo: Gauge<'version' | 'node_version' | 'store'>
   readonly requestsRefused: Counter<'status' | 'reason'>
@@ -173,7 +181,7 @@ export class GatewayMetrics {
       collect () { this.set(metrics.#clientBuffers?.waitingBytes ?? 0) }
     })
     this.sessionsRecovered = new Counter({ name: `${p}sessions_recovered_total`, help: 'Sessions the event store had lost (restarted empty), recorded again under a new epoch when a client came back with them (RECOVER_LOST_SESSIONS).', registers })
-    this.upstreamSessionsReestablished = new Counter({ name: `${p}upstream_sessions_reestablished_total`, help: 'Upstream sessions established again after the upstream lost them (404, or a connection failed before any answer), by outcome (REESTABLISH_UPSTREAM_SESSIONS).', labelNames: ['outcome'], registers })
+    this.upstreamSessionsReestablished = new Counter({ name: `${p}upstream_sessions_reestablished_total`, help: 'Upstream sessions established again after the upstream lost them (404, or a connection failed before any answer), by outcome (REESTABLISH_UPSTREAM_SESSIONS); relapsed: sessions ended because the upstream lost them again right after each re-establishment.', labelNames: ['outcome'], registers })
     this.leaseTakeovers = new Counter({ name: `${p}lease_takeovers_total`, help: 'Upstream GET streams taken over from another replica.', registers })
     this.buildInfo = new Gauge({ name: `${p}build_info`, help: 'Gateway build information (always 1).', labelNames: ['version', 'node_version', 'store'], registers })
     this.buildInfo.set({ version: options.version, node_version: process.version, store: options.store }, 1)
@@ -196,7 +204,7 @@ export class GatewayMetrics {
       this.storeOperationDuration.zero({ op })
     }
     for (const outcome of RESEND_OUTCOMES) this.appendResends.inc({ outcome }, 0)
-    for (const outcome of REESTABLISH_OUTCOMES) this.upstreamSessionsReestablished.inc({ outcome }, 0)
+    for (const outcome of REESTABLISHED_COUNTED) this.upstreamSessionsReestablished.inc({ outcome }, 0)
     for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.inc({ kind }, 0)
     for (const kind of UPSTREAM_STREAM_KINDS) this.upstreamStreamsOpen.set({ kind }, 0)
     for (const { status, reason } of Object.values(REFUSALS)) this.requestsRefused.inc({ status: String(status), reason }, 0)

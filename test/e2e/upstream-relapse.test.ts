@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import { startGateway } from '../fixtures/gateway.js'
 import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
-import { rawInitialize } from '../fixtures/hardening.js'
+import { metricSum, metrics, rawInitialize } from '../fixtures/hardening.js'
 import { Relapses, RELAPSES_MAX } from '../../src/sessions/relapses.js'
 
 const VERSION = '2025-06-18'
@@ -51,9 +51,12 @@ t.test('the upstream loses the session after every re-establishment: 503 twice, 
     return answer.statusCode
   }
 
+  const relapsed = async (): Promise<number> => metricSum(await metrics(gw.adminUrl), 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'relapsed' })
   for (let i = 1; i < RELAPSES_MAX; i++) t.equal(await call(i), 503, `call ${i}: 503, the session kept`)
   t.equal(initializes, RELAPSES_MAX, 'one re-establishment each')
+  t.equal(await relapsed(), 0, 'no session counted as relapsed while it is kept')
   t.equal(await call(RELAPSES_MAX), 404, `call ${RELAPSES_MAX}: 404, the session ends`)
+  t.equal(await relapsed(), 1, 'counted: mcpgw_upstream_sessions_reestablished_total{outcome="relapsed"}')
   t.equal(initializes, RELAPSES_MAX + 1, 'after its last re-establishment')
   const before = calls
   t.equal(await call(99), 404, 'the next call: 404')

@@ -266,6 +266,7 @@ export class McpContext {
     if (!lost) return res
     discardBody(res.body)
     if (!this.#relapses.note(sessionId)) throw errors.sessionReestablishing()
+    this.deps.metrics.upstreamSessionsReestablished.inc({ outcome: 'relapsed' })
     const log = request.log.child({ sessionHash: sessionHash(sessionId) })
     log.warn({ relapses: RELAPSES_MAX }, 'the upstream lost the session again right after each re-establishment: it does not keep sessions (is UPSTREAM_URL a load-balanced Service of replicas that keep sessions in memory? name their addresses instead, e.g. a headless Service); the session ends')
     await this.forgetSession(sessionId, log)
