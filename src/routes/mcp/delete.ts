@@ -21,7 +21,10 @@ export async function handleDelete (ctx: McpContext, request: FastifyRequest, re
   const { hub } = ctx.deps
   const sessionId = sessionIdOf(request)
   if (sessionId === undefined) return await forwardTransparently(ctx.deps, request, reply, undefined)
-  const record = await guard.requireSession(sessionId, guard.principalOf(request), request)
+  // Read from the store, not this replica's cache: another replica may have established the
+  // session upstream again moments ago, and the DELETE must end the upstream session its record
+  // names now (the old one is gone; the new one, never told, would stay for the server's life).
+  const record = await guard.requireSession(sessionId, guard.principalOf(request), request, 'store')
   let res: UpstreamResponse
   hub.deleteForwarded(sessionId)
   try {

@@ -93,14 +93,18 @@ export class SessionGuard {
   /**
    * The session's record, if it belongs to `principal`. `recoverFor`: the
    * request goes on to the upstream, which confirms or refuses a session the
-   * store lost (settleRecovery).
+   * store lost (settleRecovery). `read`: 'store' reads the record from the
+   * store even when this replica verified it within the cache's time (the
+   * cache still serves when the store fails): for a request that must reach
+   * the upstream session the record names now, which another replica may
+   * have just moved.
    */
-  async requireSession (sessionId: string, principal: string, recoverFor?: FastifyRequest): Promise<SessionRecord> {
+  async requireSession (sessionId: string, principal: string, recoverFor?: FastifyRequest, read: 'cached' | 'store' = 'cached'): Promise<SessionRecord> {
     // The id's own binding first, before the store: it holds whether or not
     // the store has the session's records (see protocol/session-id.ts).
     if (!this.boundTo(sessionId, principal)) throw errors.sessionNotFound()
     const sessions = this.#sessions
-    let record: SessionRecord | null | undefined = sessions.fresh(sessionId)
+    let record: SessionRecord | null | undefined = read === 'cached' ? sessions.fresh(sessionId) : undefined
     if (record === undefined) {
       try {
         record = await this.#metrics.timeStore('get_session', () => this.#store.getSession(sessionId))
