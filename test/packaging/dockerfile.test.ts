@@ -318,7 +318,10 @@ t.test('.dockerignore keeps every COPY source and drops local state', async t =>
 
 t.test('the runtime stage, replayed without Docker, starts, passes its HEALTHCHECK and drains on SIGTERM', async t => {
   for (const entry of ['dist/src/main.js', 'dist/examples/mcp-server.js']) {
-    if (!existsSync(join(ROOT, entry))) return t.fail(`${entry} is missing. ${BUILD_HINT}`)
+    if (!existsSync(join(ROOT, entry))) {
+      t.fail(`${entry} is missing. ${BUILD_HINT}`)
+      return
+    }
   }
   const app = await mkdtemp(join(tmpdir(), 'mcpgw-image-'))
   t.teardown(() => rm(app, { recursive: true, force: true }))
@@ -353,7 +356,10 @@ t.test('the runtime stage, replayed without Docker, starts, passes its HEALTHCHE
       for (const command of ins.args.split('&&').map(c => c.trim())) {
         if (/^npm cache clean\b/.test(command)) continue // only shrinks the layer; would wipe this machine's cache
         const npmCi = /^npm ci(\s.*)?$/.exec(command)
-        if (npmCi === null) return t.fail(`line ${ins.line}: cannot replay RUN ${command}; teach test/packaging/dockerfile.test.ts`)
+        if (npmCi === null) {
+          t.fail(`line ${ins.line}: cannot replay RUN ${command}; teach test/packaging/dockerfile.test.ts`)
+          return
+        }
         const args = ['ci', ...(npmCi[1] ?? '').trim().split(/\s+/).filter(Boolean), '--prefer-offline']
         if (!args.includes('--ignore-scripts')) args.push('--ignore-scripts')
         await run('npm', args, { cwd: app, env: { ...process.env, NODE_ENV: env.NODE_ENV ?? '' }, timeout: 240_000 })

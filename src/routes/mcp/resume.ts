@@ -44,7 +44,7 @@ export async function resumeRequestStream (ctx: McpContext, request: FastifyRequ
 }
 
 /** The replay itself: history from the store, then live until the response (or the client leaves). */
-async function replayRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, resumeFrom: EventPosition, log: Logger): Promise<unknown> {
+async function replayRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, resumeFrom: EventPosition, log: Logger): Promise<void> {
   const { store, metrics } = ctx.deps
   const startedAt = performance.now()
   const asked = metrics.timeStore('state', () => store.state(sessionId, resumeFrom.streamId))
