@@ -17,7 +17,8 @@ const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', '
 /**
  * How a re-establishment of an upstream session ended: `reestablished` (here),
  * `joined` (another request or replica did it meanwhile), `incompatible` (the
- * new initialize result promises something else: the session ends),
+ * new initialize result promises something else: the session ends), `gone`
+ * (the session was deleted, or the store lost its records, meanwhile: it ends),
  * `unrecorded` (no complete recipe: an older or adopted session, or too many
  * subscriptions), `failed` (the upstream answered, and did not establish
  * it), `unavailable` (the upstream or the store could not be reached, or the
@@ -28,7 +29,7 @@ const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', '
  * that named no endpoint, recovered after the store lost it: the endpoint
  * holding its upstream session was found and recorded, nothing established).
  */
-export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'found', 'incompatible', 'unrecorded', 'failed', 'unavailable', 'timed_out', 'busy'] as const
+export const REESTABLISH_OUTCOMES = ['reestablished', 'joined', 'found', 'incompatible', 'gone', 'unrecorded', 'failed', 'unavailable', 'timed_out', 'busy'] as const
 export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]
 /**
  * The outcomes mcpgw_upstream_sessions_reestablished_total counts: the

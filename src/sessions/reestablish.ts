@@ -200,7 +200,7 @@ export class SessionReestablisher {
     while (Date.now() < deadline) {
       await sleep(WAIT_STEP_MS)
       const record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
-      if (record === null) return { outcome: 'incompatible' }
+      if (record === null) return { outcome: 'gone' }
       if (!samePlacement(record, stale)) return { outcome: 'joined', record }
       const mine = await this.#fenced(sessionId, token, stale, headers, log, deadline)
       if (mine !== undefined) return mine
@@ -214,7 +214,7 @@ export class SessionReestablisher {
       metrics.timeStore('get_session', () => store.getSession(sessionId)),
       metrics.timeStore('recipe', () => store.recipe(sessionId))
     ])
-    if (current === null) return { outcome: 'incompatible' }
+    if (current === null) return { outcome: 'gone' }
     // Another replica did it (or found the session's endpoint) just before this one took the fence.
     if (!samePlacement(current, stale)) return { outcome: 'joined', record: current }
     // The upstream's answers within the fence's time: one that accepts the requests and
@@ -245,7 +245,7 @@ export class SessionReestablisher {
       throw err
     }
     if (moved?.upstreamSessionId !== upstreamSessionId) this.#abandon(placement, sessionHeaders)
-    if (moved === null) return { outcome: 'incompatible' }
+    if (moved === null) return { outcome: 'gone' }
     return moved.upstreamSessionId === upstreamSessionId ? { outcome: 'reestablished', record: moved } : { outcome: 'joined', record: moved }
   }
 
@@ -284,7 +284,7 @@ export class SessionReestablisher {
     const endpoint = keys.find((_, i) => holds[i])
     if (endpoint === undefined) return undefined
     const moved = await metrics.timeStore('move_placement', () => store.movePlacement(sessionId, current.upstreamSessionId, { upstreamSessionId: current.upstreamSessionId, endpoint }))
-    if (moved === null) return { outcome: 'incompatible' }
+    if (moved === null) return { outcome: 'gone' }
     log.info({ endpoint }, 'found the endpoint holding a recovered session\'s upstream session; its record names it now')
     return { outcome: samePlacement(moved, { upstreamSessionId: current.upstreamSessionId, endpoint }) ? 'found' : 'joined', record: moved }
   }

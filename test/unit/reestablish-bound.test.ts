@@ -55,13 +55,19 @@ t.test('an upstream that never answers the new initialize: unavailable within th
  * An upstream that holds each initialize until the test lets it go, then
  * establishes a session; notifications/initialized is accepted at once.
  */
-async function holdingUpstream (t: Test): Promise<{ client: UpstreamClient, waiting: Array<() => void>, initializes: { count: number, most: number } }> {
+async function holdingUpstream (t: Test): Promise<{ client: UpstreamClient, waiting: Array<() => void>, initializes: { count: number, most: number }, deleted: string[] }> {
   const waiting: Array<() => void> = []
   const initializes = { count: 0, most: 0, now: 0 }
+  const deleted: string[] = []
   const upstream = createServer((req, res) => {
     const chunks: Buffer[] = []
     req.on('data', (chunk: Buffer) => chunks.push(chunk))
     req.on('end', () => {
+      if (req.method === 'DELETE') {
+        deleted.push(String(req.headers['mcp-session-id']))
+        res.writeHead(200).end()
+        return
+      }
       const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id?: unknown, method: string }
       if (body.method !== 'initialize') {
         res.writeHead(202).end()
@@ -83,7 +89,7 @@ async function holdingUpstream (t: Test): Promise<{ client: UpstreamClient, wait
   t.teardown(() => { upstream.closeAllConnections(); upstream.close() })
   const client = new UpstreamClient({ origin: new URL(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`), headersTimeoutMs: 60_000 })
   t.teardown(() => client.close())
-  return { client, waiting, initializes }
+  return { client, waiting, initializes, deleted }
 }
 
 async function sessionsToEstablish (count: number): Promise<{ store: MemoryEventStore, stale: Array<Awaited<ReturnType<MemoryEventStore['createSession']>>> }> {
@@ -132,4 +138,32 @@ t.test('REESTABLISH_CONCURRENCY: a turn that does not come within the fence\'s t
   t.equal(initializes.most, 1, 'one at a time')
   t.equal((await store.getSession('session-2'))?.upstreamSessionId, 'old-2', 'its record is where it was')
   t.ok(await store.acquireSessionFence('session-2', 'next', 1000), 'and its fence was never taken')
+})
+
+t.test('a session deleted while it is being established again: gone, and the upstream session established for it deleted', async t => {
+  const { client, waiting, deleted } = await holdingUpstream(t)
+  const { store, stale } = await sessionsToEstablish(1)
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: 10_000, concurrency: 2 })
+  const result = reestablisher.reestablish('session-0', stale[0] as NonNullable<typeof stale[0]>, {}, pino({ level: 'silent' }))
+  for (let i = 0; i < 100 && waiting.length === 0; i++) await new Promise(resolve => setTimeout(resolve, 10))
+  t.equal(waiting.length, 1, 'the upstream got the initialize')
+  await store.deleteSession('session-0')
+  waiting.shift()?.()
+  t.equal((await result).outcome, 'gone', 'not incompatible: nothing the upstream promised changed')
+  for (let i = 0; i < 100 && deleted.length === 0; i++) await new Promise(resolve => setTimeout(resolve, 10))
+  t.same(deleted, ['up-1-0'], 'the new upstream session, which no record names, was deleted upstream')
+  t.match(await metrics.registry.metrics(), /mcpgw_upstream_sessions_reestablished_total\{outcome="gone"\} 1/, 'counted as gone')
+})
+
+t.test('a session deleted while another replica holds its fence: gone, nothing sent upstream', async t => {
+  const { client, initializes } = await holdingUpstream(t)
+  const { store, stale } = await sessionsToEstablish(1)
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: 10_000, concurrency: 2 })
+  t.ok(await store.acquireSessionFence('session-0', 'another replica', 10_000), 'another replica establishes it')
+  const result = reestablisher.reestablish('session-0', stale[0] as NonNullable<typeof stale[0]>, {}, pino({ level: 'silent' }))
+  await store.deleteSession('session-0')
+  t.equal((await result).outcome, 'gone', 'the wait ends as soon as the record is gone')
+  t.equal(initializes.count, 0, 'nothing was sent upstream')
 })

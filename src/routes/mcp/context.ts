@@ -240,6 +240,7 @@ export class McpContext {
         await this.deps.hub.opened(sessionId, REESTABLISHED_OPEN_WAIT_MS)
         return result.record
       case 'incompatible':
+      case 'gone':
         await this.forgetSession(sessionId, log)
         throw errors.sessionNotFound()
       case 'unavailable':
