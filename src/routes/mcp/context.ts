@@ -183,7 +183,7 @@ export class McpContext {
         await this.endedWith(err, sessionId, request.log)
         throw err
       }
-      return await this.sentAgain(request, sessionId, await send(moved))
+      return await this.sentAgain(request, sessionId, moved, await send(moved))
     }
     const told = await lostSession(first)
     if (!told.lost) {
@@ -193,7 +193,7 @@ export class McpContext {
     const moved = await this.reestablish(request, sessionId, record)
     if (moved === undefined) return told.res
     discardBody(told.res.body)
-    return await this.sentAgain(request, sessionId, await send(moved))
+    return await this.sentAgain(request, sessionId, moved, await send(moved))
   }
 
   /**
@@ -260,13 +260,14 @@ export class McpContext {
    * upstream again. One that says the upstream lost the session (lostSession)
    * says it lost it once more (it restarted again meanwhile), not that the
    * session ended: the session is kept, and the client's retry establishes it
-   * again; unless that keeps happening (Relapses), when it ends: 404.
+   * again; unless that keeps happening (Relapses), when it ends: 404. `at`:
+   * the record the request was sent again under.
    */
-  async sentAgain (request: FastifyRequest, sessionId: string, answer: UpstreamResponse): Promise<UpstreamResponse> {
+  async sentAgain (request: FastifyRequest, sessionId: string, at: SessionRecord, answer: UpstreamResponse): Promise<UpstreamResponse> {
     const { lost, res } = await lostSession(answer)
     if (!lost) return res
     discardBody(res.body)
-    if (!this.#relapses.note(sessionId)) throw errors.sessionReestablishing()
+    if (!this.#relapses.note(sessionId, at.upstreamSessionId)) throw errors.sessionReestablishing()
     this.deps.metrics.upstreamSessionsReestablished.inc({ outcome: 'relapsed' })
     const log = request.log.child({ sessionHash: sessionHash(sessionId) })
     log.warn({ relapses: RELAPSES_MAX }, 'the upstream lost the session again right after each re-establishment: it does not keep sessions (is UPSTREAM_URL a load-balanced Service of replicas that keep sessions in memory? name their addresses instead, e.g. a headless Service); the session ends')

@@ -31,23 +31,28 @@ async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: 
     refusal = await hub.ensurePump(sessionId, headers, log)
   } catch (err) {
     if (!upstreamUnreachable(err)) throw err
-    if (await ctx.reestablish(request, sessionId, record) === undefined) {
+    const moved = await ctx.reestablish(request, sessionId, record)
+    if (moved === undefined) {
       await ctx.endedWith(err, sessionId, log)
       throw err
     }
-    return await ensuredAgain(ctx, request, sessionId, hub.ensurePump(sessionId, headers, log))
+    return await ensuredAgain(ctx, request, sessionId, moved, hub.ensurePump(sessionId, headers, log))
   }
   if (refusal === null) return null
   const told = await lostSession(refusal)
-  if (!told.lost || await ctx.reestablish(request, sessionId, record) === undefined) return told.res
+  const moved = told.lost ? await ctx.reestablish(request, sessionId, record) : undefined
+  if (moved === undefined) return told.res
   discardBody(told.res.body)
-  return await ensuredAgain(ctx, request, sessionId, hub.ensurePump(sessionId, headers, log))
+  return await ensuredAgain(ctx, request, sessionId, moved, hub.ensurePump(sessionId, headers, log))
 }
 
-/** The upstream GET asked for again after a re-establishment: the upstream losing the session once more is not its last word (see McpContext.sentAgain). */
-async function ensuredAgain (ctx: McpContext, request: FastifyRequest, sessionId: string, ensured: Promise<UpstreamResponse | null>): Promise<UpstreamResponse | null> {
+/**
+ * The upstream GET asked for again after a re-establishment (at `moved`): the
+ * upstream losing the session once more is not its last word (see McpContext.sentAgain).
+ */
+async function ensuredAgain (ctx: McpContext, request: FastifyRequest, sessionId: string, moved: SessionRecord, ensured: Promise<UpstreamResponse | null>): Promise<UpstreamResponse | null> {
   const refusal = await ensured
-  return refusal === null ? null : await ctx.sentAgain(request, sessionId, refusal)
+  return refusal === null ? null : await ctx.sentAgain(request, sessionId, moved, refusal)
 }
 
 export async function attachStandalone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, position: EventPosition | null): Promise<unknown> {
