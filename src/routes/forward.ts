@@ -10,6 +10,9 @@ import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/heade
 import { relayedBody, type RelayDeps } from '../sse/relayed-answer.js'
 
 /** `buffers`: the client buffers its answers are relayed under, the MCP endpoint's streams' too. */
+/** The methods the gateway routes, on the MCP path and on every other path of the upstream origin. */
+export const ROUTED_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD'] as const
+
 export interface ForwardDeps extends RelayDeps {
   readonly upstream: UpstreamClient
   /** Bound on streamed request bodies (MAX_BODY_BYTES). */

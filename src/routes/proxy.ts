@@ -4,7 +4,7 @@ import type { GatewayConfig } from '../config/load.js'
 import { errors } from '../errors.js'
 import { isPublicPath, pathTrick } from '../net/request-path.js'
 import type { SessionRecord } from '../store/contract.js'
-import { forwardTransparently, type ForwardDeps } from './forward.js'
+import { forwardTransparently, ROUTED_METHODS, type ForwardDeps } from './forward.js'
 import type { SessionGuard } from './mcp/session-guard.js'
 import { disguisesMcpPath } from './path.js'
 
@@ -20,12 +20,12 @@ export async function registerProxyRoute (app: FastifyInstance, config: ProxyCon
     proxy.removeAllContentTypeParsers()
     proxy.addContentTypeParser('*', (_req, payload, done) => { done(null, payload) })
     proxy.route({
-      method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD'],
+      method: [...ROUTED_METHODS],
       url: '/*',
       handler: async (request, reply) => {
         // RFC 9110 section 9.3.7: OPTIONS * asks about the server, not a resource:
         // the gateway answers for itself (the upstream would get "*" as a path).
-        if (request.url === '*' && request.method === 'OPTIONS') return await reply.code(204).header('allow', 'GET, POST, DELETE, OPTIONS, HEAD').send()
+        if (request.url === '*' && request.method === 'OPTIONS') return await reply.code(204).header('allow', ROUTED_METHODS.join(', ')).send()
         const trick = pathTrick(request.url)
         if (trick !== undefined) throw errors.badPath(trick)
         if (disguisesMcpPath(request.url, config.mcpPath)) throw errors.nonCanonicalMcpPath(config.mcpPath)

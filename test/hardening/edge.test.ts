@@ -12,6 +12,7 @@ import { request } from 'undici'
 import { startGateway, type RunningGateway } from '../fixtures/gateway.js'
 import { freePort, jsonRpcError, parseRawResponse, rawHttp } from '../fixtures/hardening.js'
 import { INITIALIZE, MCP_HEADERS, startRecordingUpstream, type RecordingUpstream } from '../fixtures/recording-upstream.js'
+import { ROUTED_METHODS } from '../../src/routes/forward.js'
 
 async function gatewayFor (t: Test, env: Record<string, string> = {}): Promise<{ gw: RunningGateway, upstream: RecordingUpstream }> {
   const upstream = await startRecordingUpstream(t)
@@ -96,6 +97,15 @@ t.test('absolute-form targets: checked like Host, forwarded in origin-form', asy
   t.equal(mcp.status, 200)
   t.equal(mcp.headers['content-type'], 'text/event-stream', 'the MCP endpoint served it: a recorded stream')
   t.equal(upstream.seen.at(-1)?.url, '/mcp')
+})
+
+t.test('OPTIONS *: the gateway answers for itself, naming every method it routes; nothing reaches the upstream', async t => {
+  const { gw, upstream } = await gatewayFor(t)
+  const answer = await rawHttp(gw.port, raw(['OPTIONS * HTTP/1.1', 'host: 127.0.0.1', 'connection: close']))
+  t.equal(answer.status, 204)
+  t.same(answer.headers.allow?.split(', ').sort(), ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT'], 'Allow lists the methods routed, PUT and PATCH included')
+  t.same(answer.headers.allow?.split(', '), ROUTED_METHODS, 'the very list the routes are registered with')
+  t.equal(upstream.seen.length, 0)
 })
 
 t.test('forwarding headers: a client\'s are dropped, the gateway says what it saw', async t => {

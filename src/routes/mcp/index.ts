@@ -5,12 +5,12 @@
  * post.ts, get.ts (standalone.ts, resume.ts), delete.ts; session-guard.ts
  * decides who a request acts for and whether its session is theirs.
  */
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { errors } from '../../errors.js'
-import { protocolInfo } from '../../protocol/era.js'
+import { protocolInfo, type ProtocolInfo } from '../../protocol/era.js'
 import { KeepAliveTicker } from '../../sse/keep-alive.js'
 import { SessionReestablisher } from '../../sessions/reestablish.js'
-import { forwardTransparently } from '../forward.js'
+import { forwardTransparently, ROUTED_METHODS } from '../forward.js'
 import { McpContext, type McpRouteDeps } from './context.js'
 import { handleDelete } from './delete.js'
 import { handleGet } from './get.js'
@@ -60,6 +60,18 @@ const MIN_TRACKED_SESSIONS = 10_000
  */
 const SESSION_FRESH_MS = 2000
 
+/**
+ * The methods the MCP endpoint defines in the legacy era (transports spec,
+ * Streamable HTTP), each with its handler. Any other method, and every
+ * request of the modern era, is forwarded as it is, past the principal check.
+ */
+type LegacyHandler = (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo) => Promise<unknown>
+const LEGACY_HANDLERS: ReadonlyMap<string, LegacyHandler> = new Map<string, LegacyHandler>([
+  ['POST', handlePost],
+  ['GET', handleGet],
+  ['DELETE', async (ctx, request, reply) => await handleDelete(ctx, request, reply)]
+])
+
 /** Registers the MCP endpoint; returns its guard, which every other proxied path goes through too. */
 export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): SessionGuard {
   const { config } = deps
@@ -82,7 +94,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream), initializes })
 
   app.route({
-    method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH', 'OPTIONS', 'HEAD'],
+    method: [...ROUTED_METHODS],
     url: config.mcpPath,
     // Keep-alive comments come from the streams' own ticker (sse/keep-alive.ts).
     sse: { kind: 'manual', heartbeat: false },
@@ -111,8 +123,8 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
         const wait = limiter.take(`${guard.principalOf(request)} ${sessionId}`)
         if (wait > 0) throw errors.rateLimited(wait)
       }
-      const legacyMethod = request.method === 'POST' || request.method === 'GET' || request.method === 'DELETE'
-      if (proto.era === 'modern' || !legacyMethod) {
+      const handle = proto.era === 'legacy' ? LEGACY_HANDLERS.get(request.method) : undefined
+      if (handle === undefined) {
         // Never a way around the principal binding: a session this gateway knows is
         // checked whatever the method or the protocol revision claimed.
         const record = sessionId === undefined ? undefined : await guard.requireKnownSessionOrStateless(sessionId, request)
@@ -122,11 +134,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
         return await forwardTransparently(deps, request, reply, request.body as Buffer | undefined, record,
           sessionLess ? res => { admitAnswer(ctx, request, res) } : undefined)
       }
-      switch (request.method) {
-        case 'POST': return await handlePost(ctx, request, reply, proto)
-        case 'GET': return await handleGet(ctx, request, reply, proto)
-        default: return await handleDelete(ctx, request, reply)
-      }
+      return await handle(ctx, request, reply, proto)
     }
   })
   return guard
