@@ -187,3 +187,12 @@ export class LeaseLostError extends Error {
 export function jsonRpcErrorBody (err: GatewayError, id: string | number | null = null): string {
   return JSON.stringify({ jsonrpc: '2.0', id, error: { code: err.rpcCode, message: err.message } })
 }
+
+/**
+ * The default of a switch over a closed set that returns nothing: with every
+ * member handled above it, `value` is `never`, so a member added to the set
+ * and not handled is a compile error there, not a silent fall-through.
+ */
+export function unreachable (value: never): never {
+  throw new Error(`unhandled member of a closed set: ${String(value)}`)
+}

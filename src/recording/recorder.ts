@@ -4,7 +4,7 @@ import type { EventTooLargeError } from '../sse/event-too-large.js'
 import type { EventInput } from '../store/contract.js'
 import type { EventBatch } from '../store/batch/event-batch.js'
 import { SseDecoder } from '../sse/decoder.js'
-import { SessionGoneError } from '../errors.js'
+import { SessionGoneError, unreachable } from '../errors.js'
 import { discardBody } from '../upstream/client.js'
 import { eventTooLargeGap } from './gap-markers.js'
 import { readAhead, type ReadAheadBudget, type ReadAheadSink } from './read-ahead.js'
@@ -141,6 +141,8 @@ class Recording implements ReadAheadSink {
         return await this.#concludeEnded()
       case 'resume':
         break
+      default:
+        unreachable(verdict)
     }
     if (lastId !== undefined && lastId !== before) o.upstreamIds?.noteUpstreamId(lastId)
     await sleep(resumes.delayMs)
@@ -214,6 +216,8 @@ class Recording implements ReadAheadSink {
         o.metrics.upstreamErrors.inc({ kind: 'stream_broken' })
         o.log.warn({ err, streamId: o.streamId }, 'upstream SSE answer broke off')
         break
+      default:
+        unreachable(outcome)
     }
     discardBody(this.#body)
     if (o.endStreamOnFinish && outcome !== 'session_gone' && outcome !== 'lease_lost') {

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { Lease, LeaseCoordinator } from '../cluster/coordinator.js'
-import { errors } from '../errors.js'
+import { errors, unreachable } from '../errors.js'
 import type { EventStore, UpstreamPlacement } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
@@ -263,7 +263,8 @@ export class StandaloneHolder {
     // Not forgotten either: follow() opens the stream again on this same LocalSession next.
     if (rule.lease === 'next_pump') return
     const local = s.standaloneClient
-    switch (rule.client) {
+    const client = rule.client
+    switch (client) {
       case 'as_is':
         break
       case 'follow_store':
@@ -272,6 +273,9 @@ export class StandaloneHolder {
       case 'reconnect':
         // The client reconnects (retry hint) and reopens the upstream GET.
         local?.close(s.deleting ? 'session_deleted' : 'upstream_error')
+        break
+      default:
+        unreachable(client)
     }
     this.#sessions.forget(sessionId)
   }
