@@ -4,6 +4,7 @@ import { STANDALONE_STREAM, type UpstreamPlacement } from '../store/contract.js'
 import type { CloseOutcome } from '../metrics/metrics.js'
 import type { ClientStream } from '../sse/client-stream.js'
 import { discardBody, type UpstreamResponse } from '../upstream/client.js'
+import { sameUpstreamSession } from '../upstream/session-request.js'
 import { type LocalSession, LocalSessions, type Opened } from './local-session.js'
 import { ReadAheadBudget } from '../recording/read-ahead.js'
 import { RefusedGets } from './refused-gets.js'
@@ -107,25 +108,28 @@ export class SessionHub {
   }
 
   /**
-   * The session was established upstream again, its record now at
-   * `placement`: its upstream GET is opened there, so what the new upstream
-   * session sends on it is not dropped. One running or opening here on the
-   * old placement moves there under the same lease (StandaloneHolder.follow:
-   * the old GET may never end by itself). Otherwise one is opened (the pump
-   * reads the record), with the headers of the session's latest request here, else
-   * `headers` (the re-establishing request's): the old GET may have ended,
-   * and its client gone, before the session was established again. One held
-   * by another replica follows at that replica's next lease renewal, which
-   * tells it the record moved.
+   * The session was established upstream again (or the endpoint holding it
+   * found), its record now at `placement` (`from`: the record it was found
+   * lost under): its upstream GET is opened there, so what the new upstream
+   * session sends on it is not dropped. One running or opening here on the old placement moves there
+   * under the same lease (StandaloneHolder.follow: the old GET may never end
+   * by itself), unless the record only came to name the endpoint holding the
+   * same upstream session: that GET goes on. Otherwise one is opened (the
+   * pump reads the record), with the headers of the session's latest request
+   * here, else `headers` (the re-establishing request's): the old GET may
+   * have ended, and its client gone, before the session was established
+   * again. One held by another replica follows at that replica's next lease
+   * renewal, which tells it the record moved.
    */
-  reopen (sessionId: string, placement: UpstreamPlacement, headers: Record<string, string | string[]>, log: Logger): void {
+  reopen (sessionId: string, placement: UpstreamPlacement, from: UpstreamPlacement, headers: Record<string, string | string[]>, log: Logger): void {
     // The upstream has no standalone stream (405): nothing to reopen.
     if (this.#refusedGets.has(sessionId)) return
-    // The last upstream event id the lease kept is the old upstream session's: a GET opened
-    // from it would ask the new session to resume a stream it never had (an SDK server with
-    // an event store then files that GET under no stream, and drops what the session sends).
-    // Redis forgets it with the move itself; the process-local leases, here.
-    this.#o.leases.backend.noteUpstreamId(sessionId, '')
+    // In a new upstream session, the last upstream event id the lease kept is the old one's:
+    // a GET opened from it would ask the new session to resume a stream it never had (an SDK
+    // server with an event store then files that GET under no stream, and drops what the
+    // session sends). Redis forgets it with the move itself; the process-local leases, here.
+    // The same upstream session, its endpoint named, keeps it: its GET resumes from there.
+    if (!sameUpstreamSession(from, placement)) this.#o.leases.backend.noteUpstreamId(sessionId, '')
     const s = this.#sessions.get(sessionId)
     if (s !== undefined && (s.pumping || s.opening !== undefined)) {
       this.#holder.follow(s, sessionId, placement, s.log ?? log)

@@ -149,7 +149,9 @@ export class StandaloneHolder {
    * reading the old placement stops and one opens at the new placement under
    * the same lease, synchronously (the request retried after the
    * re-establishment waits for that opening). One still opening is looked at
-   * once it has opened: it may have read the record before the move.
+   * once it has opened: it may have read the record before the move. A
+   * record that only came to name the endpoint holding the upstream session
+   * the pump reads is no move: that GET goes on (StandalonePump.pin).
    */
   follow (s: LocalSession, sessionId: string, placement: UpstreamPlacement, log: Logger): void {
     const opening = s.opening
@@ -165,6 +167,10 @@ export class StandaloneHolder {
     if (s.kind !== 'pumping' || pump === undefined || pump.stopped) return
     const at = pump.placement
     if (at === undefined || samePlacement(at, placement)) return
+    if (pump.pin(placement)) {
+      log.debug('the session\'s record names the endpoint holding its upstream session now: its upstream GET goes on')
+      return
+    }
     if (!pump.movable) {
       // A recovery or the hold's release is under way on the lease: whether the pump goes on,
       // and under which lease, is known once it is done.

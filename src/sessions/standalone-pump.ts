@@ -4,7 +4,7 @@ import type { Lease } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
 import type { EventStore, SessionRecord, StreamState, UpstreamPlacement } from '../store/contract.js'
 import { errors } from '../errors.js'
-import { samePlacement, sessionRequest } from '../upstream/session-request.js'
+import { sameUpstreamSession, sessionRequest } from '../upstream/session-request.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import { statusClass, type GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
@@ -21,8 +21,8 @@ import type { ResumeBounds } from '../recording/upstream-resume.js'
  * Why a pump stopped. `refused`: the upstream GET never opened (the caller
  * has the answer); `handed_over`: drain gave the stream to another replica;
  * `lease_lost`: another replica holds the stream now (fencing); `moved`: the
- * session was established upstream again elsewhere (another upstream session
- * id or endpoint), and the holder goes on there under the same lease.
+ * session was established upstream again (another upstream session id), and
+ * the holder goes on there under the same lease.
  */
 export type PumpOutcome = RecordOutcome | 'refused' | 'hold_expired' | 'stopped' | 'handed_over' | 'moved'
 
@@ -343,7 +343,8 @@ export class StandalonePump {
     if (placement === null || this.stopped) return undefined
     // Established upstream again meanwhile: the new upstream session's stream is another
     // stream, which never issued that id (an upstream with an event store may refuse it).
-    const moved = this.#record !== undefined && !samePlacement(this.#record, placement)
+    // A record that only came to name the endpoint holding this upstream session is no move.
+    const moved = this.#record !== undefined && !sameUpstreamSession(this.#record, placement)
     this.#read(placement)
     // The session's latest credentials here, not the ones of the GET that ended: they may have expired.
     const headers = lastEventId === undefined || moved ? this.#headers : { ...this.#headers, 'last-event-id': lastEventId }
@@ -393,6 +394,22 @@ export class StandalonePump {
   moveAway (): Lease {
     this.#stop('moved')
     return this.#lease
+  }
+
+  /**
+   * The session's record came to name the endpoint holding the upstream
+   * session this pump reads (found after the store lost the session): no
+   * move, the upstream GET goes on (no other endpoint knows that session, so
+   * a GET that opened is there already). Its resumes go to that endpoint, and
+   * so does a recovery of the session should the store lose it again. False
+   * when the pump reads another upstream session (a move: see moveAway), or
+   * none yet, or has stopped.
+   */
+  pin (placement: UpstreamPlacement): boolean {
+    const record = this.#record
+    if (this.stopped || record === undefined || !sameUpstreamSession(record, placement)) return false
+    if (placement.endpoint !== undefined) this.#record = { ...record, endpoint: placement.endpoint }
+    return true
   }
 
   /**

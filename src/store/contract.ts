@@ -138,9 +138,10 @@ export interface AppendOptions {
    * The upstream session the events were read from (the standalone stream's
    * upstream GET). Their last upstream event id is kept for a later holder
    * to resume that GET from only while the session's record still places it
-   * there: after a move (movePlacement), no stream of the new upstream session
-   * issued it. The embedded store ignores it (the id is kept with the lease,
-   * which a pump that moved away no longer writes).
+   * in that upstream session: after a move to another (movePlacement), no
+   * stream of the new upstream session issued it. The embedded store ignores
+   * it (the id is kept with the lease, which a pump that moved away no longer
+   * writes).
    */
   readonly readFrom?: string
 }
@@ -181,7 +182,12 @@ export interface EventStore {
    * still `expected` (compare and set: a replica that re-established the
    * session from a stale record cannot overwrite a newer one). Returns the
    * record as it is after the call (check its upstreamSessionId to see which
-   * won); null when the session is unknown.
+   * won); null when the session is unknown. A move to another upstream
+   * session forgets the standalone stream's last upstream event id kept for
+   * a later holder of its GET (see AppendOptions.readFrom); one that keeps
+   * the upstream session id, naming only the endpoint holding it, keeps it.
+   * (The embedded store keeps no such id: its process's leases do, and
+   * forget it likewise, SessionHub.reopen.)
    */
   movePlacement (sessionId: string, expected: string, next: UpstreamPlacement): Promise<SessionRecord | null>
   /**

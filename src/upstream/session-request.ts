@@ -23,6 +23,16 @@ export function samePlacement (a: UpstreamPlacement, b: UpstreamPlacement): bool
 }
 
 /**
+ * The same upstream session, whichever endpoint each names: a record that
+ * only came to name the endpoint holding its session (found after the store
+ * lost it) is no move, and the session's standalone stream upstream is the
+ * same stream, whose event ids it can resume from.
+ */
+export function sameUpstreamSession (a: UpstreamPlacement, b: UpstreamPlacement): boolean {
+  return a.upstreamSessionId === b.upstreamSessionId
+}
+
+/**
  * Ends an upstream session the gateway will never name (established in vain,
  * or issued past a limit): a DELETE, best effort, its answer discarded and
  * nobody waiting for it; an SDK server keeps a session until told.

@@ -344,6 +344,23 @@ t.test('redis: a move to another upstream session forgets the old one\'s last st
   t.equal(await env.redis.hget(meta, 'u:s'), null, 'moved: the next holder opens up-2\'s GET afresh, not from an id up-2 never issued')
 })
 
+t.test('redis: a move that keeps the upstream session, naming the endpoint holding it, keeps its last standalone event id', async (t) => {
+  const env = await useRedis(t, 'pin-upstream-id')
+  const store = await storeFor(t, env)
+  await store.createSession('sess', 'p', { placement: { upstreamSessionId: 'up-1' } })
+  const meta = `${env.prefix}{sess}:m`
+  await store.append('sess', 's', [{ data: 'x', upstreamId: 'ev-1' }], { readFrom: 'up-1' })
+  const pinned = await store.movePlacement('sess', 'up-1', { upstreamSessionId: 'up-1', endpoint: 'http://a:1' })
+  t.match(pinned, { upstreamSessionId: 'up-1', endpoint: 'http://a:1' }, 'the record names the endpoint')
+  t.equal(await env.redis.hget(meta, 'u:s'), 'ev-1', 'the same upstream session\'s stream: its last event id kept')
+  const grant = await store.leaseBackend().acquire('sess', 'tok', 5000)
+  t.match(grant, { token: 'tok', lastUpstreamId: 'ev-1' }, 'the next holder resumes that GET from it')
+  await store.append('sess', 's', [{ data: 'y', upstreamId: 'ev-2' }], { readFrom: 'up-1' })
+  t.equal(await env.redis.hget(meta, 'u:s'), 'ev-2', 'and what that GET records next is kept')
+  await store.movePlacement('sess', 'up-1', { upstreamSessionId: 'up-2', endpoint: 'http://a:1' })
+  t.equal(await env.redis.hget(meta, 'u:s'), null, 'a new upstream session at the same endpoint: forgotten')
+})
+
 for (const appendWrite of ['zero-copy', 'ioredis'] as const) {
   t.test(`redis (${appendWrite}): an append read from an upstream session the record no longer places does not write its last event id back`, async (t) => {
     const env = await useRedis(t, `move-in-flight-${appendWrite}`)

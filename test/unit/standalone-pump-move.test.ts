@@ -3,9 +3,11 @@
 // while nothing is in flight on it (`movable`). A recovery after a store loss
 // replaces a lost lease with one taken again, and the hold's release settles
 // it: handed over meanwhile, the next pump ran on a settled lease while the
-// one taken again stayed renewed by nobody's pump, for ever. Real leases
-// (HeldLeases) and pumps; the store, upstream and backend are stand-ins that
-// answer at chosen moments.
+// one taken again stayed renewed by nobody's pump, for ever. A record that
+// only comes to name the endpoint holding the upstream session a pump reads is
+// no move (StandalonePump.pin): its GET goes on, and is resumed from the
+// upstream's last event id. Real leases (HeldLeases) and pumps; the store,
+// upstream and backend are stand-ins that answer at chosen moments.
 import t from 'tap'
 import { PassThrough } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -17,7 +19,7 @@ import { ReadAheadBudget } from '../../src/recording/read-ahead.js'
 import type { EventStore, SessionRecord } from '../../src/store/contract.js'
 import { GatewayMetrics } from '../../src/metrics/metrics.js'
 import { metricSum } from '../fixtures/hardening.js'
-import type { UpstreamClient } from '../../src/upstream/client.js'
+import type { UpstreamClient, UpstreamRequest } from '../../src/upstream/client.js'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
 import type { AppendOptions } from '../../src/store/contract.js'
@@ -191,6 +193,63 @@ t.test('a resume of the upstream GET that fails is timed and counted as an upstr
   t.equal(metricSum(text, 'mcpgw_upstream_request_duration_seconds_count', { status_class: 'error' }), 1, 'and timed, its status class "error"')
   p.stop()
 })
+
+t.test('a record that comes to name the endpoint holding the upstream session the pump reads is no move: its GET goes on, and is resumed there from its last event id', async t => {
+  const setUp = setup()
+  let record: SessionRecord = { epoch: 'e1', principal: 'p', upstreamSessionId: 'up-1' }
+  const { p, bodies, requests } = resumingPump(setUp, () => record)
+  t.equal(await p.open(), null, 'the GET runs, balanced: the record names no endpoint')
+  bodies[0]?.write('id: ev-1\ndata: {}\n\n')
+  await waitFor(() => setUp.noted.length > 0)
+  record = { ...record, endpoint: 'http://b:1' }
+  t.equal(p.pin(record), true, 'the same upstream session at the endpoint named: taken')
+  t.equal(p.stopped, false, 'the GET goes on')
+  t.same(p.placement, record, 'read at that endpoint from now on')
+  t.equal(p.pin({ upstreamSessionId: 'up-2', endpoint: 'http://b:1' }), false, 'another upstream session is a move, not taken')
+  bodies[0]?.end() // the upstream ends its GET: the pump resumes it
+  await waitFor(() => requests.length > 1)
+  t.equal(requests[1]?.endpoint, 'http://b:1', 'resumed at the endpoint named')
+  t.equal(requests[1]?.headers['last-event-id'], 'ev-1', 'from the upstream\'s last event id: the same stream')
+  p.stop()
+})
+
+t.test('a resume after the record came to name the endpoint keeps the Last-Event-ID, though the pump was not told', async t => {
+  const setUp = setup()
+  let record: SessionRecord = { epoch: 'e1', principal: 'p', upstreamSessionId: 'up-1' }
+  const { p, bodies, requests } = resumingPump(setUp, () => record)
+  t.equal(await p.open(), null, 'the GET runs')
+  bodies[0]?.write('id: ev-1\ndata: {}\n\n')
+  // A request answered by that endpoint named it in the record (McpContext), the pump unaware.
+  record = { ...record, endpoint: 'http://b:1' }
+  bodies[0]?.end()
+  await waitFor(() => requests.length > 1)
+  t.equal(requests[1]?.endpoint, 'http://b:1', 'resumed at the endpoint the record names')
+  t.equal(requests[1]?.headers['last-event-id'], 'ev-1', 'from the upstream\'s last event id')
+  bodies[1]?.write('id: ev-2\ndata: {}\n\n')
+  record = { ...record, upstreamSessionId: 'up-2' }
+  bodies[1]?.end()
+  await waitFor(() => requests.length > 2)
+  t.equal(requests[2]?.headers['last-event-id'], undefined, 'a new upstream session never issued it: opened afresh')
+  p.stop()
+})
+
+/** A pump at `record()` whose upstream answers its GETs (the first, then each resume) with the next of `bodies`, each request kept. */
+function resumingPump ({ held, pump }: Setup, record: () => SessionRecord): { p: StandalonePump, bodies: PassThrough[], requests: UpstreamRequest[] } {
+  const bodies = [new PassThrough(), new PassThrough(), new PassThrough()]
+  const requests: UpstreamRequest[] = []
+  const recording = { ...store, async appendBatch (_s: string, _stream: string, batch: EventBatch) { return new NumberedBatch(batch, 1) } } as unknown as EventStore
+  const p = pump(held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined }), {
+    ...recordingFrom(bodies[0] as PassThrough, recording),
+    placement: async () => record(),
+    upstream: {
+      async request (req: UpstreamRequest) {
+        requests.push(req)
+        return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body: bodies[requests.length - 1] }
+      }
+    } as unknown as UpstreamClient
+  })
+  return { p, bodies, requests }
+}
 
 /** A pump's options to record what `body` carries into `into` (the recorder needs real metrics). */
 function recordingFrom (body: PassThrough, into: EventStore): Partial<PumpOptions> {

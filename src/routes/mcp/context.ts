@@ -236,7 +236,7 @@ export class McpContext {
         // The new upstream session's GET first, then the request that met the loss:
         // what that request makes the upstream send on the standalone stream (an SDK
         // server drops it while no GET is open) then finds the stream open.
-        this.deps.hub.reopen(sessionId, result.record, upstreamGetHeaders(request, 'keep'), log)
+        this.deps.hub.reopen(sessionId, result.record, record, upstreamGetHeaders(request, 'keep'), log)
         await this.deps.hub.opened(sessionId, REESTABLISHED_OPEN_WAIT_MS)
         return result.record
       case 'incompatible':
