@@ -52,8 +52,12 @@ function initializes (upstreams: readonly RestartableUpstream[]): number {
   return upstreams.reduce((n, u) => n + u.life.requests.filter(r => r.method === 'initialize').length, 0)
 }
 
-/** Each session's next tools/call, then its GET, through `gw`: served where the session lives, its record pinned there. */
-async function goOn (t: Test, gw: RunningGateway, upstreams: readonly RestartableUpstream[], sessions: readonly RawSession[]): Promise<void> {
+/**
+ * Each session's next tools/call, then its GET, through `gw`: served where the session lives, its record pinned there.
+ * Returns how many of those calls were first balanced to an endpoint that does not hold the session (each answered
+ * 404 there, then found where it lives); the others were pinned by their 2xx.
+ */
+async function goOn (t: Test, gw: RunningGateway, upstreams: readonly RestartableUpstream[], sessions: readonly RawSession[]): Promise<number> {
   const initializedBefore = initializes(upstreams)
   for (const [i, session] of sessions.entries()) {
     const { holder, upstreamId } = holderOf(upstreams, session)
@@ -69,6 +73,10 @@ async function goOn (t: Test, gw: RunningGateway, upstreams: readonly Restartabl
   }
   t.equal(initializes(upstreams), initializedBefore, 'no session was initialized upstream again')
   t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'unrecorded' }), 0, 'none was given up for want of a recipe')
+  return sessions.filter(session => {
+    const { holder, upstreamId } = holderOf(upstreams, session)
+    return upstreams.some(u => u !== holder && u.life.requests.some(r => r.method === 'tools/call' && r.sessionId === upstreamId))
+  }).length
 }
 
 async function openSessions (gw: RunningGateway, upstreams: readonly RestartableUpstream[]): Promise<RawSession[]> {
@@ -89,8 +97,10 @@ t.test('embedded store: a restarted gateway serves each session it lost on the e
   // The process restarts: same upstreams, an empty embedded store.
   await first.close()
   const second = await startGateway(t, 'memory', upstreamUrl)
-  await goOn(t, second, upstreams, sessions)
-  t.ok(metricSum(await metrics(second.adminUrl), 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'found' }) > 0, 'an endpoint found for a session after a 404 elsewhere is counted as found')
+  // Which first calls miss depends on where the sessions were placed (two random draws per session).
+  const missed = await goOn(t, second, upstreams, sessions)
+  t.comment(`${missed} of ${SESSIONS} first calls went to an endpoint that does not hold the session`)
+  t.equal(metricSum(await metrics(second.adminUrl), 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'found' }), missed, 'each endpoint found for a session after a 404 elsewhere is counted as found')
 })
 
 t.test('Redis: a gateway that never saw the sessions serves them after their keys went', async (t) => {
