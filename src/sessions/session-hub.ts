@@ -227,9 +227,10 @@ export class SessionHub {
     })
     // Attached while draining (a client came back here: a single instance, or a
     // balancer still sending here): served from the store until closeAll(); after
-    // it, closed with its retry hint right after its head is written.
+    // it, closed with its retry hint, which follows its head (ClientStream: a stream
+    // closed before its head is sent sends it first).
     const exitRetryMs = this.#drain.exitRetryMs
-    if (exitRetryMs !== undefined) setImmediate(() => client.close('draining', exitRetryMs))
+    if (exitRetryMs !== undefined) client.close('draining', exitRetryMs)
   }
 
   /** A DELETE of the session goes upstream: until it is answered, the end of the session's upstream GET is the DELETE's. */

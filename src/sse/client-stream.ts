@@ -21,6 +21,24 @@ export const SLOW_CLIENT_GRACE_MS = 10_000
 
 const KEEP_ALIVE = formatComment('keep-alive')
 
+/**
+ * Where a client stream stands; only its own methods move it. `created`: made
+ * and attached to its session, its head not sent (open() sends it, in the same
+ * turn); `closing`: the gateway closed it before its head was sent, which
+ * open() sends all the same, then the retry hint and the end (a write before
+ * the head would have committed a head that is not SSE); `open`: the head is
+ * sent, events are written; `closed`: over, its listeners told.
+ */
+type Phase =
+  | { readonly kind: 'created' }
+  | { readonly kind: 'closing', readonly outcome: CloseOutcome, readonly retryMs: number | undefined }
+  | { readonly kind: 'open' }
+  | { readonly kind: 'closed' }
+
+const CREATED: Phase = Object.freeze({ kind: 'created' })
+const OPEN: Phase = Object.freeze({ kind: 'open' })
+const CLOSED: Phase = Object.freeze({ kind: 'closed' })
+
 export interface ClientStreamOptions {
   readonly reply: FastifyReply
   readonly kind: StreamKind
@@ -70,7 +88,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
    * of the exact length.
    */
   #onClose: ReadonlyArray<(outcome: CloseOutcome) => void> = []
-  #closed = false
+  #phase: Phase = CREATED
   #lastSeq = 0
   #replayed = 0
   /** lastSeq when events were first written here without ids (degraded mode) since the last recorded one. */
@@ -99,14 +117,24 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
     sse.onClose(() => this.#finish('client_gone'))
   }
 
-  get closed (): boolean { return this.#closed }
+  /** Nothing more is written: closed, or closed before its head was sent. */
+  get closed (): boolean { return this.#phase.kind === 'closing' || this.#phase.kind === 'closed' }
+  get #writable (): boolean { return this.#phase.kind === 'open' }
   /** Sequence number of the last event written to this connection. */
   get lastSeq (): number { return this.#lastSeq }
   /** Events written to this connection from history (replayed). */
   get replayed (): number { return this.#replayed }
 
-  /** Commit the response head (status 200, SSE headers plus `headers`) and the priming event. */
+  /**
+   * Commit the response head (status 200, SSE headers plus `headers`) and the
+   * priming event; once only. Closed meanwhile by the gateway: then the retry
+   * hint and the end. The client gone already: nothing.
+   */
   open (headers: Record<string, string | string[]>, position: number, gap?: GapNotice): void {
+    const phase = this.#phase
+    if (phase.kind === 'closed') return
+    if (phase.kind === 'open') throw new Error('a client stream is opened once')
+    this.#phase = OPEN
     for (const [name, value] of Object.entries(headers)) this.#reply.header(name, value)
     this.#reply.sse.sendHeaders(200)
     this.#lastSeq = position
@@ -117,7 +145,8 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
     if (head !== '') this.#write(head)
     // Nothing to write yet: send the head now, not with the first event or keep-alive.
     else this.#raw.flushHeaders()
-    if (this.#keepAlive !== undefined && !this.#closed) {
+    if (phase.kind === 'closing') this.#close(phase.outcome, phase.retryMs)
+    if (this.#keepAlive !== undefined && this.#writable) {
       this.#wroteAt = this.#keepAlive.now
       this.#keepAlive.add(this)
     }
@@ -133,7 +162,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
 
   /** Write events (contiguous, in order); those at or before lastSeq are skipped. Returns false once closed. */
   writeEvents (events: readonly StoredEvent[] | NumberedBatch, replayed = false): boolean {
-    if (this.#closed) return false
+    if (!this.#writable) return false
     if (events instanceof NumberedBatch) return this.writeBatches([events], replayed)
     // One buffer per batch: each upstream frame as it came, then our id line
     // (the last id field of an event is the one the client keeps).
@@ -178,7 +207,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
    * event (see framePage).
    */
   writeBatches (batches: readonly NumberedBatch[], replayed = false): boolean {
-    if (this.#closed) return false
+    if (!this.#writable) return false
     const pages = this.#buffers.pages
     const page = framePage(batches, this.#lastSeq, this.#idPrefix, seq => encodeEventId({ epoch: this.epoch, streamId: this.streamId, seq }), pages.take)
     if (page === undefined) return true
@@ -204,7 +233,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
 
   /** Events the store could not take (degraded mode): written without an id, they cannot be resumed. */
   writeUnrecorded (events: readonly EventInput[]): void {
-    if (this.#closed || events.length === 0) return
+    if (!this.#writable || events.length === 0) return
     this.#unrecordedAfter ??= this.#lastSeq
     const parts: Buffer[] = []
     for (const e of events) {
@@ -227,16 +256,16 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
 
   /** An event the gateway made up (a repair answer), under an id of its choosing. */
   writeSynthesized (id: string, data: string): void {
-    if (!this.#closed) this.#write(formatEvent(id, data))
+    if (this.#writable) this.#write(formatEvent(id, data))
   }
 
   writeGap (notice: GapNotice): void {
-    if (!this.#closed) this.#write(formatGap(notice))
+    if (this.#writable) this.#write(formatGap(notice))
   }
 
   /** Resolves when the connection's buffer has room again (or it closed). */
   async drained (): Promise<void> {
-    if (this.#closed || !this.#raw.writableNeedDrain) return
+    if (this.closed || !this.#raw.writableNeedDrain) return
     await new Promise<void>(resolve => {
       const done = (): void => {
         this.#raw.off('drain', done)
@@ -249,7 +278,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   }
 
   onClose (listener: (outcome: CloseOutcome) => void): void {
-    if (this.#closed) return
+    if (this.#phase.kind === 'closed') return
     this.#onClose = this.#onClose.concat(listener)
   }
 
@@ -264,7 +293,12 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   }
 
   #close (outcome: CloseOutcome, retryMs: number | undefined): void {
-    if (this.#closed) return
+    const phase = this.#phase
+    if (phase.kind === 'created') {
+      this.#phase = { kind: 'closing', outcome, retryMs }
+      return
+    }
+    if (phase.kind !== 'open') return
     const raw = this.#raw
     const before = raw.writableLength
     if (retryMs !== undefined && !raw.destroyed) raw.write(formatRetry(retryMs))
@@ -318,13 +352,13 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   /** Cut by the write timeout (the socket is destroyed already): counted, logged once. */
   writeTimedOut (waitingBytes: number): void {
     this.#metrics.clientWriteTimeouts.inc()
-    this.#log.warn({ streamId: this.streamId, kind: this.kind, waitingBytes, ended: this.#closed, timeoutSeconds: this.#buffers.writeTimeoutMs / 1000 }, 'client accepted no bytes within CLIENT_WRITE_TIMEOUT_SECONDS: connection destroyed, what waited for it dropped; it resumes from the store')
+    this.#log.warn({ streamId: this.streamId, kind: this.kind, waitingBytes, ended: this.closed, timeoutSeconds: this.#buffers.writeTimeoutMs / 1000 }, 'client accepted no bytes within CLIENT_WRITE_TIMEOUT_SECONDS: connection destroyed, what waited for it dropped; it resumes from the store')
     this.#finish('write_timeout')
   }
 
   #finish (outcome: CloseOutcome): void {
-    if (this.#closed) return
-    this.#closed = true
+    if (this.#phase.kind === 'closed') return
+    this.#phase = CLOSED
     this.#keepAlive?.delete(this)
     this.#metrics.clientStreamsOpen.dec({ kind: this.kind })
     this.#metrics.streamsClosed.inc({ kind: this.kind, outcome })

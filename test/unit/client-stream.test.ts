@@ -104,3 +104,37 @@ t.test('a page still waiting in the socket is never framed over: its buffer come
   const wrong = blocks.findIndex((block, i) => block !== `data: {"n":${i},"pad":"${pad}"}\nid: ep.s.${(i + 1).toString(36)}`)
   t.equal(wrong, -1, 'each in order, with its own bytes and id')
 })
+
+t.test('closed by the gateway before its head was sent: the head still goes out as SSE, then the retry hint and the end', async t => {
+  const told: string[] = []
+  const { url, metrics } = await serveClientStream(t, { kind: 'standalone', epoch: 'ep', maxBufferBytes: 1 << 20 }, stream => {
+    stream.onClose(outcome => { told.push(outcome) })
+    stream.close('draining', 2500)
+    t.ok(stream.closed, 'closed for writers at once')
+    t.notOk(stream.writeEvents([{ seq: 1, data: 'x' }]), 'nothing is written before the head')
+    t.same(told, [], 'its listeners are told once it is over, not before its head')
+    stream.open({ 'x-head': 'yes' }, 0)
+  })
+  const res = await fetch(`${url}/`)
+  t.equal(res.status, 200)
+  t.equal(res.headers.get('content-type'), 'text/event-stream', 'an SSE head')
+  t.equal(res.headers.get('x-head'), 'yes', 'with the headers open() was given')
+  t.equal(await res.text(), 'retry: 2500\n\n', 'then the retry hint, and the end')
+  t.same(told, ['draining'], 'its listeners told once, with the gateway\'s outcome')
+  t.equal((await metrics.streamsClosed.get()).values.find(v => v.labels.outcome === 'draining')?.value, 1, 'counted as closed for draining')
+})
+
+t.test('a client stream is opened once: a second open() is a bug, and says so', async t => {
+  let openedAgain: unknown
+  const { url } = await serveClientStream(t, { kind: 'standalone', epoch: 'ep', maxBufferBytes: 1 << 20 }, stream => {
+    stream.open({}, 0)
+    try {
+      stream.open({}, 0)
+    } catch (err) {
+      openedAgain = err
+    }
+    stream.end('completed')
+  })
+  t.equal((await fetch(`${url}/`)).status, 200)
+  t.match(openedAgain, /opened once/)
+})
