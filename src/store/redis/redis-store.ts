@@ -44,14 +44,8 @@ export interface RedisStoreOptions {
   readonly appendWrite?: AppendWrite
 }
 
-export type RedisStoreConnectOptions = RedisTarget & {
-  readonly keyPrefix: string
-  readonly retention: RetentionLimits
-  readonly replicaId?: string
-  readonly random?: (size: number) => Uint8Array
-  readonly logger?: StoreLogger
-  readonly audienceRefreshMs?: number
-  readonly appendWrite?: AppendWrite
+/** Where Redis is, and the store's own options (every one but its two connections, which connect() opens). */
+export type RedisStoreConnectOptions = RedisTarget & Omit<RedisStoreOptions, 'redis' | 'subscriber'> & {
   /** Extra ioredis options for both connections. */
   readonly redisOptions?: RedisOptions
 }
@@ -124,17 +118,8 @@ export class RedisEventStore implements EventStore {
     }
     const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, options.redisOptions, options.logger)
     const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, options.redisOptions, options.logger)
-    const store = new RedisEventStore({
-      redis,
-      subscriber,
-      keyPrefix: options.keyPrefix,
-      retention: options.retention,
-      replicaId,
-      random,
-      ...(options.logger === undefined ? {} : { logger: options.logger }),
-      ...(options.audienceRefreshMs === undefined ? {} : { audienceRefreshMs: options.audienceRefreshMs }),
-      ...(options.appendWrite === undefined ? {} : { appendWrite: options.appendWrite })
-    })
+    // The store's options pass through whole: one added to RedisStoreOptions reaches the store.
+    const store = new RedisEventStore({ ...options, redis, subscriber, replicaId, random })
     try {
       await store.ping()
     } catch (err) {
