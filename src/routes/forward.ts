@@ -9,10 +9,10 @@ import { sessionRequest } from '../upstream/session-request.js'
 import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/headers.js'
 import { relayedBody, type RelayDeps } from '../sse/relayed-answer.js'
 
-/** `buffers`: the client buffers its answers are relayed under, the MCP endpoint's streams' too. */
 /** The methods the gateway routes, on the MCP path and on every other path of the upstream origin. */
 export const ROUTED_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD'] as const
 
+/** `buffers`: the client buffers its answers are relayed under, the MCP endpoint's streams' too. */
 export interface ForwardDeps extends RelayDeps {
   readonly upstream: UpstreamClient
   /** Bound on streamed request bodies (MAX_BODY_BYTES). */
