@@ -5,7 +5,7 @@ import { REFUSALS, SessionGoneError, isRefusalCode, type RefusalReason } from '.
 import { GAP_REASONS, type GapReason } from '../gaps.js'
 import { EVICTION_KINDS, type StoreUsage as MemoryStoreUsage } from '../store/contract.js'
 import { traceStoreOperation } from '../tracing/spans.js'
-import { ENDPOINT_STATES } from '../upstream/endpoint-state.js'
+import { ENDPOINT_STATES, type EndpointState } from '../upstream/endpoint-state.js'
 
 // Every label value the code uses, listed once: each series is exported at 0
 // from the start, so a rate() or a ratio over a healthy system is 0, not "No data".
@@ -276,7 +276,7 @@ export class GatewayMetrics {
   }
 
   /** The upstream's endpoints, read at each scrape: how many in each state, and the sessions placed on each. */
-  watchUpstreamEndpoints (snapshot: () => ReadonlyArray<{ readonly endpoint: string, readonly state: string, readonly sessionsPlaced: number }>): void {
+  watchUpstreamEndpoints (snapshot: () => ReadonlyArray<{ readonly endpoint: string, readonly state: EndpointState['kind'], readonly sessionsPlaced: number }>): void {
     const p = 'mcpgw_upstream_'
     this.registry.registerMetric(new Gauge({
       name: `${p}endpoints`,

@@ -1,6 +1,8 @@
 // deploy/prometheus/alerts.yml: valid rules (`promtool check rules`), each alert
 // unit-tested (`promtool test rules` on alerts.test.yml: fires for a release in
-// trouble, stays quiet for a healthy one), and only metrics the gateway exports.
+// trouble, stays quiet for a healthy one), and only metrics, labels and label
+// values the gateway exports: the alerts' selectors and groupings, and the rule
+// tests' input series and expected labels, against the code's own sets.
 // promtool comes from Debian's prometheus package (scripts/install-packaging-tools.sh);
 // without it the promtool checks are skipped, except in CI.
 import t from 'tap'
@@ -9,7 +11,11 @@ import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { parse as parseYaml } from 'yaml'
+import { statusClass } from '../../src/metrics/metrics.js'
+import { ROUTED_METHODS } from '../../src/routes/forward.js'
+import type { EventStore } from '../../src/store/contract.js'
 import { externalTool } from '../fixtures/external-tools.js'
+import { everyMetric } from '../fixtures/metrics.js'
 
 const run = promisify(execFile)
 const ROOT = join(import.meta.dirname, '..', '..')
@@ -53,16 +59,156 @@ t.test('every alert is tested firing and quiet', async t => {
   }
 })
 
-t.test('alerts read only metrics the gateway exports (or Prometheus and kube-state-metrics do)', async t => {
-  const metrics = await readFile(join(ROOT, 'src', 'metrics', 'metrics.ts'), 'utf8')
-  const exported = new Set([...metrics.matchAll(/name: `\$\{p\}([a-z_]+)`/g)].map(m => `mcpgw_${m[1] as string}`))
-  t.ok(exported.size > 10, 'metric names found in src/metrics/metrics.ts')
-  for (const rule of rules) {
-    for (const [name] of rule.expr.matchAll(/\bmcpgw_[a-z_]+/g)) {
-      const base = name.replace(/_(count|sum|bucket)$/, '')
-      t.ok(exported.has(name) || exported.has(base), `${rule.alert}: ${name}`)
+/**
+ * Labels Prometheus gives every series from its scrape target (a
+ * ServiceMonitor adds namespace, pod, container and service), whatever the metric.
+ */
+const TARGET_LABELS = new Set(['namespace', 'job', 'instance', 'pod', 'container', 'service'])
+/** Labels with no closed set: a bucket bound, the build's own version and Node, an endpoint's address. */
+const OPEN_LABELS = new Set(['le', 'version', 'node_version', 'endpoint'])
+/** Every kind of event store once: a kind added to EventStore and missing here does not compile. */
+const STORE_KINDS = Object.keys({ memory: true, redis: true } satisfies Record<EventStore['kind'], true>)
+/**
+ * Label values not exported at 0 from the start (they come with the first
+ * request, or from the build), from the code's own sets.
+ */
+const NOT_PRE_EXPORTED: Readonly<Record<string, Readonly<Record<string, readonly string[]>>>> = {
+  mcpgw_upstream_request_duration_seconds: {
+    method: ROUTED_METHODS,
+    status_class: [...new Set(Array.from({ length: 500 }, (_, n) => statusClass(100 + n)))]
+  },
+  mcpgw_build_info: { store: STORE_KINDS }
+}
+
+/**
+ * Each gateway metric's labels and every value each can take: the values
+ * every series is exported with at 0 (with every watcher registered), and
+ * NOT_PRE_EXPORTED's; undefined for an open label.
+ */
+async function gatewayLabels (): Promise<Map<string, Map<string, Set<string> | undefined>>> {
+  const metrics = everyMetric()
+  const known = new Map<string, Map<string, Set<string> | undefined>>()
+  for (const metric of await metrics.registry.getMetricsAsJSON()) {
+    const labelNames = (metrics.registry.getSingleMetric(metric.name) as unknown as { labelNames: readonly string[] }).labelNames
+    const labels = new Map<string, Set<string> | undefined>()
+    for (const name of labelNames) labels.set(name, OPEN_LABELS.has(name) ? undefined : new Set(NOT_PRE_EXPORTED[metric.name]?.[name]))
+    // A histogram's buckets carry le besides its own labels.
+    if (String(metric.type) === 'histogram') labels.set('le', undefined)
+    for (const { labels: values } of metric.values) {
+      for (const [name, value] of Object.entries(values)) labels.get(name)?.add(String(value))
+    }
+    known.set(metric.name, labels)
+  }
+  return known
+}
+const known = await gatewayLabels()
+
+/** The gateway metric a series name belongs to (a histogram's _bucket, _count and _sum are its own). */
+function metricOf (series: string): string | undefined {
+  if (known.has(series)) return series
+  const base = series.replace(/_(bucket|count|sum)$/, '')
+  return known.has(base) ? base : undefined
+}
+
+interface Matcher { label: string, op: string, value: string }
+
+/** `label="v"`, `label!="v"`, `label=~"a|b"`, `label!~"a|b"` within a selector's braces. */
+function matchers (braces: string): Matcher[] {
+  return [...braces.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"/g)]
+    .map(m => ({ label: m[1] as string, op: m[2] as string, value: m[3] as string }))
+}
+
+/**
+ * What is wrong with a matcher on a gateway metric, or undefined: a label the
+ * metric does not have, or a value it never takes. A regular expression that
+ * is an alternation of plain words needs each word to be a value; any other
+ * needs to match one.
+ */
+function problem (metric: string, { label, op, value }: Matcher): string | undefined {
+  const labels = known.get(metric) as Map<string, Set<string> | undefined>
+  if (!labels.has(label)) return `${metric} has no label ${label} (it has ${[...labels.keys()].join(', ') || 'none'})`
+  const values = labels.get(label)
+  if (values === undefined) return undefined
+  const unknown = (v: string): string => `${metric}{${label}} is never "${v}" (it takes ${[...values].join(', ')})`
+  if (op === '=' || op === '!=') return values.has(value) ? undefined : unknown(value)
+  if (/^\w+(\|\w+)*$/.test(value)) return value.split('|').filter(v => !values.has(v)).map(unknown).join('; ') || undefined
+  const re = new RegExp(`^(?:${value})$`)
+  return [...values].some(v => re.test(v)) ? undefined : `${metric}{${label}${op}"${value}"} matches none of ${[...values].join(', ')}`
+}
+
+t.test('the code\'s metrics and label values, with every watcher registered', async t => {
+  t.ok(known.size > 30, `gateway metrics (${known.size})`)
+  for (const [metric, labels] of known) {
+    for (const [label, values] of labels) {
+      if (values !== undefined) t.ok(values.size > 0, `${metric}{${label}}: its values are known`)
     }
   }
+})
+
+t.test('alerts read only metrics, labels and label values the gateway exports (or Prometheus and kube-state-metrics do)', async t => {
+  let checked = 0
+  for (const rule of rules) {
+    const expr = rule.expr.replace(/\s+/g, ' ')
+    const read = new Set<string>()
+    for (const [, name, braces] of expr.matchAll(/\b(mcpgw_[a-z_]+)(?:\s*\{([^}]*)\})?/g)) {
+      const metric = metricOf(name as string)
+      t.ok(metric, `${rule.alert}: ${name as string} is a gateway metric`)
+      if (metric === undefined) continue
+      read.add(metric)
+      for (const matcher of matchers(braces ?? '').filter(m => !TARGET_LABELS.has(m.label))) {
+        checked++
+        const wrong = problem(metric, matcher)
+        t.notOk(wrong, `${rule.alert}: ${name as string}{${matcher.label}${matcher.op}"${matcher.value}"}`, { wrong })
+      }
+    }
+    // Grouping and matching by a label the metrics read do not have drops it silently.
+    for (const [, list] of expr.matchAll(/\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g)) {
+      for (const label of (list as string).split(',').map(l => l.trim()).filter(l => l !== '' && !TARGET_LABELS.has(l))) {
+        checked++
+        const has = [...read].some(metric => known.get(metric)?.has(label) === true)
+        t.ok(has, `${rule.alert}: grouped or matched by ${label}, a label of ${[...read].join(', ') || 'no gateway metric'} or of the target`)
+      }
+    }
+  }
+  t.ok(checked > 2, `selectors and groupings checked (${checked})`)
+})
+
+t.test('the rule tests feed only series the gateway exports, and expect only its label values', async t => {
+  const ruleTestFile = parseYaml(await readFile(RULE_TESTS, 'utf8')) as {
+    tests: Array<{ name: string, input_series: Array<{ series: string }>, alert_rule_test: Array<{ alertname: string, exp_alerts: Array<{ exp_labels?: Record<string, string> }> }> }>
+  }
+  let checked = 0
+  for (const test of ruleTestFile.tests) {
+    for (const { series } of test.input_series) {
+      const [, name, braces] = /^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{(.*)\})?\s*$/.exec(series) ?? []
+      t.ok(name, `"${test.name}": ${series} parses`)
+      // Other programs' series (up, kube-state-metrics'): not the gateway's to check.
+      if (name === undefined || !name.startsWith('mcpgw_')) continue
+      const metric = metricOf(name)
+      t.ok(metric, `"${test.name}": ${name} is a gateway metric`)
+      if (metric === undefined) continue
+      for (const matcher of matchers(braces ?? '').filter(m => !TARGET_LABELS.has(m.label))) {
+        checked++
+        const wrong = problem(metric, matcher)
+        t.notOk(wrong, `"${test.name}": ${series}: ${matcher.label}="${matcher.value}"`, { wrong })
+      }
+    }
+    for (const { alertname, exp_alerts: alerts } of test.alert_rule_test) {
+      const rule = rules.find(r => r.alert === alertname)
+      t.ok(rule, `"${test.name}": ${alertname} is an alert of alerts.yml`)
+      const read = [...(rule?.expr ?? '').matchAll(/\bmcpgw_[a-z_]+/g)].map(([name]) => metricOf(name)).filter(m => m !== undefined)
+      for (const { exp_labels: labels = {} } of alerts) {
+        for (const [label, value] of Object.entries(labels)) {
+          const metric = read.find(m => known.get(m)?.has(label) === true)
+          if (metric === undefined) continue
+          checked++
+          const wrong = problem(metric, { label, op: '=', value: String(value) })
+          t.notOk(wrong, `"${test.name}": ${alertname} expected with ${label}="${String(value)}"`, { wrong })
+        }
+      }
+    }
+  }
+  t.ok(checked > 20, `input series labels and expected labels checked (${checked})`)
 })
 
 t.test('docs/alerts.md explains every alert', async t => {

@@ -5,7 +5,7 @@ import t from 'tap'
 import { readFile, readdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ConfigSchema } from '../../src/config/schema.js'
-import { GatewayMetrics } from '../../src/metrics/metrics.js'
+import { everyMetric } from '../fixtures/metrics.js'
 
 const ROOT = join(import.meta.dirname, '..', '..')
 const docs = ['README.md', ...(await readdir(join(ROOT, 'docs'))).filter(f => f.endsWith('.md')).map(f => `docs/${f}`)]
@@ -30,11 +30,7 @@ t.test('every configuration variable the docs name is in the schema', async t =>
 })
 
 t.test('every mcpgw_ metric the docs name is exported', async t => {
-  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
-  // Metrics registered when there is something to watch.
-  metrics.watchMemoryStore({ usage: () => ({ heldBytes: 0, maxBytes: 0, sessions: 0, evicted: { stream: 0, events: 0, session: 0 } }) })
-  metrics.watchUpstreamEndpoints(() => [])
-  metrics.watchReestablishments({ load: { running: 0, waiting: 0 } })
+  const metrics = everyMetric()
   const exported = new Set((await metrics.registry.getMetricsAsJSON()).map(m => m.name))
   let checked = 0
   for (const { file, text } of texts) {
