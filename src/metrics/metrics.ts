@@ -3,7 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { REFUSALS, SessionGoneError, isRefusalCode, type RefusalReason } from '../errors.js'
 import { GAP_REASONS, type GapReason } from '../gaps.js'
-import { EVICTION_KINDS, type StoreUsage as MemoryStoreUsage } from '../store/contract.js'
+import { EVICTION_KINDS, type EventStore, type StoreUsage as MemoryStoreUsage } from '../store/contract.js'
 import { traceStoreOperation } from '../tracing/spans.js'
 import { ENDPOINT_STATES, type EndpointState } from '../upstream/endpoint-state.js'
 
@@ -142,7 +142,7 @@ export class GatewayMetrics {
   #tracer: Tracer | undefined
   #clientBuffers: { readonly waitingBytes: number } | undefined
 
-  constructor (options: { version: string, store: string, defaultMetrics?: boolean }) {
+  constructor (options: { version: string, store: EventStore['kind'], defaultMetrics?: boolean }) {
     const registers = [this.registry]
     const p = 'mcpgw_'
     if (options.defaultMetrics !== false) {
