@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyBaseLogger as Logger } from 'fastify'
 import { randomToken } from '../protocol/event-id.js'
+import { unreachable } from '../errors.js'
 import { isGrant, type Lease, type LeaseBackend, type OrphanAnswer } from './lease.js'
 import { RecorderLivenessWatch } from './recorder-liveness.js'
 import { HeldLeases } from './renewal.js'
@@ -8,6 +9,12 @@ import { Takeovers, type WatchHandlers } from './takeover.js'
 
 export { Lease, type LostReason } from './lease.js'
 export type { WatchHandlers } from './takeover.js'
+
+/**
+ * What asking for a session's lease gives: the lease, now this replica's;
+ * `held`: another replica holds it; `gone`: the store has no record of the session.
+ */
+export type LeaseClaim = Lease | 'held' | 'gone'
 
 export interface LeaseCoordinatorOptions {
   readonly backend: LeaseBackend
@@ -88,7 +95,7 @@ export class LeaseCoordinator {
   }
 
   /** Take the session's lease now if it is free. */
-  async acquire (sessionId: string): Promise<Lease | 'held' | 'gone'> {
+  async acquire (sessionId: string): Promise<LeaseClaim> {
     const result = await this.backend.acquire(sessionId, this.#token(), this.#o.ttlMs)
     if (result === 'gone') return result
     return isGrant(result) ? this.#held.hold(sessionId, result) : 'held'
@@ -103,13 +110,26 @@ export class LeaseCoordinator {
    * this replica had let it go ('gone' at a tick); 'held' when another
    * replica took it meanwhile.
    */
-  async reacquire (lease: Lease): Promise<Lease | 'held' | 'gone'> {
+  async reacquire (lease: Lease): Promise<LeaseClaim> {
     const { sessionId, token } = lease
     // A renewal: it takes back a lease nobody holds, and keeps one this token holds.
     const { renew: [result] } = await this.backend.tick({ ttlMs: this.#o.ttlMs, attachedMs: this.#attachedMs, renew: [{ sessionId, token }], watch: [] })
-    if (result === 'gone') return 'gone'
-    if (result !== 'renewed') return 'held'
-    return lease.settled ? this.#held.hold(sessionId, { token, takeover: false, lastUpstreamId: lease.lastUpstreamId }) : lease
+    if (result === undefined) throw new Error('lease: a renewal without its result')
+    switch (result) {
+      case 'gone':
+        return 'gone'
+      case 'lost':
+        return 'held'
+      // 'moved' is renewed or taken back too, the record naming another upstream session than
+      // the holder reads. This renewal does not say which one it reads, so it is not answered
+      // here; were it, the lease is this token's all the same: the holder's next renewal, which
+      // says, reports the move and its GET follows the record (Lease.onMoved).
+      case 'renewed':
+      case 'moved':
+        return lease.settled ? this.#held.hold(sessionId, { token, takeover: false, lastUpstreamId: lease.lastUpstreamId }) : lease
+      default:
+        return unreachable(result)
+    }
   }
 
   /**

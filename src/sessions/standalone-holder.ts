@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { Lease, LeaseCoordinator } from '../cluster/coordinator.js'
+import type { Lease, LeaseClaim, LeaseCoordinator } from '../cluster/coordinator.js'
 import { errors, unreachable } from '../errors.js'
 import type { EventStore, UpstreamPlacement } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
@@ -79,7 +79,7 @@ export class StandaloneHolder {
    */
   async claim (s: LocalSession, sessionId: string, log: Logger): Promise<UpstreamResponse | null> {
     await this.#o.admission?.admit(sessionId)
-    let lease: Lease | 'held' | 'gone'
+    let lease: LeaseClaim
     try {
       lease = await this.#o.metrics.timeStore('lease_acquire', () => this.#o.leases.acquire(sessionId))
     } catch (err) {

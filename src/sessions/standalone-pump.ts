@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { Lease } from '../cluster/coordinator.js'
+import type { Lease, LeaseClaim } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
 import type { EventStore, SessionRecord, StreamState, UpstreamPlacement } from '../store/contract.js'
 import { errors } from '../errors.js'
@@ -69,7 +69,7 @@ export interface PumpOptions {
    */
   readonly recoverSession?: SessionRecovery
   /** Take a lease lost with the store again, with its token (LeaseCoordinator.reacquire). */
-  readonly reacquire: (lost: Lease) => Promise<Lease | 'held' | 'gone'>
+  readonly reacquire: (lost: Lease) => Promise<LeaseClaim>
   /** The client connections attached to the standalone stream in this process. */
   readonly clients: PumpClients
   /** Called once when the pump stops for good. */

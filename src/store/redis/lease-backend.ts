@@ -24,17 +24,68 @@ export interface RedisLeaseBackendOptions {
   readonly retention: RetentionLimits
 }
 
-function toAcquireResult (reply: AcquireReply, token: string): AcquireResult {
-  if (reply[0] === -1) return 'gone'
-  if (reply[0] === 0) return { heldForMs: Math.max(0, Number(reply[1] ?? 0)) }
-  const upstreamId = reply[2]
-  return { token, takeover: reply[1] === '1', lastUpstreamId: upstreamId === undefined || upstreamId === '' ? undefined : upstreamId }
+// The reply codes of the lease scripts, one table per script, each code as the
+// script's header documents it and what it means here. A code outside its
+// script's table comes from a script this gateway does not know: decoding it throws.
+
+/** lease-acquire-2.lua: { -1 } unknown session; { 0, ms it still lives } held elsewhere; { 1, previous h, upstream's last id } taken. */
+export const ACQUIRE_REPLIES = {
+  '-1': () => 'gone',
+  0: reply => ({ heldForMs: Math.max(0, Number(reply[1] ?? 0)) }),
+  1: (reply, token) => {
+    const upstreamId = reply[2]
+    return { token, takeover: reply[1] === '1', lastUpstreamId: upstreamId === undefined || upstreamId === '' ? undefined : upstreamId }
+  }
+} as const satisfies Record<string, (reply: AcquireReply, token: string) => AcquireResult>
+
+/** lease-renew.lua, one per lease: -1 unknown session, 0 held elsewhere, 1 renewed, 2 taken back, 3 renewed or taken back with the record at another upstream session. */
+export const RENEW_REPLIES = {
+  '-1': 'gone',
+  0: 'lost',
+  1: 'renewed',
+  2: 'renewed',
+  3: 'moved'
+} as const satisfies Record<string, RenewResult>
+
+/** lease-release-2.lua: 1 released, 0 not held under the token. */
+export const RELEASE_REPLIES = {
+  0: false,
+  1: true
+} as const satisfies Record<string, boolean>
+
+/**
+ * lease-release-if-idle-3.lua: -1 not held under the token, 0 released, else
+ * the milliseconds to wait (a positive integer, outside this table), passed
+ * on as LeaseBackend.releaseIfIdle says.
+ */
+export const RELEASE_IF_IDLE_REPLIES = {
+  '-1': -1,
+  0: 0
+} as const satisfies Record<string, number>
+
+/** What `reply` means in `table`; an error naming the script and the code when it is not one of them. */
+function decodeReply<T> (script: string, table: Readonly<Record<string, T>>, reply: unknown): T {
+  if (typeof reply !== 'number' || !Object.hasOwn(table, String(reply))) {
+    throw new Error(`lease: ${script} replied with an unknown code ${typeof reply === 'string' ? JSON.stringify(reply) : String(reply)}`)
+  }
+  return table[String(reply)] as T
 }
 
-function toRenewResult (reply: number): RenewResult {
-  if (reply === -1) return 'gone'
-  if (reply === 3) return 'moved'
-  return reply === 0 ? 'lost' : 'renewed'
+export function toAcquireResult (reply: AcquireReply, token: string): AcquireResult {
+  return decodeReply('lease-acquire-2.lua', ACQUIRE_REPLIES, reply[0])(reply, token)
+}
+
+export function toRenewResult (reply: unknown): RenewResult {
+  return decodeReply('lease-renew.lua', RENEW_REPLIES, reply)
+}
+
+export function toReleaseResult (reply: unknown): boolean {
+  return decodeReply('lease-release-2.lua', RELEASE_REPLIES, reply)
+}
+
+export function toReleaseIfIdleResult (reply: unknown): number {
+  if (typeof reply === 'number' && Number.isSafeInteger(reply) && reply > 0) return reply
+  return decodeReply('lease-release-if-idle-3.lua', RELEASE_IF_IDLE_REPLIES, reply)
 }
 
 /**
@@ -69,7 +120,7 @@ export class RedisLeaseBackend implements LeaseBackend {
     // Auto-pipelining sends what is issued in this turn as one pipeline per node.
     const renew = request.renew.map(({ sessionId, token, upstreamSessionId }) => {
       const k = this.#keys.session(sessionId)
-      return redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0] as number)
+      return redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0])
     })
     const watch = request.watch.map(({ sessionId, token }) => {
       const k = this.#keys.session(sessionId)
@@ -121,7 +172,7 @@ export class RedisLeaseBackend implements LeaseBackend {
     if (request.aliveMs !== undefined) value(recordersAt + recorders.length)
     const renew: RenewResult[] = []
     for (let call = 0; call < renewCalls; call++) {
-      for (const reply of value(call) as number[]) renew.push(toRenewResult(reply))
+      for (const reply of value(call) as unknown[]) renew.push(toRenewResult(reply))
     }
     return {
       renew,
@@ -133,13 +184,13 @@ export class RedisLeaseBackend implements LeaseBackend {
   async release (sessionId: string, token: string, live: boolean): Promise<boolean> {
     const k = this.#keys.session(sessionId)
     const message = controlMessage('released', this.replicaId)
-    return await this.#redis.mcpgwLeaseRelease(k.lease, k.meta, token, live ? '1' : '0', STANDALONE_STREAM, k.channel, message) === 1
+    return toReleaseResult(await this.#redis.mcpgwLeaseRelease(k.lease, k.meta, token, live ? '1' : '0', STANDALONE_STREAM, k.channel, message))
   }
 
   async releaseIfIdle (sessionId: string, token: string): Promise<number> {
     const k = this.#keys.session(sessionId)
     const message = controlMessage('released', this.replicaId)
-    return await this.#redis.mcpgwLeaseReleaseIfIdle(k.lease, k.meta, k.attached, token, STANDALONE_STREAM, k.channel, message)
+    return toReleaseIfIdleResult(await this.#redis.mcpgwLeaseReleaseIfIdle(k.lease, k.meta, k.attached, token, STANDALONE_STREAM, k.channel, message))
   }
 
   async markAttached (sessionId: string, ms: number): Promise<void> {
