@@ -20,6 +20,16 @@ import { Relapses, RELAPSES_MAX } from '../../src/sessions/relapses.js'
 
 const VERSION = '2025-06-18'
 
+/** A new session through the gateway at `mcpUrl`, and its tools/list calls: each answered with a status. */
+async function sessionCalls (mcpUrl: string): Promise<(id: number) => Promise<number>> {
+  const session = await rawInitialize(mcpUrl, { version: VERSION })
+  return async id => {
+    const answer = await request(mcpUrl, { method: 'POST', headers: session.headers(), body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/list' }) })
+    await answer.body.text()
+    return answer.statusCode
+  }
+}
+
 t.test('Relapses: one upstream session too many within the window; the window starts at the first', async t => {
   const relapses = new Relapses({ maxEntries: 10, windowMs: 200 })
   for (let i = 1; i < RELAPSES_MAX; i++) {
@@ -51,12 +61,7 @@ t.test('the upstream loses the session after every re-establishment: 503 twice, 
   }))
   const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
   const mcpUrl = `${gw.url}/mcp`
-  const session = await rawInitialize(mcpUrl, { version: VERSION })
-  const call = async (id: number): Promise<number> => {
-    const answer = await request(mcpUrl, { method: 'POST', headers: session.headers(), body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/list' }) })
-    await answer.body.text()
-    return answer.statusCode
-  }
+  const call = await sessionCalls(mcpUrl)
 
   const relapsed = async (): Promise<number> => metricSum(await metrics(gw.adminUrl), 'mcpgw_upstream_sessions_reestablished_total', { outcome: 'relapsed' })
   for (let i = 1; i < RELAPSES_MAX; i++) t.equal(await call(i), 503, `call ${i}: 503, the session kept`)
@@ -76,12 +81,7 @@ t.test('calls at once that meet one relapse together count it once: the session 
   t.teardown(() => upstream.close())
   const gw = await startGateway(t, 'memory', upstream.url)
   const mcpUrl = `${gw.url}/mcp`
-  const session = await rawInitialize(mcpUrl, { version: VERSION })
-  const call = async (id: number): Promise<number> => {
-    const answer = await request(mcpUrl, { method: 'POST', headers: session.headers(), body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/list' }) })
-    await answer.body.text()
-    return answer.statusCode
-  }
+  const call = await sessionCalls(mcpUrl)
   // A restart, and another right after the session is established in the new life: one
   // upstream session lost again, whatever number of calls were waiting on it.
   await upstream.stop()
