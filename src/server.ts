@@ -106,7 +106,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   })
   leases.start()
   const admission = new PrincipalQuota({ maxPerPrincipal: config.maxSessionsPerPrincipal, principalOf: async sessionId => (await store.getSession(sessionId))?.principal })
-  const hub = new SessionHub({ upstream, store, metrics, log, mcpPath: config.mcpPath, holdMs: config.standaloneHoldMs, earlyHoldMs: config.standaloneEarlyHoldMs, maxEventBytes: config.maxEventBytes, maxSessions: config.maxSessions, upstreamResumes: config.upstreamResumes, leases, admission })
+  const hub = new SessionHub({ upstream, store, metrics, log, mcpPath: config.mcpPath, holdMs: config.standaloneHoldMs, earlyHoldMs: config.standaloneEarlyHoldMs, maxEventBytes: config.maxEventBytes, maxSessions: config.maxSessions, upstreamResumes: config.upstreamResumes, standaloneReopenFromLastId: config.standaloneReopenFromLastId, leases, admission })
   const inflight = new InFlight()
   // One budget and one write timeout for every client connection: the MCP
   // endpoint's streams and every answer relayed as it is, on any path.

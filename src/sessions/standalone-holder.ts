@@ -25,6 +25,8 @@ export interface StandaloneHolderOptions {
   readonly maxSessions: number
   /** How far a standalone stream the upstream ends is reopened. */
   readonly upstreamResumes: ResumeBounds
+  /** An upstream GET opened anew resumes from the lease's last upstream event id (STANDALONE_REOPEN_FROM_LAST_ID). */
+  readonly standaloneReopenFromLastId: boolean
   /** Which replica holds each session's upstream GET. */
   readonly leases: LeaseCoordinator
   /** Per-principal places for upstream GETs (MAX_SESSIONS_PER_PRINCIPAL), if any. */
@@ -247,6 +249,7 @@ export class StandaloneHolder {
       resumeBounds: this.#o.upstreamResumes,
       lease,
       newUpstreamSession,
+      reopenFromLastId: this.#o.standaloneReopenFromLastId && !newUpstreamSession,
       ...(this.#recoverSession !== undefined && { recoverSession: this.#recoverSession }),
       reacquire: async lost => await this.#o.leases.reacquire(lost),
       clients: s,

@@ -63,6 +63,15 @@ export interface PumpOptions {
    */
   readonly newUpstreamSession?: boolean
   /**
+   * The GET opens resuming from the lease's last upstream event id
+   * (STANDALONE_REOPEN_FROM_LAST_ID, never for a new upstream session); else
+   * afresh, and a takeover records a handover gap. Off by default: the event
+   * stores of widespread servers file a GET resumed on the standalone stream
+   * under no stream, and the upstream then sends nothing on it. A GET the
+   * upstream ended itself is resumed from its last id all the same (#resume).
+   */
+  readonly reopenFromLastId: boolean
+  /**
    * The store lost the session while its upstream GET is open: record it
    * again for the principal of its last record, toward the upstream session
    * that GET goes to. False when it is not to be (see SessionRecovery).
@@ -219,7 +228,7 @@ export class StandalonePump {
   async open (): Promise<UpstreamResponse | null> {
     const { log, metrics } = this.#o
     const lease = this.#lease
-    const lastId = this.#o.newUpstreamSession === true ? undefined : lease.lastUpstreamId
+    const lastId = this.#o.reopenFromLastId ? lease.lastUpstreamId : undefined
     let resuming = lastId !== undefined && isResumableUpstreamId(lastId)
     if (lastId !== undefined && !resuming) {
       // Sent as Last-Event-ID it would fail every GET (502 on each client retry): open afresh.

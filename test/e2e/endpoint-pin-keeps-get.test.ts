@@ -4,8 +4,9 @@
 // session is known (it answered one of its requests, or a request met 404
 // elsewhere and each endpoint was asked), the record names it: the same
 // upstream session, only its endpoint named. That is no move to a new upstream
-// session: the gateway's GET open there goes on, and a GET opened again later
-// resumes the upstream's stream with its Last-Event-ID, so nothing the
+// session: the gateway's GET open there goes on, and the upstream's last event
+// id is kept, so a GET opened again later resumes the upstream's stream with
+// its Last-Event-ID (STANDALONE_REOPEN_FROM_LAST_ID=true), and nothing the
 // upstream sent meanwhile is lost. The gateway restarts on its embedded store;
 // on Redis the keys are deleted and a new gateway serves the session. Each new
 // gateway lists the endpoint holding the session first: round robin sends the
@@ -157,8 +158,9 @@ for (const kind of ['memory', 'redis'] as const) {
     t.equal(await standaloneOpen(gw), 1, 'one upstream GET open')
   })
 
-  t.test(`${kind} store: a GET opened again once the endpoint is found resumes the upstream's stream from its last event id`, async t => {
-    const r = await recovered(t, kind, { broadcast: true, env: { STANDALONE_HOLD_SECONDS: '1' } })
+  t.test(`${kind} store, STANDALONE_REOPEN_FROM_LAST_ID=true: a GET opened again once the endpoint is found resumes the upstream's stream from its last event id`, async t => {
+    // The upstream's store resumes the standalone stream (SessionEvents), so resuming is turned on.
+    const r = await recovered(t, kind, { broadcast: true, env: { STANDALONE_HOLD_SECONDS: '1', STANDALONE_REOPEN_FROM_LAST_ID: 'true' } })
     const { gw, session, holder } = r
     const stream = clientGet(`${gw.url}/mcp`, session.getHeaders())
     t.equal(await stream.status, 200, 'the client\'s GET opens')

@@ -80,6 +80,7 @@ function setup (clients = 1): Setup {
     readAhead: new ReadAheadBudget(),
     resumeBounds: { withoutProgress: 3, maxMs: 1000 },
     lease,
+    reopenFromLastId: false,
     recoverSession: async () => { await sleep(20); return true },
     reacquire: async lost => { await sleep(5); return lost.settled ? held.hold('s', { token: lost.token, takeover: false, lastUpstreamId: undefined }) : lost },
     clients: { localClients: () => clients, deleting: false } as unknown as PumpOptions['clients'],
