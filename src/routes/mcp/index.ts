@@ -69,7 +69,7 @@ type LegacyHandler = (ctx: McpContext, request: FastifyRequest, reply: FastifyRe
 const LEGACY_HANDLERS: ReadonlyMap<string, LegacyHandler> = new Map<string, LegacyHandler>([
   ['POST', handlePost],
   ['GET', handleGet],
-  ['DELETE', async (ctx, request, reply) => await handleDelete(ctx, request, reply)]
+  ['DELETE', handleDelete]
 ])
 
 /** Registers the MCP endpoint; returns its guard, which every other proxied path goes through too. */
