@@ -34,19 +34,52 @@ function serializeError (err: unknown): unknown {
 /** Messages remembered at most: they are constants in the code, this only bounds a surprise. */
 const MAX_REMEMBERED = 1000
 
+/** A repeated message within its window: how many were left out, and the last of them. */
+interface Repeats {
+  readonly until: number
+  suppressed: number
+  /** The last call left out, written with `repeated` once the window ends. */
+  last?: { readonly logger: unknown, readonly method: (...args: unknown[]) => void, readonly args: unknown[] }
+}
+
 /**
  * The gateway's logger: JSON lines with level names and ISO times (what log
  * tools index without a mapping), credentials redacted, and two things that
  * keep an outage readable: a warning or error repeated within the window is
- * counted, not written (the next one written says how many were left out),
- * and lines below error level carry an error's type, message and code but no
- * stack (they are expected conditions: a store or upstream that is down).
+ * counted, not written (when the window ends, the last one left out is
+ * written with how many were), and lines below error level carry an error's
+ * type, message and code but no stack (they are expected conditions: a store
+ * or upstream that is down).
  */
 export function createLogger (level: string, options: LoggerOptions = {}): Logger {
   // 30 s: an outage's warning is written about twice a minute, not once per request.
   const windowMs = options.repeatWindowMs ?? 30_000
   const now = options.now ?? Date.now
-  const recent = new Map<string, { until: number, suppressed: number }>()
+  const recent = new Map<string, Repeats>()
+
+  /** A call's arguments as written: an error below error level loses its stack. */
+  function shaped (args: unknown[], levelValue: number): unknown[] {
+    const first = args[0]
+    const err = typeof first === 'object' && first !== null ? (first as Record<string, unknown>).err : undefined
+    if (levelValue >= ERROR || levelValue <= DEBUG || !(err instanceof Error)) return args
+    const stackless = new StacklessError(err.name, err.message, (err as NodeJS.ErrnoException).code)
+    return [{ ...(first as Record<string, unknown>), err: stackless }, ...args.slice(1)]
+  }
+
+  /** `args` with `repeated: count` in its fields (added in front when it has none). */
+  function withRepeated (args: unknown[], count: number): unknown[] {
+    const first = args[0]
+    return typeof first === 'object' && first !== null ? [{ ...first, repeated: count }, ...args.slice(1)] : [{ repeated: count }, ...args]
+  }
+
+  /** The window of `message` ended: the last call left out is written, with the count. */
+  function windowEnded (message: string, repeats: Repeats): void {
+    if (recent.get(message) !== repeats || repeats.last === undefined) return
+    recent.delete(message)
+    const { logger, method, args } = repeats.last
+    method.apply(logger, withRepeated(args, repeats.suppressed))
+  }
+
   return pino({
     level,
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
@@ -55,27 +88,21 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
     timestamp: stdTimeFunctions.isoTime,
     hooks: {
       logMethod (args, method, levelValue) {
-        const first = args[0] as unknown
-        const fields = typeof first === 'object' && first !== null ? first as Record<string, unknown> : undefined
-        let out: unknown[] = args
+        let out: unknown[] = shaped(args, levelValue)
         if (levelValue >= WARN && levelValue <= ERROR) {
-          const message = `${levelValue} ${String(fields === undefined ? first : args[1])}`
+          const first = args[0] as unknown
+          const message = `${levelValue} ${String(typeof first === 'object' && first !== null ? args[1] : first)}`
           const seen = recent.get(message)
           const at = now()
           if (seen !== undefined && at < seen.until) {
-            seen.suppressed++
+            if (seen.suppressed++ === 0) setTimeout(() => { windowEnded(message, seen) }, seen.until - at).unref()
+            seen.last = { logger: this, method: method as (...args: unknown[]) => void, args: out }
             return
           }
           if (recent.size >= MAX_REMEMBERED) recent.clear()
           recent.set(message, { until: at + windowMs, suppressed: 0 })
-          if (seen !== undefined && seen.suppressed > 0) {
-            out = [{ ...fields, repeated: seen.suppressed }, ...(fields === undefined ? args : args.slice(1))]
-          }
-        }
-        const err = fields?.err
-        if (levelValue < ERROR && levelValue > DEBUG && err instanceof Error) {
-          const stackless = new StacklessError(err.name, err.message, (err as NodeJS.ErrnoException).code)
-          out = [{ ...(out[0] as Record<string, unknown>), err: stackless }, ...out.slice(1)]
+          // A window whose end was not written yet (its timer comes later): its count goes with this line.
+          if (seen !== undefined && seen.suppressed > 0) out = withRepeated(out, seen.suppressed)
         }
         method.apply(this, out as Parameters<typeof method>)
       }

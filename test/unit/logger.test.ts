@@ -5,7 +5,7 @@ import t from 'tap'
 import { Writable } from 'node:stream'
 import { createLogger, routeConsoleTo } from '../../src/logger.js'
 
-function capture (options: { level?: string, clock?: { now: number } } = {}): { log: ReturnType<typeof createLogger>, lines: Array<Record<string, unknown>> } {
+function capture (options: { level?: string, clock?: { now: number }, windowMs?: number } = {}): { log: ReturnType<typeof createLogger>, lines: Array<Record<string, unknown>> } {
   const lines: Array<Record<string, unknown>> = []
   const destination = new Writable({
     write (chunk: Buffer, _enc, done) {
@@ -14,7 +14,7 @@ function capture (options: { level?: string, clock?: { now: number } } = {}): { 
     }
   })
   const clock = options.clock
-  const log = createLogger(options.level ?? 'info', { destination, repeatWindowMs: 1000, ...(clock !== undefined && { now: () => clock.now }) })
+  const log = createLogger(options.level ?? 'info', { destination, repeatWindowMs: options.windowMs ?? 1000, ...(clock !== undefined && { now: () => clock.now }) })
   return { log, lines }
 }
 
@@ -50,6 +50,26 @@ t.test('a warning repeated within the window is counted, and the next one writte
     ['store down', 99, 4],
     ['failed', undefined, undefined]
   ])
+})
+
+t.test('the count of a repeated warning is written when its window ends, with no later line needed', async t => {
+  const { log, lines } = capture({ windowMs: 150 })
+  const child = log.child({ sessionHash: 'x' })
+  const err = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })
+  for (let i = 0; i < 4; i++) child.warn({ i, err }, 'store down')
+  child.warn({ i: 9 }, 'upstream down')
+  await flush()
+  t.same(lines.map(l => l.msg), ['store down', 'upstream down'], 'only the first of each within the window')
+  await new Promise(resolve => setTimeout(resolve, 400))
+  t.match(lines.slice(2), [
+    { level: 'warn', msg: 'store down', sessionHash: 'x', i: 3, repeated: 3, err: { type: 'Error', code: 'ECONNREFUSED' } }
+  ], 'the last one left out, with how many were, once the window ended')
+  t.equal(lines.length, 3, 'nothing for a message that was not repeated')
+  t.notOk('stack' in (lines[2]?.err as object), 'still without a stack')
+  child.warn({ i: 10 }, 'store down')
+  await flush()
+  t.match(lines[3], { msg: 'store down', i: 10 }, 'the next one is written at once')
+  t.notOk('repeated' in (lines[3] as object), 'without a count already written')
 })
 
 t.test('below error level an error carries its type, message and code, not its stack', async t => {
