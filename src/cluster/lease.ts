@@ -29,6 +29,19 @@ export type AcquireResult = LeaseGrant | HeldElsewhere | 'gone'
 export function isGrant (result: AcquireResult): result is LeaseGrant {
   return typeof result === 'object' && 'token' in result
 }
+/**
+ * What a release unless a client is attached elsewhere did: `released`;
+ * `lost`, the lease was not held under the token; `attached`, kept for a
+ * client attached on another replica, to be asked again after `askAgainMs`.
+ */
+export type IdleRelease =
+  | { readonly kind: 'released' }
+  | { readonly kind: 'lost' }
+  | { readonly kind: 'attached', readonly askAgainMs: number }
+
+export const IDLE_RELEASED: IdleRelease = Object.freeze({ kind: 'released' })
+export const IDLE_LOST: IdleRelease = Object.freeze({ kind: 'lost' })
+
 /** `moved`: renewed, but the session's record names another upstream session than its holder reads. */
 export type RenewResult = 'renewed' | 'moved' | 'lost' | 'gone'
 
@@ -120,12 +133,8 @@ export interface LeaseBackend extends RecorderLiveness {
   tick (request: TickRequest): Promise<TickResult>
   /** `live`: the stream did not end cleanly (the next holder marks a gap). False when not held under `token`. */
   release (sessionId: string, token: string, live: boolean): Promise<boolean>
-  /**
-   * Release unless a client is attached on another replica (the hold
-   * expired here): 0 released, -1 not held under `token`, else the
-   * milliseconds after which to ask again.
-   */
-  releaseIfIdle (sessionId: string, token: string): Promise<number>
+  /** Release unless a client is attached on another replica (the hold expired here). */
+  releaseIfIdle (sessionId: string, token: string): Promise<IdleRelease>
   /** Tell holders a client is attached here, for `ms`. */
   markAttached (sessionId: string, ms: number): Promise<void>
   /**
@@ -221,15 +230,11 @@ export class Lease implements LeaseGrant {
     await this.release(this.takeover ? 'unclean' : 'clean')
   }
 
-  /**
-   * The hold expired here: release unless a client is attached on another
-   * replica. Resolves 0 when released, -1 when the lease was lost, else the
-   * milliseconds to wait before asking again.
-   */
-  async releaseIfIdle (): Promise<number> {
-    if (this.#settled) return -1
+  /** The hold expired here: release unless a client is attached on another replica. */
+  async releaseIfIdle (): Promise<IdleRelease> {
+    if (this.#settled) return IDLE_LOST
     const result = await this.#owner.backend.releaseIfIdle(this.sessionId, this.token)
-    if (result <= 0) this.#settle()
+    if (result.kind !== 'attached') this.#settle()
     return result
   }
 

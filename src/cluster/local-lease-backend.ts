@@ -1,4 +1,4 @@
-import type { AcquireResult, ControlKind, ControlListener, ControlSubscription, LeaseBackend, TickRequest, TickResult } from './lease.js'
+import { IDLE_LOST, IDLE_RELEASED, type AcquireResult, type ControlKind, type ControlListener, type ControlSubscription, type IdleRelease, type LeaseBackend, type TickRequest, type TickResult } from './lease.js'
 
 interface LocalLease {
   holder: string | undefined
@@ -52,8 +52,8 @@ export class LocalLeaseBackend implements LeaseBackend {
     return true
   }
 
-  async releaseIfIdle (sessionId: string, token: string): Promise<number> {
-    return await this.release(sessionId, token, false) ? 0 : -1
+  async releaseIfIdle (sessionId: string, token: string): Promise<IdleRelease> {
+    return await this.release(sessionId, token, false) ? IDLE_RELEASED : IDLE_LOST
   }
 
   async markAttached (): Promise<void> {}

@@ -3,7 +3,7 @@ import type { FastifyBaseLogger as Logger } from 'fastify'
 import type { Lease, LeaseClaim } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
 import type { EventStore, SessionRecord, StreamState, UpstreamPlacement } from '../store/contract.js'
-import { errors } from '../errors.js'
+import { errors, unreachable } from '../errors.js'
 import { sameUpstreamSession, sessionRequest } from '../upstream/session-request.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
 import { statusClass, type GatewayMetrics } from '../metrics/metrics.js'
@@ -572,15 +572,21 @@ export class StandalonePump {
       this.#holdTimer = undefined
       if (this.stopped || this.#o.clients.localClients() > 0) return
       // A client attached on another replica keeps the stream held (its marker lives in the store).
-      this.#onLease(this.#lease.releaseIfIdle()).then(wait => {
+      this.#onLease(this.#lease.releaseIfIdle()).then(result => {
         if (this.stopped) return
-        if (wait === 0) {
-          this.#o.log.debug('no client anywhere for the hold time: releasing the upstream GET stream')
-          this.#stop('hold_expired')
-        } else if (wait < 0) {
-          this.#stop('lease_lost')
-        } else {
-          this.#armHold(wait)
+        switch (result.kind) {
+          case 'released':
+            this.#o.log.debug('no client anywhere for the hold time: releasing the upstream GET stream')
+            this.#stop('hold_expired')
+            return
+          case 'lost':
+            this.#stop('lease_lost')
+            return
+          case 'attached':
+            this.#armHold(result.askAgainMs)
+            return
+          default:
+            unreachable(result)
         }
       }, (err: unknown) => {
         this.#o.log.warn({ err }, 'could not release the upstream GET lease; holding on')

@@ -58,10 +58,10 @@ t.test('lease-release-2.lua: each documented code, and nothing else', async t =>
 
 t.test('lease-release-if-idle-3.lua: each documented code, a wait, and nothing else', async t => {
   t.same(sorted(RELEASE_IF_IDLE_REPLIES), documentedCodes('lease-release-if-idle-3.lua', /(-?\d+) when/g), 'the table holds the codes the script documents')
-  t.equal(toReleaseIfIdleResult(-1), -1, '-1: not held under the token')
-  t.equal(toReleaseIfIdleResult(0), 0, '0: released')
-  t.equal(toReleaseIfIdleResult(1), 1, 'a positive integer: the milliseconds to wait')
-  t.equal(toReleaseIfIdleResult(1000), 1000, 'the attached marker without expiry: 1000 ms')
+  t.same(toReleaseIfIdleResult(-1), { kind: 'lost' }, '-1: not held under the token')
+  t.same(toReleaseIfIdleResult(0), { kind: 'released' }, '0: released')
+  t.same(toReleaseIfIdleResult(1), { kind: 'attached', askAgainMs: 1 }, 'a positive integer: the milliseconds to wait')
+  t.same(toReleaseIfIdleResult(1000), { kind: 'attached', askAgainMs: 1000 }, 'the attached marker without expiry: 1000 ms')
   // 4 is a wait here, not a code.
   for (const reply of NOT_CODES.filter(reply => reply !== 4)) {
     t.throws(() => toReleaseIfIdleResult(reply), unknown('lease-release-if-idle-3.lua', reply), `${String(reply)}: unknown, thrown`)

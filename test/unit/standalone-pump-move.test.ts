@@ -13,7 +13,7 @@ import { PassThrough } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger } from 'fastify'
 import { HeldLeases } from '../../src/cluster/renewal.js'
-import type { Lease, LeaseBackend } from '../../src/cluster/lease.js'
+import type { IdleRelease, Lease, LeaseBackend } from '../../src/cluster/lease.js'
 import { StandalonePump, type PumpOptions } from '../../src/sessions/standalone-pump.js'
 import { ReadAheadBudget } from '../../src/recording/read-ahead.js'
 import type { EventStore, SessionRecord } from '../../src/store/contract.js'
@@ -50,19 +50,19 @@ interface Setup {
   /** The upstream event ids noted on the backend. */
   readonly noted: string[]
   readonly pump: (lease: Lease, more?: Partial<PumpOptions>) => StandalonePump
-  /** Resolves the backend's pending releaseIfIdle with `wait`. */
-  readonly answerRelease: (wait: number) => void
+  /** Resolves the backend's pending releaseIfIdle. */
+  readonly answerRelease: (result: IdleRelease) => void
 }
 
 function setup (clients = 1): Setup {
   const released: string[] = []
   const noted: string[] = []
-  let answerRelease: (wait: number) => void = () => {}
+  let answerRelease: (result: IdleRelease) => void = () => {}
   const backend = {
     replicaId: 'r1',
     async release (_sessionId: string, token: string) { released.push(token); return true },
     noteUpstreamId (_sessionId: string, id: string) { noted.push(id) },
-    async releaseIfIdle () { return await new Promise<number>(resolve => { answerRelease = resolve }) }
+    async releaseIfIdle () { return await new Promise<IdleRelease>(resolve => { answerRelease = resolve }) }
   } as unknown as LeaseBackend
   const held = new HeldLeases(backend, log)
   const record: SessionRecord = { epoch: 'e1', principal: 'p', upstreamSessionId: 'up-old' }
@@ -87,7 +87,7 @@ function setup (clients = 1): Setup {
     onStop: () => {},
     ...more
   })
-  return { held, released, noted, pump, answerRelease: wait => { answerRelease(wait) } }
+  return { held, released, noted, pump, answerRelease: result => { answerRelease(result) } }
 }
 
 t.test('not movable while a recovery replaces its lease; movable once done, and the lease moved is the one renewed', async t => {
@@ -118,7 +118,7 @@ t.test('not movable while the hold\'s release is in flight', async t => {
   t.equal(await p.open(), null)
   await sleep(40) // the 20 ms hold ran out: its release is asked of the backend
   t.equal(p.movable, false, 'not while the release may settle the lease')
-  answerRelease(0)
+  answerRelease({ kind: 'released' })
   await p.leaseWorkDone()
   await sleep(1)
   t.equal(p.stopped, true, 'released for want of a client: the pump stopped')

@@ -1,6 +1,8 @@
 import type { Redis } from 'ioredis'
-import type {
-  AcquireResult, ControlKind, ControlListener, ControlSubscription, LeaseBackend, OrphanAnswer, RenewResult, TickRequest, TickResult
+import {
+  IDLE_LOST, IDLE_RELEASED,
+  type AcquireResult, type ControlKind, type ControlListener, type ControlSubscription, type IdleRelease, type LeaseBackend, type OrphanAnswer,
+  type RenewResult, type TickRequest, type TickResult
 } from '../../cluster/lease.js'
 import type { RetentionLimits } from '../contract.js'
 import { STANDALONE_STREAM } from '../contract.js'
@@ -55,13 +57,12 @@ export const RELEASE_REPLIES = {
 
 /**
  * lease-release-if-idle-3.lua: -1 not held under the token, 0 released, else
- * the milliseconds to wait (a positive integer, outside this table), passed
- * on as LeaseBackend.releaseIfIdle says.
+ * the milliseconds to wait (a positive integer, outside this table: `attached`).
  */
 export const RELEASE_IF_IDLE_REPLIES = {
-  '-1': -1,
-  0: 0
-} as const satisfies Record<string, number>
+  '-1': IDLE_LOST,
+  0: IDLE_RELEASED
+} as const satisfies Record<string, IdleRelease>
 
 /** What `reply` means in `table`; an error naming the script and the code when it is not one of them. */
 function decodeReply<T> (script: string, table: Readonly<Record<string, T>>, reply: unknown): T {
@@ -83,8 +84,8 @@ export function toReleaseResult (reply: unknown): boolean {
   return decodeReply('lease-release-2.lua', RELEASE_REPLIES, reply)
 }
 
-export function toReleaseIfIdleResult (reply: unknown): number {
-  if (typeof reply === 'number' && Number.isSafeInteger(reply) && reply > 0) return reply
+export function toReleaseIfIdleResult (reply: unknown): IdleRelease {
+  if (typeof reply === 'number' && Number.isSafeInteger(reply) && reply > 0) return { kind: 'attached', askAgainMs: reply }
   return decodeReply('lease-release-if-idle-3.lua', RELEASE_IF_IDLE_REPLIES, reply)
 }
 
@@ -187,7 +188,7 @@ export class RedisLeaseBackend implements LeaseBackend {
     return toReleaseResult(await this.#redis.mcpgwLeaseRelease(k.lease, k.meta, token, live ? '1' : '0', STANDALONE_STREAM, k.channel, message))
   }
 
-  async releaseIfIdle (sessionId: string, token: string): Promise<number> {
+  async releaseIfIdle (sessionId: string, token: string): Promise<IdleRelease> {
     const k = this.#keys.session(sessionId)
     const message = controlMessage('released', this.replicaId)
     return toReleaseIfIdleResult(await this.#redis.mcpgwLeaseReleaseIfIdle(k.lease, k.meta, k.attached, token, STANDALONE_STREAM, k.channel, message))
