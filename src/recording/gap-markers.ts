@@ -25,6 +25,11 @@ export function eventTooLargeGap (limit: number): TextEvent {
   return gapMarker({ reason: 'event_too_large', limit })
 }
 
+/** A request stream whose recorder died before its answer: what the stream held last is all there is. */
+export function recorderLostGap (streamId: string): TextEvent {
+  return gapMarker({ reason: 'recorder_lost', streamId })
+}
+
 /** The stream changed holder without the upstream resuming it: what the upstream sent in between is unknown. */
 export function upstreamHandoverGap (streamId: string): TextEvent {
   return gapMarker({ reason: 'upstream_handover', streamId })

@@ -144,7 +144,7 @@ t.test('retry frame', async (t) => {
 
 t.test('gap event: type gateway-gap, JSON data, no id', async (t) => {
   t.equal(GAP_EVENT, 'gateway-gap')
-  const notice = { reason: 'trimmed' as const, lastEventId: ID, firstAvailable: 'e.s.9', text: 'multi\nline\r\n"quoted"' }
+  const notice = { reason: 'trimmed' as const, streamId: 'multi\nline\r\n"quoted"', missingFrom: 1, missingTo: 40 }
   const text = formatGap(notice)
   t.notMatch(text, /^id:/m, 'no id line: the client\'s resume position does not move')
   const parsed = parse(text)
@@ -154,7 +154,7 @@ t.test('gap event: type gateway-gap, JSON data, no id', async (t) => {
   t.equal(e?.id, undefined)
   t.not(e?.data, '', 'non-empty data: never mistaken for priming')
   t.same(JSON.parse(e?.data ?? ''), notice, 'JSON data survives, line breaks escaped')
-  t.same(parse(formatGap({ reason: 'epoch' })).events[0]?.data, '{"reason":"epoch"}')
+  t.same(parse(formatGap({ reason: 'epoch', streamId: 's' })).events[0]?.data, '{"reason":"epoch","streamId":"s"}')
 })
 
 t.test('comments are ignored by parsers and never carry CR or LF', async (t) => {

@@ -9,7 +9,7 @@ import { nextPageBytes, writePage } from '../../sessions/follower.js'
 import type { ClientStream } from '../../sse/client-stream.js'
 import type { ReadResult } from '../../store/contract.js'
 import type { McpContext, ReplayPages } from './context.js'
-import type { StartPoint } from './resume-point.js'
+import { gapNotice, type StartPoint } from './resume-point.js'
 
 /** Header carrying the gap reason when a resume cannot be served in full. */
 export const GAP_HEADER = 'x-mcp-gateway-gap'
@@ -31,7 +31,7 @@ export function openWithGap (ctx: McpContext, client: ClientStream, log: Logger,
   if (start.gap !== undefined) {
     ctx.deps.metrics.countGap(start.gap.reason)
     log.warn({ gap: start.gap }, 'gap: history cannot fill this resume; the client is told')
-    client.open({ [GAP_HEADER]: start.gap.reason }, start.after, { ...start.gap, streamId: client.streamId })
+    client.open({ [GAP_HEADER]: start.gap.reason }, start.after, gapNotice(start.gap, client.streamId))
   } else {
     client.open({}, start.after)
   }

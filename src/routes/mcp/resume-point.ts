@@ -4,23 +4,25 @@
  */
 import type { EventPosition } from '../../protocol/event-id.js'
 import type { SessionRecord, StreamState } from '../../store/contract.js'
-import type { GapReason as AnyGapReason } from '../../gaps.js'
+import type { GapNotice, GapReason } from '../../gaps.js'
 
-/** The gaps a resume position shows by itself (see gaps.ts for every reason). */
-export type GapReason = Extract<AnyGapReason, 'trimmed' | 'epoch' | 'unknown_stream' | 'future_id'>
+/** Why a request stream's whole history is gone: its request is answered with a lost response's error. */
+export type HistoryGone = Extract<GapReason, 'epoch' | 'unknown_stream'>
 
 /** How a lost response's JSON-RPC error says why, by gap reason. */
-export const LOST_PHRASES: Readonly<Record<GapReason, string>> = {
-  trimmed: 'it was trimmed by retention',
+export const LOST_PHRASES: Readonly<Record<HistoryGone, string>> = {
   epoch: 'the event store lost this stream\'s history',
-  unknown_stream: 'the gateway no longer has this stream\'s history',
-  future_id: 'the Last-Event-ID is past the end of the stream'
+  unknown_stream: 'the gateway no longer has this stream\'s history'
 }
 
-export interface Gap {
-  readonly reason: GapReason
-  readonly missingFrom?: number
-  readonly missingTo?: number
+/** What a resume's start tells the client is missing (the notice, without the stream the client reads it on). */
+export type Gap =
+  | { readonly reason: 'trimmed', readonly missingFrom: number, readonly missingTo: number }
+  | { readonly reason: 'epoch' | 'future_id' }
+
+/** The notice a client reading `streamId` gets for `gap`. */
+export function gapNotice (gap: Gap, streamId: string): GapNotice {
+  return { ...gap, streamId }
 }
 
 /** Replay what comes after `after`; `gap`: what the client is told is missing first. */

@@ -11,12 +11,12 @@ import type { ProtocolInfo } from '../../protocol/era.js'
 import { encodeEventId, type EventPosition } from '../../protocol/event-id.js'
 import { lostResponseError, REPAIRED_SEQ, requestIdOfStream } from '../../protocol/request-stream.js'
 import { StreamFollower } from '../../sessions/follower.js'
-import { GAP_EVENT } from '../../sse/frame.js'
 import type { SessionRecord, StreamState } from '../../store/contract.js'
 import type { McpContext } from './context.js'
 import { enterReplay, GAP_HEADER, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
-import { LOST_PHRASES, requestResumePosition, resumePoint, type GapReason } from './resume-point.js'
+import { LOST_PHRASES, requestResumePosition, resumePoint, type HistoryGone } from './resume-point.js'
 import type { GapReason as AnyGapReason } from '../../gaps.js'
+import { recorderLostGap } from '../../recording/gap-markers.js'
 import { sessionHash } from './session-guard.js'
 
 /** Gap reason (mcpgw_gaps_total) of a request stream ended for its dead recorder. */
@@ -83,7 +83,7 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
 }
 
 /** Gap repair without a stream: a gap notice and a JSON-RPC error for the request, then the end. */
-function answerLostResponse (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, position: EventPosition, requestId: string | number, reason: GapReason): void {
+function answerLostResponse (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, position: EventPosition, requestId: string | number, reason: HistoryGone): void {
   const log = request.log.child({ streamId: position.streamId })
   ctx.deps.metrics.resumes.inc({ outcome: 'unknown' })
   ctx.deps.metrics.countGap(reason)
@@ -109,7 +109,7 @@ export function answerLostWithTheStore (ctx: McpContext, request: FastifyRequest
  * JSON-RPC error for a lost response, so the call fails fast; a stream id
  * without a request id gets the gap alone (in `epoch`).
  */
-function answerHistoryGone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, position: EventPosition, epoch: string, reason: GapReason, log: Logger): void {
+function answerHistoryGone (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, position: EventPosition, epoch: string, reason: HistoryGone, log: Logger): void {
   const requestId = requestIdOfStream(position.streamId)
   if (requestId !== undefined) {
     answerLostResponse(ctx, request, reply, proto, position, requestId, reason)
@@ -126,6 +126,6 @@ function answerHistoryGone (ctx: McpContext, request: FastifyRequest, reply: Fas
 /** What ends a request stream whose recorder died: the JSON-RPC error for its request, else a gap marker. */
 export function orphanAnswer (streamId: string): OrphanAnswer {
   const requestId = requestIdOfStream(streamId)
-  if (requestId === undefined) return { event: GAP_EVENT, data: JSON.stringify({ reason: RECORDER_LOST, streamId }) }
+  if (requestId === undefined) return recorderLostGap(streamId)
   return { data: lostResponseError(requestId, 'the gateway replica recording the answer went away') }
 }
