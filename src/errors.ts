@@ -26,6 +26,7 @@ export const REFUSALS = {
   MCPGW_RATE_LIMITED: { status: 429, rpcCode: -32000, reason: 'rate_limited' },
   MCPGW_TOO_MANY_PRINCIPAL_SESSIONS: { status: 429, rpcCode: -32000, reason: 'too_many_principal_sessions' },
   MCPGW_TOO_MANY_REPLAYS: { status: 429, rpcCode: -32000, reason: 'too_many_replays' },
+  MCPGW_TOO_MANY_ANSWERED_RESUMES: { status: 429, rpcCode: -32000, reason: 'too_many_answered_resumes' },
   MCPGW_HEADERS_TOO_LARGE: { status: 431, rpcCode: -32000, reason: 'headers_too_large' },
   MCPGW_INTERNAL: { status: 500, rpcCode: -32000, reason: 'internal' },
   MCPGW_UPSTREAM_UNAVAILABLE: { status: 502, rpcCode: -32000, reason: 'upstream_unavailable' },
@@ -136,6 +137,8 @@ export const errors = {
     'Too Many Requests: this session exceeds SESSION_REQUESTS_PER_SECOND. Retry after the Retry-After delay.', { 'retry-after': String(retryAfterSeconds) }),
   tooManyReplays: () => refusal('MCPGW_TOO_MANY_REPLAYS',
     'Too Many Requests: MAX_REPLAYS_PER_STREAM resumes of this stream are replaying on this gateway already. Keep one connection per stream; retry after the Retry-After delay.', { 'retry-after': '1' }),
+  tooManyAnsweredResumes: (held: number) => refusal('MCPGW_TOO_MANY_ANSWERED_RESUMES',
+    `Too Many Requests: this session holds ${held} resumes of requests answered with an error open on this gateway already; the request this resumes was answered, and its answer was sent again on the first resume. Close resumes of answered requests.`, { 'retry-after': '60' }),
   initializeRateLimited: (retryAfterSeconds: number) => refusal('MCPGW_INITIALIZE_RATE_LIMITED',
     'Too Many Requests: this address exceeds INITIALIZES_PER_MINUTE_PER_ADDRESS new sessions. Reuse the session you have, or retry after the Retry-After delay.', { 'retry-after': String(retryAfterSeconds) }),
   /**

@@ -16,6 +16,22 @@ export function isResponseTo (e: EventInput, id: string | number): boolean {
   }
 }
 
+/**
+ * Is this event a JSON-RPC result (one message, not an error response): the
+ * one answer after which the official SDK client stops reconnecting a resumed
+ * request stream.
+ */
+export function isResultEvent (e: EventInput): boolean {
+  const parsed = e.frame === undefined ? { data: e.data, event: e.event } : parseFrame(e.frame)
+  if (parsed === undefined || (parsed.event !== undefined && parsed.event !== 'message')) return false
+  try {
+    const message: unknown = JSON.parse(parsed.data)
+    return typeof message === 'object' && message !== null && !Array.isArray(message) && 'result' in message && 'id' in message
+  } catch {
+    return false
+  }
+}
+
 /** Does the batch hold the JSON-RPC response to `id`? Most hold none, which one look at their bytes tells. */
 export function respondsTo (batch: EventBatch, id: string | number): boolean {
   if (!batch.includes('"id"') || (!batch.includes('"result"') && !batch.includes('"error"'))) return false

@@ -19,6 +19,7 @@ import { InitializeRate, isInitializeRequest } from './initialize-rate.js'
 import { admitAnswer } from './issued-session.js'
 import { SessionRateLimiter } from './rate-limit.js'
 import { ReplayLimiter } from './replay-limit.js'
+import { ANSWERED_RESUMES_PER_SESSION } from './resume.js'
 import { isIdentityCoded, sessionIdOf } from './request-headers.js'
 import { SessionCache } from './session-cache.js'
 import { SessionGuard } from './session-guard.js'
@@ -91,7 +92,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
   const keepAlive = new KeepAliveTicker(config.keepaliveIntervalMs)
   app.addHook('onClose', async () => { keepAlive.stop() })
-  const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream), initializes })
+  const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream), answeredResumes: new ReplayLimiter(ANSWERED_RESUMES_PER_SESSION), initializes })
 
   app.route({
     method: [...ROUTED_METHODS],

@@ -10,17 +10,29 @@ import { errors } from '../../errors.js'
 import type { ProtocolInfo } from '../../protocol/era.js'
 import { encodeEventId, type EventPosition } from '../../protocol/event-id.js'
 import { lostResponseError, REPAIRED_SEQ, requestIdOfStream } from '../../protocol/request-stream.js'
-import { StreamFollower } from '../../sessions/follower.js'
+import { StreamFollower, writePage } from '../../sessions/follower.js'
 import type { SessionRecord, StreamState } from '../../store/contract.js'
 import type { McpContext } from './context.js'
 import { enterReplay, GAP_HEADER, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
 import { LOST_PHRASES, requestResumePosition, resumePoint, type HistoryGone } from './resume-point.js'
+import { isResultEvent } from '../../recording/json-rpc-response.js'
 import type { GapReason as AnyGapReason } from '../../gaps.js'
 import { recorderLostGap } from '../../recording/gap-markers.js'
 import { sessionHash } from './session-guard.js'
 
 /** Gap reason (mcpgw_gaps_total) of a request stream ended for its dead recorder. */
 const RECORDER_LOST: AnyGapReason = 'recorder_lost'
+
+/**
+ * Resumes of answered request streams held open at once per session, on this
+ * replica (holdAnswered): an SDK client holds one per call answered with an
+ * error, so a few cover the calls of one moment; past them, 429 ends the
+ * client's retries (it gives up after two).
+ */
+export const ANSWERED_RESUMES_PER_SESSION = 4
+
+/** The key ctx.answeredResumes counts a session's held resumes under. */
+const ANSWERED = 'answered'
 
 export async function resumeRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, resumeFrom: EventPosition): Promise<unknown> {
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: resumeFrom.streamId })
@@ -29,10 +41,13 @@ export async function resumeRequestStream (ctx: McpContext, request: FastifyRequ
   // stream reconnects until a response arrives).
   if (resumeFrom.seq === REPAIRED_SEQ) {
     const requestId = requestIdOfStream(resumeFrom.streamId)
+    const release = holdAnswered(ctx, sessionId)
     const client = ctx.clientStream(reply, log, 'resume', resumeFrom.epoch, resumeFrom.streamId, proto)
+    client.onClose(release)
+    ctx.deps.hub.attach(sessionId, client)
     client.open({}, resumeFrom.seq)
     if (requestId !== undefined) client.writeSynthesized(encodeEventId(resumeFrom), lostResponseError(requestId, 'it was lost (told before)'))
-    client.end('completed')
+    log.debug('a resume of a request answered with the gateway\'s error: the error again, then held open')
     return
   }
   const release = enterReplay(ctx, sessionId, resumeFrom.streamId)
@@ -58,6 +73,10 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
     throw errors.storeUnavailable(err)
   }
   const position = requestResumePosition(state, resumeFrom)
+  if (position !== resumeFrom && state !== null) {
+    await answerAgain(ctx, reply, proto, sessionId, state, position, log)
+    return
+  }
   // A stream in another epoch was opened again after the store lost the session
   // during its answer: an epoch gap, then what the new epoch holds (resumePoint).
   if (state === null) {
@@ -80,6 +99,43 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
     log.warn({ reason: RECORDER_LOST }, 'gap: the replica recording this request stream died; ended it with the gateway\'s error answer')
   })
   client.onClose(unwatch)
+}
+
+/**
+ * A resume with the id of a finished request stream's last event: that event
+ * once more. A result then ends the stream: the official SDK client stops
+ * reconnecting at a result, and an application resuming with a token it saved
+ * before a restart gets the call's result. Anything else (an error response,
+ * the gateway's own error for a lost response, a gap marker) is held open,
+ * keep-alives only, until the client closes it or the session ends: the SDK
+ * client reconnects a resumed stream that ends without a result, at once and
+ * for ever, and holds one that stays open, as an SDK server with an event
+ * store would keep it.
+ */
+async function answerAgain (ctx: McpContext, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, state: StreamState, position: EventPosition, log: Logger): Promise<void> {
+  const { store, metrics } = ctx.deps
+  const page = await metrics.timeStore('read', () => store.read(sessionId, position.streamId, position.seq, 1, ctx.replayPages.pageMaxBytes))
+    .catch((err: unknown) => { throw errors.storeUnavailable(err) })
+  if (page === null) throw errors.sessionNotFound()
+  const last = page.events.at(-1)
+  const release = last !== undefined && isResultEvent(last) ? undefined : holdAnswered(ctx, sessionId)
+  const client = ctx.clientStream(reply, log, 'resume', state.epoch, position.streamId, proto)
+  ctx.deps.hub.attach(sessionId, client)
+  openWithGap(ctx, client, log, position, { after: position.seq })
+  writePage(client, page, true)
+  if (release === undefined) {
+    client.end('completed')
+    return
+  }
+  client.onClose(release)
+  log.debug('a resume of a request answered without a result: its last event again, then held open')
+}
+
+/** A hold of an answered resume for `sessionId` (its release), or the 429 past ANSWERED_RESUMES_PER_SESSION. */
+function holdAnswered (ctx: McpContext, sessionId: string): () => void {
+  const release = ctx.answeredResumes.enter(sessionId, ANSWERED)
+  if (release === undefined) throw errors.tooManyAnsweredResumes(ANSWERED_RESUMES_PER_SESSION)
+  return release
 }
 
 /** Gap repair without a stream: a gap notice and a JSON-RPC error for the request, then the end. */
