@@ -183,7 +183,7 @@ export class GatewayMetrics {
     })
     this.sessionsRecovered = new Counter({ name: `${p}sessions_recovered_total`, help: 'Sessions the event store had lost (restarted empty), recorded again under a new epoch when a client came back with them (RECOVER_LOST_SESSIONS).', registers })
     this.upstreamSessionsReestablished = new Counter({ name: `${p}upstream_sessions_reestablished_total`, help: 'Upstream sessions established again after the upstream lost them (404, or a connection failed before any answer), by outcome (REESTABLISH_UPSTREAM_SESSIONS); relapsed: sessions ended because the upstream lost them again right after each re-establishment.', labelNames: ['outcome'], registers })
-    this.leaseTakeovers = new Counter({ name: `${p}lease_takeovers_total`, help: 'Upstream GET streams taken over from another replica.', registers })
+    this.leaseTakeovers = new Counter({ name: `${p}lease_takeovers_total`, help: 'Upstream GET streams opened again after their last holder did not end them cleanly: another replica that died or lost its lease, or this one after its upstream GET failed.', registers })
     this.buildInfo = new Gauge({ name: `${p}build_info`, help: 'Gateway build information (always 1).', labelNames: ['version', 'node_version', 'store'], registers })
     this.buildInfo.set({ version: options.version, node_version: process.version, store: options.store }, 1)
     this.requestsRefused = new Counter({ name: `${p}requests_refused_total`, help: 'Requests the gateway answered with an error of its own (not an upstream answer passed on), by HTTP status and reason (the error code).', labelNames: ['status', 'reason'], registers })
