@@ -40,9 +40,9 @@ export const FILL_EVENTS = Math.round(RETENTION_EVENTS * 1.2)
 /**
  * store: 'memory' | 'redis'. Extra env (e.g. MAX_SESSIONS) and node flags
  * (e.g. --cpu-prof) are passed through; node runs with the start script's flags
- * (those of the build's own checkout: see startFor).
+ * (those of the build's own checkout: see startFor), under `launcher` when given.
  */
-export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPrefix, env = {}, nodeArgs = [] }) {
+export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPrefix, env = {}, nodeArgs = [], launcher = [], readyTimeoutMs = 30_000 }) {
   const port = await freePort()
   const adminPort = await freePort()
   const { env: startEnv, flags: startFlags } = startFor(main)
@@ -76,8 +76,11 @@ export async function startGateway ({ name, main, upstreamPort, redisUrl, keyPre
   }
   // The node flags of `npm start` (what production runs), then BENCH_GATEWAY_NODE_ARGS (to try others).
   const extra = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean)
-  const proc = start(name, process.execPath, [...startFlags, ...extra, ...nodeArgs, main], { env: gatewayEnv })
-  await waitHttp(`http://127.0.0.1:${adminPort}/readyz`, { proc, timeoutMs: 30_000 })
+  const nodeWords = [process.execPath, ...startFlags, ...extra, ...nodeArgs, main]
+  // launcher: a command node runs under, with its arguments (bench/instructions.mjs: valgrind).
+  const [cmd, ...words] = [...launcher, ...nodeWords]
+  const proc = start(name, cmd, words, { env: gatewayEnv })
+  await waitHttp(`http://127.0.0.1:${adminPort}/readyz`, { proc, timeoutMs: readyTimeoutMs })
   return { proc, pid: proc.pid, port, adminPort }
 }
 
