@@ -22,7 +22,7 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { CreateMessageRequestSchema, ElicitRequestSchema, ListRootsRequestSchema, LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
+import { CreateMessageRequestSchema, ElicitRequestSchema, EmptyResultSchema, ListRootsRequestSchema, LoggingMessageNotificationSchema, McpError } from '@modelcontextprotocol/sdk/types.js'
 import { Redis } from 'ioredis'
 
 export const VERSIONS = {
@@ -164,7 +164,7 @@ async function startGateway (upstreamUrl, env) {
 const within = (ms, promise) => Promise.race([promise, sleep(ms).then(() => { throw new Error(`no answer in ${ms} ms`) })])
 
 /** The SDK client as a new user writes it: default transport options, the capabilities a host would declare. */
-async function sdkSteps (kind, url) {
+async function sdkSteps (kind, url, direct) {
   const steps = []
   const step = async (name, fn) => {
     const started = Date.now()
@@ -194,7 +194,13 @@ async function sdkSteps (kind, url) {
     if (result.isError === true) throw new Error(`isError: ${result.content?.[0]?.text ?? ''}`)
     return result
   }
-  const transport = new StreamableHTTPClientTransport(new URL(url))
+  // Resumes the transport makes (a GET with Last-Event-ID), counted.
+  let resumes = 0
+  const countingFetch = async (input, init) => {
+    if ((init?.method ?? 'GET') === 'GET' && new Headers(init?.headers).has('last-event-id')) resumes++
+    return await fetch(input, init)
+  }
+  const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: countingFetch })
   await step('initialize', async () => { await client.connect(transport); return `session ${transport.sessionId?.slice(0, 8)}…, protocol ${transport.protocolVersion}` })
   await step('tools/list', async () => `${(await client.listTools()).tools.length} tools`)
   if (kind === 'everything') {
@@ -237,6 +243,17 @@ async function sdkSteps (kind, url) {
     await step('sampling (ask-llm)', async () => (await call({ name: 'ask-llm', arguments: { prompt: 'hi' } })).content[0].text)
     await step('elicitation (confirm)', async () => (await call({ name: 'confirm', arguments: {} })).content[0].text)
   }
+  // The SDK client resumes a request stream that ended without a result (an error answer
+  // does not count): through the gateway once, held open, where it once looped.
+  await step(`an error answer, then 3 s${direct ? '' : ' (resumed once at most: no reconnection loop)'}`, async () => {
+    const before = resumes
+    const err = await client.request({ method: 'tools/nonexistent' }, EmptyResultSchema).then(() => undefined, e => e)
+    if (!(err instanceof McpError)) throw new Error(`no JSON-RPC error answer: ${String(err)}`)
+    await sleep(3000)
+    const count = resumes - before
+    if (!direct && count > 1) throw new Error(`error ${err.code}, then ${count} resumes in 3 s: a reconnection loop`)
+    return `error ${err.code}, then ${count} resume(s) in 3 s`
+  })
   await step('DELETE (terminateSession)', async () => { await transport.terminateSession(); return 'ok' })
   await client.close().catch(() => {})
   return steps
@@ -268,7 +285,7 @@ try {
     const gateway = await startGateway(upstream.url, env)
     for (const [path, url] of [['direct', upstream.url], [`gateway (${values.redis ? 'Redis' : 'embedded store'})`, gateway]]) {
       console.log(`\n== ${upstream.name}, ${path}: ${url}`)
-      const steps = [...await sdkSteps(upstream.kind, url), ...await inspectorSteps(upstream.kind, url), ...await restartSteps(upstream, url, path === 'direct')]
+      const steps = [...await sdkSteps(upstream.kind, url, path === 'direct'), ...await inspectorSteps(upstream.kind, url), ...await restartSteps(upstream, url, path === 'direct')]
       for (const s of steps) {
         console.log(`${s.ok ? 'ok  ' : 'FAIL'} ${s.name} (${s.ms} ms): ${s.detail}`)
       }
