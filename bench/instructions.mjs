@@ -7,7 +7,8 @@
 // `bench/run.mjs` run.
 //
 //   node bench/instructions.mjs [--store=memory|redis|both] [--sessions=1,100] [--events=100000]
-//                               [--rounds=2] [--gateway=dist/src/main.js] [--gateway-b=<other build's main.js>] [--keep]
+//                               [--rounds=2] [--workload=get|call] [--gateway=dist/src/main.js]
+//                               [--gateway-b=<other build's main.js>] [--keep]
 //
 // --keep: the callgrind files stay (their paths are printed), for
 // `callgrind_annotate <file>`: native functions by instructions (V8's collector,
@@ -16,16 +17,21 @@
 // For each store and build, each round starts the gateway afresh under
 // `valgrind --tool=callgrind` (instrumentation off), warms it up with the same
 // workload (V8 compiles the hot path meanwhile), switches instrumentation on
-// (`callgrind_control`), runs the workload once more, and reads the count. The
-// workload: `sessions` sessions at once, each calling the bench upstream's
-// streaming tool until `events` notifications in all went through (1 session:
-// ten calls of events/10; more: one call each), each call's events and result
-// checked at the client. Builds alternate round by round. Node runs with
+// (`callgrind_control`), runs the workload once more, and reads the count.
+// Builds alternate round by round. The workloads, `events` notifications in all
+// over `sessions` sessions at once, as fast as they go:
+// - get (the default; what bench/run.mjs's throughput rounds measure): new
+//   sessions, each with its standalone GET streaming events/sessions
+//   notifications; counted from the moment all streams start (/bench/go) until
+//   every client has all of its own;
+// - call: the bench upstream's streaming tool (1 session: ten calls of
+//   events/10; more: one call each), each call's events and result checked at
+//   the client; the calls' own requests are counted too. Node runs with
 // `--predictable` besides `npm start`'s flags: V8 then compiles and collects on
-// the main thread, by counts rather than by measured speeds. Runs of one build
-// agreed within half a percent on a quiet machine (without the flag, within a
-// fifth) and within 3% with test suites running beside them: how the upstream's
-// bytes split into reads, and so into batches, follows the timing.
+// the main thread, by counts rather than by measured speeds (without it, rounds
+// of one build spread by a fifth). Rounds of one build agree within 1-3%; on
+// Redis with one session within 8%: how the upstream's bytes split into reads,
+// and so into batches, follows the timing (there, Redis's answer times).
 //
 // Counted: user-space instructions of the gateway process, all its threads (V8's
 // compiler and collector threads included). Not counted: the kernel's share
@@ -43,12 +49,17 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { startGateway } from './lib/gateway.mjs'
 import { start, stop, stopAll } from './lib/procs.mjs'
 import { connectRedis, deletePrefix } from './lib/redis.mjs'
-import { callTool, initialize, jsonAgent } from './lib/client.mjs'
+import { FollowedStream, callTool, initialize, jsonAgent, request } from './lib/client.mjs'
 import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = parseArgs(['store', 'sessions', 'events', 'rounds', 'gateway', 'gateway-b', 'keep'], import.meta.url)
+const args = parseArgs(['store', 'sessions', 'events', 'rounds', 'workload', 'gateway', 'gateway-b', 'keep'], import.meta.url)
+const workloadKind = args.workload ?? 'get'
+if (workloadKind !== 'get' && workloadKind !== 'call') {
+  process.stderr.write(`--workload=${workloadKind}: get or call\n`)
+  process.exit(2)
+}
 const keep = args.keep !== undefined
 const stores = args.store === undefined || args.store === 'both' ? ['memory', 'redis'] : [args.store]
 const sessionCounts = String(args.sessions ?? '1,100').split(',').map(Number)
@@ -86,8 +97,40 @@ function ensureValgrind () {
   execFileSync('apt-get', ['install', '-y', '-q', 'valgrind'], { stdio: 'inherit' })
 }
 
+/**
+ * New sessions' standalone GETs, `events` notifications in all; `around` runs
+ * the flood (instrumentation on before /bench/go, the dump once every client has its share).
+ */
+async function getWorkload (ctx, port, n, around) {
+  const agent = jsonAgent()
+  const count = events / n
+  const ids = []
+  for (let i = 0; i < n; i++) ids.push(await initialize(port, agent, { rate: 0, count, wait: true }))
+  const streams = ids.map(id => new FollowedStream(port, id, { rate: 0, count, wait: true, timeoutMs: 600_000 }))
+  try {
+    await Promise.all(streams.map(s => s.open()))
+    for (const s of streams) if (s.status !== 200) throw new Error(`a GET was answered ${s.status}`)
+    // The upstream holds every stream silent until /bench/go.
+    for (let i = 0; i < 6000; i++) {
+      const stats = JSON.parse((await request(ctx.upstreamPort, { path: '/bench/stats', agent: ctx.controlAgent })).text)
+      if (stats.waiting >= n) break
+      await sleep(50)
+    }
+    return await around(async () => {
+      await request(ctx.upstreamPort, { method: 'POST', path: '/bench/go', agent: ctx.controlAgent })
+      while (streams.some(s => s.events < count)) await sleep(20)
+      const delivered = streams.reduce((sum, s) => sum + s.events, 0)
+      if (delivered !== events) throw new Error(`delivered ${delivered} of ${events} events`)
+      return delivered
+    })
+  } finally {
+    for (const s of streams) s.close()
+    agent.destroy()
+  }
+}
+
 /** Ten calls of events/10 for one session, one call each for several: `events` in all. */
-async function workload (port, ids) {
+async function callWorkload (port, ids) {
   const calls = ids.length === 1 ? 10 : 1
   const count = events / ids.length / calls
   let delivered = 0
@@ -127,7 +170,8 @@ async function totalOfDump (dir, pid, index) {
   return Number(m[1])
 }
 
-async function measure (build, store, upstreamPort, redis) {
+async function measure (build, store, ctx, redis) {
+  const upstreamPort = ctx.upstreamPort
   const dir = mkdtempSync(join(os.tmpdir(), 'mcpgw-instr-'))
   const keyPrefix = `mcpgw-bench-instr-${Date.now().toString(36)}:`
   const gw = await startGateway({
@@ -147,17 +191,26 @@ async function measure (build, store, upstreamPort, redis) {
   try {
     let dumps = 0
     for (const n of sessionCounts) {
-      const agent = jsonAgent()
-      const ids = []
-      for (let i = 0; i < n; i++) ids.push(await initialize(gw.port, agent))
-      await workload(gw.port, ids)
-      control(dir, gw.pid, '-i', 'on')
-      const delivered = await workload(gw.port, ids)
-      control(dir, gw.pid, '-d')
-      control(dir, gw.pid, '-i', 'off')
-      const total = await totalOfDump(dir, gw.pid, ++dumps)
-      out[n] = total / delivered
-      agent.destroy()
+      const counted = async (run) => {
+        control(dir, gw.pid, '-i', 'on')
+        const delivered = await run()
+        control(dir, gw.pid, '-d')
+        control(dir, gw.pid, '-i', 'off')
+        return delivered
+      }
+      let delivered
+      if (workloadKind === 'get') {
+        await getWorkload(ctx, gw.port, n, async (run) => await run())
+        delivered = await getWorkload(ctx, gw.port, n, counted)
+      } else {
+        const agent = jsonAgent()
+        const ids = []
+        for (let i = 0; i < n; i++) ids.push(await initialize(gw.port, agent))
+        await callWorkload(gw.port, ids)
+        delivered = await counted(async () => await callWorkload(gw.port, ids))
+        agent.destroy()
+      }
+      out[n] = await totalOfDump(dir, gw.pid, ++dumps) / delivered
     }
   } finally {
     await stop(gw.proc, 60_000)
@@ -170,14 +223,15 @@ async function measure (build, store, upstreamPort, redis) {
 
 const results = {}
 let redis
+const ctx = { upstreamPort: 0, controlAgent: jsonAgent() }
 try {
   if (stores.includes('redis')) redis = await connectRedis(redisUrl)
   const upstream = start('upstream', process.execPath, [join(here, 'lib/upstream.mjs')], { readyLine: true, env: { PORT: '0' } })
-  const upstreamPort = (await upstream.ready).port
+  ctx.upstreamPort = (await upstream.ready).port
   for (const store of stores) {
     for (let r = 0; r < rounds; r++) {
       for (const build of r % 2 === 0 ? builds : [...builds].reverse()) {
-        const counts = await measure(build, store, upstreamPort, store === 'redis' ? redis : undefined)
+        const counts = await measure(build, store, ctx, store === 'redis' ? redis : undefined)
         for (const [n, perEvent] of Object.entries(counts)) {
           ((results[store] ??= {})[n] ??= {})[build.id] ??= []
           results[store][n][build.id].push(perEvent)
@@ -189,9 +243,10 @@ try {
 } finally {
   await stopAll()
   redis?.disconnect()
+  ctx.controlAgent.destroy()
 }
 
-const lines = [`Gateway instructions per event (callgrind, ${events} events per measurement, ${rounds} fresh process(es) per build; Node ${process.version})`]
+const lines = [`Gateway instructions per event (callgrind, workload ${workloadKind}, ${events} events per measurement, ${rounds} fresh process(es) per build; Node ${process.version})`]
 for (const build of builds) lines.push(`  build ${build.id}: ${build.main}`)
 lines.push('', '| store | sessions | ' + builds.map(b => `build ${b.id}, by round`).join(' | ') + (builds.length > 1 ? ' | B / A (medians) |' : ' |'))
 lines.push('|---|---|' + builds.map(() => '---|').join('') + (builds.length > 1 ? '---|' : ''))
