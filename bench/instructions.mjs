@@ -118,7 +118,11 @@ async function getWorkload (ctx, port, n, around) {
     }
     return await around(async () => {
       await request(ctx.upstreamPort, { method: 'POST', path: '/bench/go', agent: ctx.controlAgent })
-      while (streams.some(s => s.events < count)) await sleep(20)
+      while (streams.some(s => s.events < count)) {
+        const over = streams.find(s => s.ended && s.events < count)
+        if (over !== undefined) throw new Error(`a stream ended after ${over.events} of ${count} events`)
+        await sleep(20)
+      }
       const delivered = streams.reduce((sum, s) => sum + s.events, 0)
       if (delivered !== events) throw new Error(`delivered ${delivered} of ${events} events`)
       return delivered

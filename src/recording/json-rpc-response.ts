@@ -17,19 +17,25 @@ export function isResponseTo (e: EventInput, id: string | number): boolean {
 }
 
 /**
- * Is this event a JSON-RPC result (one message, not an error response): the
- * one answer after which the official SDK client stops reconnecting a resumed
- * request stream.
+ * Is this event a JSON-RPC result as the official SDK client reads one (one
+ * message, version 2.0, a string or integer id, an object result, no other
+ * member): the one answer after which it stops reconnecting a resumed request
+ * stream. Anything it would not take for one counts as no result.
  */
 export function isResultEvent (e: EventInput): boolean {
   const parsed = e.frame === undefined ? { data: e.data, event: e.event } : parseFrame(e.frame)
   if (parsed === undefined || (parsed.event !== undefined && parsed.event !== 'message')) return false
+  let message: unknown
   try {
-    const message: unknown = JSON.parse(parsed.data)
-    return typeof message === 'object' && message !== null && !Array.isArray(message) && 'result' in message && 'id' in message
+    message = JSON.parse(parsed.data)
   } catch {
     return false
   }
+  if (typeof message !== 'object' || message === null || Array.isArray(message)) return false
+  const { jsonrpc, id, result } = message as Record<string, unknown>
+  return jsonrpc === '2.0' && (typeof id === 'string' || Number.isInteger(id)) &&
+    typeof result === 'object' && result !== null && !Array.isArray(result) &&
+    Object.keys(message).every(key => key === 'jsonrpc' || key === 'id' || key === 'result')
 }
 
 /** Does the batch hold the JSON-RPC response to `id`? Most hold none, which one look at their bytes tells. */

@@ -88,6 +88,8 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
    * of the exact length.
    */
   #onClose: ReadonlyArray<(outcome: CloseOutcome) => void> = []
+  /** How it closed, for a listener registered after (onClose). */
+  #closedWith: CloseOutcome = 'client_gone'
   #phase: Phase = CREATED
   #lastSeq = 0
   #replayed = 0
@@ -115,6 +117,8 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
     const sse = options.reply.sse
     sse.keepAlive()
     sse.onClose(() => this.#finish('client_gone'))
+    // Gone while the handler was awaiting (its close event came before this listener): over now.
+    if (this.#raw.destroyed || !sse.isConnected) this.#finish('client_gone')
   }
 
   /** Nothing more is written: closed, or closed before its head was sent. */
@@ -277,8 +281,12 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
     })
   }
 
+  /** `listener` runs once the stream is closed; at once when it is closed already. */
   onClose (listener: (outcome: CloseOutcome) => void): void {
-    if (this.#phase.kind === 'closed') return
+    if (this.#phase.kind === 'closed') {
+      listener(this.#closedWith)
+      return
+    }
     this.#onClose = this.#onClose.concat(listener)
   }
 
@@ -359,6 +367,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   #finish (outcome: CloseOutcome): void {
     if (this.#phase.kind === 'closed') return
     this.#phase = CLOSED
+    this.#closedWith = outcome
     this.#keepAlive?.delete(this)
     this.#metrics.clientStreamsOpen.dec({ kind: this.kind })
     this.#metrics.streamsClosed.inc({ kind: this.kind, outcome })

@@ -11,7 +11,7 @@ import { CallToolResultSchema, EmptyResultSchema, McpError } from '@modelcontext
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { connectClient } from '../fixtures/mcp-client.js'
 import { startGateway, type StoreKind } from '../fixtures/gateway.js'
-import { ANSWERED_RESUMES_PER_SESSION } from '../../src/routes/mcp/resume.js'
+import { ANSWERED_HOLDS_PER_SESSION } from '../../src/routes/mcp/answered-holds.js'
 
 for (const kind of ['memory', 'redis'] as StoreKind[]) {
   t.test(`${kind} store`, async (t) => {
@@ -55,7 +55,7 @@ for (const kind of ['memory', 'redis'] as StoreKind[]) {
     const messages = held?.events.filter(e => e.data !== '').map(e => JSON.parse(e.data) as unknown)
     t.match(messages, [{ error: { code: -32601 } }], 'with the error once more')
 
-    const bound = ANSWERED_RESUMES_PER_SESSION
+    const bound = ANSWERED_HOLDS_PER_SESSION
     for (let i = 1; i <= bound; i++) t.equal(await failing(), -32601, `error ${i + 1}`)
     await sleep(5000)
     const settled = resumes()

@@ -138,3 +138,34 @@ t.test('a client stream is opened once: a second open() is a bug, and says so', 
   t.equal((await fetch(`${url}/`)).status, 200)
   t.match(openedAgain, /opened once/)
 })
+
+t.test('a client gone while the route was still awaiting: the stream is closed at once, and a listener added later is told', async t => {
+  const told: string[] = []
+  let gone: () => void = () => {}
+  const left = new Promise<void>(resolve => { gone = resolve })
+  let closedAtOnce: boolean | undefined
+  const { metrics } = await serveClientStream(t, {
+    kind: 'resume',
+    epoch: 'ep',
+    maxBufferBytes: 1 << 20,
+    before: async () => { await left }
+  }, stream => {
+    closedAtOnce = stream.closed
+    stream.onClose(outcome => { told.push(outcome) })
+    gone()
+  }).then(async app => {
+    const aborted = new AbortController()
+    const request = fetch(`${app.url}/`, { signal: aborted.signal }).catch(() => {})
+    await new Promise(resolve => setTimeout(resolve, 100))
+    aborted.abort()
+    await request
+    await new Promise(resolve => setTimeout(resolve, 100))
+    gone()
+    return app
+  })
+  await left
+  await new Promise(resolve => setTimeout(resolve, 50))
+  t.equal(closedAtOnce, true, 'closed as it is made')
+  t.same(told, ['client_gone'], 'a listener added after is told at once')
+  t.equal((await metrics.clientStreamsOpen.get()).values.find(v => v.labels.kind === 'resume')?.value ?? 0, 0, 'not counted as open')
+})

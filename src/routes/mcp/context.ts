@@ -13,6 +13,7 @@ import type { KeepAliveTicker } from '../../sse/keep-alive.js'
 import type { EventStore } from '../../store/contract.js'
 import type { InitializeRate } from './initialize-rate.js'
 import type { ReplayLimiter } from './replay-limit.js'
+import type { AnsweredHolds } from './answered-holds.js'
 import type { SessionReestablisher } from '../../sessions/reestablish.js'
 import { lostSession, upstreamNeverReached } from '../../sessions/reestablish.js'
 import type { SessionRecord } from '../../store/contract.js'
@@ -96,21 +97,21 @@ export class McpContext {
   readonly guard: SessionGuard
   readonly replayPages: ReplayPages
   readonly replays: ReplayLimiter
-  /** Resumes of answered request streams held open, per session (resume.ts, ANSWERED_RESUMES_PER_SESSION). */
-  readonly answeredResumes: ReplayLimiter
+  /** Resumes of answered request streams held open (resume.ts). */
+  readonly answeredHolds: AnsweredHolds
   /** INITIALIZES_PER_MINUTE_PER_ADDRESS, taken before the upstream and where a session is issued. */
   readonly initializes: InitializeRate
   readonly #relapses: Relapses
   readonly #keepAlive: KeepAliveTicker
 
-  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, replays: ReplayLimiter, answeredResumes: ReplayLimiter, initializes: InitializeRate }) {
+  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, replays: ReplayLimiter, answeredHolds: AnsweredHolds, initializes: InitializeRate }) {
     this.deps = deps
     this.random = deps.random ?? randomBytes
     this.sessions = parts.sessions
     this.guard = parts.guard
     this.#keepAlive = parts.keepAlive
     this.replays = parts.replays
-    this.answeredResumes = parts.answeredResumes
+    this.answeredHolds = parts.answeredHolds
     this.initializes = parts.initializes
     this.#relapses = new Relapses({ maxEntries: Math.max(1000, deps.config.maxSessions) })
     this.replayPages = replayPagesFor(deps.config.clientBufferMaxBytes)

@@ -19,7 +19,7 @@ import { InitializeRate, isInitializeRequest } from './initialize-rate.js'
 import { admitAnswer } from './issued-session.js'
 import { SessionRateLimiter } from './rate-limit.js'
 import { ReplayLimiter } from './replay-limit.js'
-import { ANSWERED_RESUMES_PER_SESSION } from './resume.js'
+import { ANSWERED_CHECK_MS, ANSWERED_HOLDS_PER_SESSION, AnsweredHolds } from './answered-holds.js'
 import { isIdentityCoded, sessionIdOf } from './request-headers.js'
 import { SessionCache } from './session-cache.js'
 import { SessionGuard } from './session-guard.js'
@@ -91,8 +91,16 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
   const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
   const keepAlive = new KeepAliveTicker(config.keepaliveIntervalMs)
-  app.addHook('onClose', async () => { keepAlive.stop() })
-  const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream), answeredResumes: new ReplayLimiter(ANSWERED_RESUMES_PER_SESSION), initializes })
+  const answeredHolds = new AnsweredHolds({
+    max: ANSWERED_HOLDS_PER_SESSION,
+    checkMs: ANSWERED_CHECK_MS,
+    alive: async sessionId => await deps.store.getSession(sessionId) !== null
+  })
+  app.addHook('onClose', async () => {
+    keepAlive.stop()
+    answeredHolds.stop()
+  })
+  const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream), answeredHolds, initializes })
 
   app.route({
     method: [...ROUTED_METHODS],

@@ -19,20 +19,10 @@ import { isResultEvent } from '../../recording/json-rpc-response.js'
 import type { GapReason as AnyGapReason } from '../../gaps.js'
 import { recorderLostGap } from '../../recording/gap-markers.js'
 import { sessionHash } from './session-guard.js'
+import { ANSWERED_HOLDS_PER_SESSION } from './answered-holds.js'
 
 /** Gap reason (mcpgw_gaps_total) of a request stream ended for its dead recorder. */
 const RECORDER_LOST: AnyGapReason = 'recorder_lost'
-
-/**
- * Resumes of answered request streams held open at once per session, on this
- * replica (holdAnswered): an SDK client holds one per call answered with an
- * error, so a few cover the calls of one moment; past them, 429 ends the
- * client's retries (it gives up after two).
- */
-export const ANSWERED_RESUMES_PER_SESSION = 4
-
-/** The key ctx.answeredResumes counts a session's held resumes under. */
-const ANSWERED = 'answered'
 
 export async function resumeRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, resumeFrom: EventPosition): Promise<unknown> {
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: resumeFrom.streamId })
@@ -41,9 +31,9 @@ export async function resumeRequestStream (ctx: McpContext, request: FastifyRequ
   // stream reconnects until a response arrives).
   if (resumeFrom.seq === REPAIRED_SEQ) {
     const requestId = requestIdOfStream(resumeFrom.streamId)
-    const release = holdAnswered(ctx, sessionId)
+    admitHold(ctx, sessionId, resumeFrom.streamId)
     const client = ctx.clientStream(reply, log, 'resume', resumeFrom.epoch, resumeFrom.streamId, proto)
-    client.onClose(release)
+    ctx.answeredHolds.hold(sessionId, resumeFrom.streamId, client)
     ctx.deps.hub.attach(sessionId, client)
     client.open({}, resumeFrom.seq)
     if (requestId !== undefined) client.writeSynthesized(encodeEventId(resumeFrom), lostResponseError(requestId, 'it was lost (told before)'))
@@ -74,7 +64,7 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
   }
   const position = requestResumePosition(state, resumeFrom)
   if (position !== resumeFrom && state !== null) {
-    await answerAgain(ctx, reply, proto, sessionId, state, position, log)
+    await answerAgain(ctx, request, reply, proto, sessionId, state, position, log)
     return
   }
   // A stream in another epoch was opened again after the store lost the session
@@ -112,30 +102,33 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
  * for ever, and holds one that stays open, as an SDK server with an event
  * store would keep it.
  */
-async function answerAgain (ctx: McpContext, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, state: StreamState, position: EventPosition, log: Logger): Promise<void> {
+async function answerAgain (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, state: StreamState, position: EventPosition, log: Logger): Promise<void> {
   const { store, metrics } = ctx.deps
   const page = await metrics.timeStore('read', () => store.read(sessionId, position.streamId, position.seq, 1, ctx.replayPages.pageMaxBytes))
     .catch((err: unknown) => { throw errors.storeUnavailable(err) })
-  if (page === null) throw errors.sessionNotFound()
+  if (page === null) {
+    // Gone between the state and the read.
+    answerHistoryGone(ctx, request, reply, proto, position, state.epoch, 'unknown_stream', log)
+    return
+  }
   const last = page.events.at(-1)
-  const release = last !== undefined && isResultEvent(last) ? undefined : holdAnswered(ctx, sessionId)
+  const result = last !== undefined && isResultEvent(last)
+  if (!result) admitHold(ctx, sessionId, position.streamId)
   const client = ctx.clientStream(reply, log, 'resume', state.epoch, position.streamId, proto)
+  if (!result) ctx.answeredHolds.hold(sessionId, position.streamId, client)
   ctx.deps.hub.attach(sessionId, client)
   openWithGap(ctx, client, log, position, { after: position.seq })
   writePage(client, page, true)
-  if (release === undefined) {
+  if (result) {
     client.end('completed')
     return
   }
-  client.onClose(release)
   log.debug('a resume of a request answered without a result: its last event again, then held open')
 }
 
-/** A hold of an answered resume for `sessionId` (its release), or the 429 past ANSWERED_RESUMES_PER_SESSION. */
-function holdAnswered (ctx: McpContext, sessionId: string): () => void {
-  const release = ctx.answeredResumes.enter(sessionId, ANSWERED)
-  if (release === undefined) throw errors.tooManyAnsweredResumes(ANSWERED_RESUMES_PER_SESSION)
-  return release
+/** The 429 past ANSWERED_HOLDS_PER_SESSION held streams of the session (a stream held already counts once). */
+function admitHold (ctx: McpContext, sessionId: string, streamId: string): void {
+  if (!ctx.answeredHolds.admits(sessionId, streamId)) throw errors.tooManyAnsweredResumes(ANSWERED_HOLDS_PER_SESSION)
 }
 
 /** Gap repair without a stream: a gap notice and a JSON-RPC error for the request, then the end. */

@@ -1,0 +1,91 @@
+/**
+ * Resumes of answered request streams held open (resume.ts): the official
+ * SDK client resumes a request stream until it has a result on it, so one
+ * answered with an error is held open after its last event rather than
+ * resumed again once a second. Per session on this replica, at most `max`
+ * streams are held; a new connection to a stream held already replaces the
+ * old one (it counts once). A held stream is watched by no follower: every
+ * `checkMs` the sessions holding some are looked up, and the streams of one
+ * the store no longer has (deleted through another replica, expired) end.
+ */
+import type { CloseOutcome } from '../../metrics/metrics.js'
+
+/**
+ * Streams held per session: an SDK client holds one per call answered with an
+ * error, so a few cover the calls of one moment; past them, 429 ends the
+ * client's retries (it gives up after two).
+ */
+export const ANSWERED_HOLDS_PER_SESSION = 4
+
+/** How often sessions holding streams are looked up: a held stream of a session gone outlives it this long at most. */
+export const ANSWERED_CHECK_MS = 60_000
+
+/** What a hold needs of a client stream. */
+export interface HeldClient {
+  onClose: (listener: (outcome: CloseOutcome) => void) => void
+  end: (outcome: CloseOutcome) => void
+}
+
+export interface AnsweredHoldsOptions {
+  /** Streams held at once per session. */
+  readonly max: number
+  /** How often the sessions holding streams are looked up. */
+  readonly checkMs: number
+  /** Whether the store still has the session. */
+  readonly alive: (sessionId: string) => Promise<boolean>
+}
+
+export class AnsweredHolds {
+  readonly #o: AnsweredHoldsOptions
+  /** By session, by stream: the connection held. */
+  readonly #held = new Map<string, Map<string, HeldClient>>()
+  #timer: NodeJS.Timeout | undefined
+
+  constructor (options: AnsweredHoldsOptions) {
+    this.#o = options
+  }
+
+  /** Whether `client` may be held for (session, stream): false past `max` other streams of the session. */
+  admits (sessionId: string, streamId: string): boolean {
+    const streams = this.#held.get(sessionId)
+    return streams === undefined || streams.has(streamId) || streams.size < this.#o.max
+  }
+
+  /** Hold `client` (admits() said yes): it counts until it closes. */
+  hold (sessionId: string, streamId: string, client: HeldClient): void {
+    let streams = this.#held.get(sessionId)
+    if (streams === undefined) {
+      streams = new Map()
+      this.#held.set(sessionId, streams)
+    }
+    streams.set(streamId, client)
+    this.#timer ??= setInterval(() => { this.#check() }, this.#o.checkMs).unref()
+    client.onClose(() => {
+      if (streams.get(streamId) !== client) return
+      streams.delete(streamId)
+      if (streams.size === 0 && this.#held.get(sessionId) === streams) this.#held.delete(sessionId)
+      if (this.#held.size === 0) this.stop()
+    })
+  }
+
+  /** Streams held now, in all. */
+  get size (): number {
+    let n = 0
+    for (const streams of this.#held.values()) n += streams.size
+    return n
+  }
+
+  stop (): void {
+    clearInterval(this.#timer)
+    this.#timer = undefined
+  }
+
+  #check (): void {
+    for (const [sessionId, streams] of this.#held) {
+      this.#o.alive(sessionId).then(alive => {
+        if (alive) return
+        for (const client of [...streams.values()]) client.end('session_deleted')
+      }, () => {}) // the store out of reach: asked again at the next check
+    }
+  }
+}

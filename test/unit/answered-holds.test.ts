@@ -1,0 +1,71 @@
+// Resumes of answered request streams held open (src/routes/mcp/answered-holds.ts):
+// a bound per session where a new connection to a stream held already counts
+// once, a hold that ends with its connection, and the held streams of a session
+// the store no longer has ended by the periodic check.
+import t from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { AnsweredHolds, type HeldClient } from '../../src/routes/mcp/answered-holds.js'
+import type { CloseOutcome } from '../../src/metrics/metrics.js'
+
+class FakeClient implements HeldClient {
+  ended: CloseOutcome | undefined
+  #listeners: Array<(outcome: CloseOutcome) => void> = []
+  onClose (listener: (outcome: CloseOutcome) => void): void {
+    if (this.ended !== undefined) listener(this.ended)
+    else this.#listeners.push(listener)
+  }
+
+  end (outcome: CloseOutcome): void {
+    if (this.ended !== undefined) return
+    this.ended = outcome
+    for (const listener of this.#listeners.splice(0)) listener(outcome)
+  }
+}
+
+t.test('at most `max` streams per session; a stream held already counts once', async t => {
+  const holds = new AnsweredHolds({ max: 2, checkMs: 60_000, alive: async () => true })
+  t.teardown(() => { holds.stop() })
+  const a = new FakeClient()
+  const b = new FakeClient()
+  holds.hold('s1', 'x', a)
+  holds.hold('s1', 'y', b)
+  t.notOk(holds.admits('s1', 'z'), 'a third stream of the session: refused')
+  t.ok(holds.admits('s2', 'z'), 'another session\'s: admitted')
+  t.ok(holds.admits('s1', 'x'), 'a new connection to a stream held: admitted (it replaces the old one)')
+  const again = new FakeClient()
+  holds.hold('s1', 'x', again)
+  t.equal(holds.size, 2, 'counted once')
+  a.end('superseded')
+  t.equal(holds.size, 2, 'the replaced connection ending does not free its stream')
+  t.notOk(holds.admits('s1', 'z'))
+  again.end('client_gone')
+  t.equal(holds.size, 1, 'the one holding it does')
+  t.ok(holds.admits('s1', 'z'))
+  b.end('client_gone')
+  t.equal(holds.size, 0, 'nothing left')
+})
+
+t.test('a connection closed before it was held frees its place at once', async t => {
+  const holds = new AnsweredHolds({ max: 1, checkMs: 60_000, alive: async () => true })
+  t.teardown(() => { holds.stop() })
+  const gone = new FakeClient()
+  gone.end('client_gone')
+  holds.hold('s1', 'x', gone)
+  t.equal(holds.size, 0)
+  t.ok(holds.admits('s1', 'y'))
+})
+
+t.test('the held streams of a session the store no longer has are ended by the check', async t => {
+  const alive = new Set(['live'])
+  const holds = new AnsweredHolds({ max: 4, checkMs: 30, alive: async id => alive.has(id) })
+  t.teardown(() => { holds.stop() })
+  const kept = new FakeClient()
+  const dropped = [new FakeClient(), new FakeClient()]
+  holds.hold('live', 'x', kept)
+  holds.hold('gone', 'x', dropped[0] as FakeClient)
+  holds.hold('gone', 'y', dropped[1] as FakeClient)
+  await sleep(120)
+  t.same(dropped.map(c => c.ended), ['session_deleted', 'session_deleted'], 'the session gone: its held streams ended')
+  t.equal(kept.ended, undefined, 'a live session\'s stay')
+  t.equal(holds.size, 1)
+})
