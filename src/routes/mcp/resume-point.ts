@@ -51,7 +51,7 @@ export function resumePoint (state: StreamState, position: EventPosition | null,
  * finished stream it steps back one event, so the last one (the response)
  * comes once more before the end: a GET is answered with an SSE stream or
  * 405 (transports spec), and an SDK client resuming with a saved token
- * reconnects until a response arrives.
+ * reconnects until a result arrives.
  */
 export function requestResumePosition (state: StreamState | null, position: EventPosition): EventPosition {
   if (state !== null && state.epoch === position.epoch && state.ended && position.seq === state.lastSeq && position.seq > 0) {

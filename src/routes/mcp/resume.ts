@@ -26,9 +26,9 @@ const RECORDER_LOST: AnyGapReason = 'recorder_lost'
 
 export async function resumeRequestStream (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, record: SessionRecord, resumeFrom: EventPosition): Promise<unknown> {
   const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: resumeFrom.streamId })
-  // The client already got the gateway's answer for a lost response: it gets it again
-  // (a GET is answered with an SSE stream or 405, and an SDK client resuming a request
-  // stream reconnects until a response arrives).
+  // The client already got the gateway's answer for a lost response: it gets it again,
+  // on a stream held open (a GET is answered with an SSE stream or 405, and an SDK
+  // client reconnects a resumed request stream until a result arrives: see answerAgain).
   if (resumeFrom.seq === REPAIRED_SEQ) {
     const requestId = requestIdOfStream(resumeFrom.streamId)
     admitHold(ctx, sessionId, resumeFrom.streamId)
