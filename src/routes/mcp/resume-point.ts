@@ -49,9 +49,10 @@ export function resumePoint (state: StreamState, position: EventPosition | null,
 /**
  * The position a request stream's resume replays from. Past the end of a
  * finished stream it steps back one event, so the last one (the response)
- * comes once more before the end: a GET is answered with an SSE stream or
- * 405 (transports spec), and an SDK client resuming with a saved token
- * reconnects until a result arrives.
+ * comes once more: a GET is answered with an SSE stream or 405 (transports
+ * spec), and an SDK client resuming with a saved token reconnects until a
+ * result arrives (resume.ts's answerAgain ends the stream after a result and
+ * holds it open after anything else).
  */
 export function requestResumePosition (state: StreamState | null, position: EventPosition): EventPosition {
   if (state !== null && state.epoch === position.epoch && state.ended && position.seq === state.lastSeq && position.seq > 0) {
