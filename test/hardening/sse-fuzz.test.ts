@@ -20,6 +20,7 @@ import type { AddressInfo } from 'node:net'
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
 import { request } from 'undici'
+import { isJSONRPCResultResponse } from '@modelcontextprotocol/sdk/types.js'
 import { SseDecoder, type UpstreamEvent } from '../../src/sse/decoder.js'
 import { EventTooLargeError } from '../../src/sse/event-too-large.js'
 import { decodeEventId } from '../../src/protocol/event-id.js'
@@ -398,12 +399,16 @@ interface Received {
   status: number
   /** The body ended cleanly (no reset after the head). */
   clean: boolean
+  /** Still open when `holdMs` ran out (then closed here, not counted as a reset). */
+  held: boolean
   events: Array<Ev & { id?: string }>
 }
 
-async function receive (url: string, init: { method: string, headers: Record<string, string>, body?: string }): Promise<Received> {
+/** `holdMs`: how long a stream may stay open before it is taken as held and closed here. */
+async function receive (url: string, init: { method: string, headers: Record<string, string>, body?: string }, holdMs = 15_000): Promise<Received> {
   const abort = new AbortController()
-  const timer = setTimeout(() => abort.abort(), 15_000)
+  let held = false
+  const timer = setTimeout(() => { held = true; abort.abort() }, holdMs)
   try {
     const res = await request(url, { method: init.method as 'GET', headers: init.headers, body: init.body, signal: abort.signal })
     let text = ''
@@ -412,11 +417,21 @@ async function receive (url: string, init: { method: string, headers: Record<str
     try {
       for await (const chunk of res.body) text += decoder.decode(chunk as Buffer, { stream: true })
     } catch {
-      clean = false
+      clean = held
     }
-    return { status: res.statusCode, clean, events: sseEvents(text).map(e => ({ data: e.data, type: typeOf(e.event), ...(e.id !== undefined && { id: e.id }) })) }
+    return { status: res.statusCode, clean, held, events: sseEvents(text).map(e => ({ data: e.data, type: typeOf(e.event), ...(e.id !== undefined && { id: e.id }) })) }
   } finally {
     clearTimeout(timer)
+  }
+}
+
+/** A JSON-RPC result as the official SDK client reads one: what it stops resuming a stream at. */
+function isSdkResult (event: Ev): boolean {
+  if (event.type !== 'message') return false
+  try {
+    return isJSONRPCResultResponse(JSON.parse(event.data))
+  } catch {
+    return false
   }
 }
 
@@ -468,14 +483,22 @@ t.test('end to end: random SSE answers through the gateway', async t => {
     for (const pick of picks) {
       if (got.events.length === 0) break
       const from = pick % got.events.length
-      const resumed = await receive(mcpUrl, { method: 'GET', headers: session.getHeaders(got.events[from]?.id) })
-      resumes++
       const rest = got.events.slice(from + 1)
-      // Past the end of a finished stream: its last event once more (an SDK client
-      // resuming a stream that ends without a response would reconnect forever), or nothing.
-      if (rest.length === 0 && resumed.status === 200 && resumed.clean &&
-        (resumed.events.length === 0 || JSON.stringify(resumed.events) === JSON.stringify(got.events.slice(from)))) continue
-      if (resumed.status !== 200 || !resumed.clean) fail(`resume from event ${from}: HTTP ${resumed.status}, clean ${String(resumed.clean)}`)
+      // Past the end of a finished stream: its last event once more, then the end after a
+      // result, else held open (an SDK client resuming a stream that ends without a result
+      // would reconnect for ever); held here for a moment, then closed.
+      const pastEnd = rest.length === 0
+      const resumed = await receive(mcpUrl, { method: 'GET', headers: session.getHeaders(got.events[from]?.id) }, pastEnd ? 300 : 15_000)
+      resumes++
+      if (pastEnd) {
+        const lastEvent = got.events[from] as Ev
+        if (resumed.status !== 200 || JSON.stringify(resumed.events) !== JSON.stringify(got.events.slice(from))) {
+          fail(`resume past the end: HTTP ${resumed.status}, ${JSON.stringify(resumed.events).slice(0, 300)}`)
+        }
+        if (resumed.held === isSdkResult(lastEvent)) fail(`resume past the end: ${resumed.held ? 'held open after a result' : 'ended after no result'}`)
+        continue
+      }
+      if (resumed.status !== 200 || !resumed.clean || resumed.held) fail(`resume from event ${from}: HTTP ${resumed.status}, clean ${String(resumed.clean)}, held ${String(resumed.held)}`)
       if (JSON.stringify(resumed.events) !== JSON.stringify(rest)) {
         fail(`resume from event ${from}: expected ${rest.length} events, got ${resumed.events.length}: ${JSON.stringify(resumed.events).slice(0, 300)}`)
       }
