@@ -39,7 +39,7 @@ interface Repeats {
   readonly until: number
   suppressed: number
   /** The last call left out, written with `repeated` once the window ends. */
-  last?: { readonly logger: unknown, readonly method: (...args: unknown[]) => void, readonly args: unknown[] }
+  last?: { readonly logger: unknown, readonly method: (...args: unknown[]) => void, readonly args: unknown[], readonly levelValue: number }
 }
 
 /**
@@ -76,8 +76,8 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
   function windowEnded (message: string, repeats: Repeats): void {
     if (recent.get(message) !== repeats || repeats.last === undefined) return
     recent.delete(message)
-    const { logger, method, args } = repeats.last
-    method.apply(logger, withRepeated(args, repeats.suppressed))
+    const { logger, method, args, levelValue } = repeats.last
+    method.apply(logger, withRepeated(shaped(args, levelValue), repeats.suppressed))
   }
 
   return pino({
@@ -88,7 +88,8 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
     timestamp: stdTimeFunctions.isoTime,
     hooks: {
       logMethod (args, method, levelValue) {
-        let out: unknown[] = shaped(args, levelValue)
+        // Shaped only when written: a call left out (an outage's flood of them) costs no copy.
+        let out: unknown[] = args
         if (levelValue >= WARN && levelValue <= ERROR) {
           const first = args[0] as unknown
           const message = `${levelValue} ${String(typeof first === 'object' && first !== null ? args[1] : first)}`
@@ -96,7 +97,7 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
           const at = now()
           if (seen !== undefined && at < seen.until) {
             if (seen.suppressed++ === 0) setTimeout(() => { windowEnded(message, seen) }, seen.until - at).unref()
-            seen.last = { logger: this, method: method as (...args: unknown[]) => void, args: out }
+            seen.last = { logger: this, method: method as (...args: unknown[]) => void, args, levelValue }
             return
           }
           if (recent.size >= MAX_REMEMBERED) recent.clear()
@@ -104,7 +105,7 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
           // A window whose end was not written yet (its timer comes later): its count goes with this line.
           if (seen !== undefined && seen.suppressed > 0) out = withRepeated(out, seen.suppressed)
         }
-        method.apply(this, out as Parameters<typeof method>)
+        method.apply(this, shaped(out, levelValue) as Parameters<typeof method>)
       }
     }
   }, options.destination)

@@ -13,6 +13,7 @@ import { lostResponseError, REPAIRED_SEQ, requestIdOfStream } from '../../protoc
 import { StreamFollower, writePage } from '../../sessions/follower.js'
 import type { SessionRecord, StreamState } from '../../store/contract.js'
 import type { McpContext } from './context.js'
+import type { ClientStream } from '../../sse/client-stream.js'
 import { enterReplay, GAP_HEADER, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
 import { LOST_PHRASES, requestResumePosition, resumePoint, type HistoryGone } from './resume-point.js'
 import { isResultEvent } from '../../recording/json-rpc-response.js'
@@ -31,10 +32,7 @@ export async function resumeRequestStream (ctx: McpContext, request: FastifyRequ
   // client reconnects a resumed request stream until a result arrives: see answerAgain).
   if (resumeFrom.seq === REPAIRED_SEQ) {
     const requestId = requestIdOfStream(resumeFrom.streamId)
-    admitHold(ctx, sessionId, resumeFrom.streamId)
-    const client = ctx.clientStream(reply, log, 'resume', resumeFrom.epoch, resumeFrom.streamId, proto)
-    ctx.answeredHolds.hold(sessionId, resumeFrom.streamId, client)
-    ctx.deps.hub.attach(sessionId, client)
+    const client = answeringStream(ctx, reply, log, proto, sessionId, resumeFrom.epoch, resumeFrom.streamId, true)
     client.open({}, resumeFrom.seq)
     if (requestId !== undefined) client.writeSynthesized(encodeEventId(resumeFrom), lostResponseError(requestId, 'it was lost (told before)'))
     log.debug('a resume of a request answered with the gateway\'s error: the error again, then held open')
@@ -113,10 +111,7 @@ async function answerAgain (ctx: McpContext, request: FastifyRequest, reply: Fas
   }
   const last = page.events.at(-1)
   const result = last !== undefined && isResultEvent(last)
-  if (!result) admitHold(ctx, sessionId, position.streamId)
-  const client = ctx.clientStream(reply, log, 'resume', state.epoch, position.streamId, proto)
-  if (!result) ctx.answeredHolds.hold(sessionId, position.streamId, client)
-  ctx.deps.hub.attach(sessionId, client)
+  const client = answeringStream(ctx, reply, log, proto, sessionId, state.epoch, position.streamId, !result)
   openWithGap(ctx, client, log, position, { after: position.seq })
   writePage(client, page, true)
   if (result) {
@@ -126,9 +121,17 @@ async function answerAgain (ctx: McpContext, request: FastifyRequest, reply: Fas
   log.debug('a resume of a request answered without a result: its last event again, then held open')
 }
 
-/** The 429 past ANSWERED_HOLDS_PER_SESSION held streams of the session (a stream held already counts once). */
-function admitHold (ctx: McpContext, sessionId: string, streamId: string): void {
-  if (!ctx.answeredHolds.admits(sessionId, streamId)) throw errors.tooManyAnsweredResumes(ANSWERED_HOLDS_PER_SESSION)
+/**
+ * The client stream of a resume past an answer, attached to its session;
+ * `held`: counted among the session's held streams from the moment it is
+ * made, or the 429 past ANSWERED_HOLDS_PER_SESSION before anything is sent.
+ */
+function answeringStream (ctx: McpContext, reply: FastifyReply, log: Logger, proto: ProtocolInfo, sessionId: string, epoch: string, streamId: string, held: boolean): ClientStream {
+  if (held && !ctx.answeredHolds.admits(sessionId, streamId)) throw errors.tooManyAnsweredResumes(ANSWERED_HOLDS_PER_SESSION)
+  const client = ctx.clientStream(reply, log, 'resume', epoch, streamId, proto)
+  if (held) ctx.answeredHolds.hold(sessionId, streamId, client)
+  ctx.deps.hub.attach(sessionId, client)
+  return client
 }
 
 /** Gap repair without a stream: a gap notice and a JSON-RPC error for the request, then the end. */
