@@ -174,6 +174,17 @@ t.test('the resume of a request stream of a session the store lost: its response
   t.match(answer?.error, { code: -32000, message: /lost/ }, 'its request answered with the error for a lost response: the client retries it')
   t.equal(await second.store.getSession(session.sessionId), null, 'nothing recorded by the resume (it never reaches the upstream)')
 
+  // The SDK client resumes a stream that ended without a result: past the error, the
+  // resume is held open (an ended one would be resumed once a second until the next POST).
+  const repairId = sseEvents(resumed.text).find(e => e.data.includes('"id":3'))?.id
+  t.ok(repairId !== undefined, 'the error carries an event id')
+  const startedAgain = Date.now()
+  const again = await exchange(`${second.url}/mcp`, { headers: session.getHeaders(repairId) }, 1500)
+  t.equal(again.status, 200, 'the resume past the error is answered')
+  t.ok(sseEvents(again.text).some(e => e.data.includes('"id":3') && e.data.includes('lost')), 'with the error once more')
+  t.ok(Date.now() - startedAgain >= 1400, `and held open (read for ${Date.now() - startedAgain} ms)`)
+  t.equal(await second.store.getSession(session.sessionId), null, 'still nothing recorded')
+
   const stranger = await exchange(`${second.url}/mcp`, { headers: session.getHeaders(lastId, { authorization: 'Bearer someone-else' }) })
   t.equal(stranger.status, 404, 'another principal with the same id and Last-Event-ID: 404, as before')
 

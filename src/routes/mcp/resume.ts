@@ -31,11 +31,7 @@ export async function resumeRequestStream (ctx: McpContext, request: FastifyRequ
   // on a stream held open (a GET is answered with an SSE stream or 405, and an SDK
   // client reconnects a resumed request stream until a result arrives: see answerAgain).
   if (resumeFrom.seq === REPAIRED_SEQ) {
-    const requestId = requestIdOfStream(resumeFrom.streamId)
-    const client = answeringStream(ctx, reply, log, proto, sessionId, resumeFrom.epoch, resumeFrom.streamId, true)
-    client.open({}, resumeFrom.seq)
-    if (requestId !== undefined) client.writeSynthesized(encodeEventId(resumeFrom), lostResponseError(requestId, 'it was lost (told before)'))
-    log.debug('a resume of a request answered with the gateway\'s error: the error again, then held open')
+    answerRepairAgain(ctx, reply, log, proto, sessionId, resumeFrom)
     return
   }
   const release = enterReplay(ctx, sessionId, resumeFrom.streamId)
@@ -87,6 +83,15 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
     log.warn({ reason: RECORDER_LOST }, 'gap: the replica recording this request stream died; ended it with the gateway\'s error answer')
   })
   client.onClose(unwatch)
+}
+
+/** A resume past the gateway's own error for a lost response: the error again, on a stream held open. */
+function answerRepairAgain (ctx: McpContext, reply: FastifyReply, log: Logger, proto: ProtocolInfo, sessionId: string, resumeFrom: EventPosition): void {
+  const requestId = requestIdOfStream(resumeFrom.streamId)
+  const client = answeringStream(ctx, reply, log, proto, sessionId, resumeFrom.epoch, resumeFrom.streamId, true)
+  client.open({}, resumeFrom.seq)
+  if (requestId !== undefined) client.writeSynthesized(encodeEventId(resumeFrom), lostResponseError(requestId, 'it was lost (told before)'))
+  log.debug('a resume of a request answered with the gateway\'s error: the error again, then held open')
 }
 
 /**
@@ -151,9 +156,19 @@ function answerLostResponse (ctx: McpContext, request: FastifyRequest, reply: Fa
  * SessionGuard.lostWithTheStore): its history went with the store, so its
  * request is answered with the JSON-RPC error for a lost response, and the
  * client retries it; a stream id without a request id gets the gap alone.
+ * The resume past that error is held open, as for a session the store has:
+ * the session stays unrecorded until its next request, and the SDK client
+ * would resume an ended one once a second until then. The periodic check of
+ * held streams ends it (the store has no such session), so a client that sends
+ * nothing is answered again about once a minute.
  */
 export function answerLostWithTheStore (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo, sessionId: string, position: EventPosition): void {
-  answerHistoryGone(ctx, request, reply, proto, position, position.epoch, 'epoch', request.log.child({ sessionHash: sessionHash(sessionId), streamId: position.streamId }))
+  const log = request.log.child({ sessionHash: sessionHash(sessionId), streamId: position.streamId })
+  if (position.seq === REPAIRED_SEQ) {
+    answerRepairAgain(ctx, reply, log, proto, sessionId, position)
+    return
+  }
+  answerHistoryGone(ctx, request, reply, proto, position, position.epoch, 'epoch', log)
 }
 
 /**
