@@ -1,4 +1,4 @@
-import { LRUCache } from 'lru-cache'
+import { boundedLru, type BoundedLru } from '../lru.js'
 
 /**
  * Sessions whose upstream answered their GET with 405 (it has no standalone
@@ -8,10 +8,10 @@ import { LRUCache } from 'lru-cache'
  * Bounded: the oldest are forgotten first.
  */
 export class RefusedGets {
-  readonly #sessions: LRUCache<string, true>
+  readonly #sessions: BoundedLru<string, true>
 
   constructor (maxSessions: number) {
-    this.#sessions = new LRUCache({ max: Math.max(10_000, maxSessions * 4) })
+    this.#sessions = boundedLru(Math.max(10_000, maxSessions * 4))
   }
 
   note (sessionId: string): void {

@@ -1,4 +1,4 @@
-import { LRUCache } from 'lru-cache'
+import { boundedLru, type BoundedLru } from '../lru.js'
 
 /**
  * Sessions the upstream lost again right after they were established there
@@ -20,10 +20,10 @@ export const RELAPSE_WINDOW_MS = 60_000
 
 export class Relapses {
   /** The upstream sessions each session lost right after they were established, for RELAPSE_WINDOW_MS from the first. Bounded: the least recent go first. */
-  readonly #lost: LRUCache<string, Set<string>>
+  readonly #lost: BoundedLru<string, Set<string>>
 
   constructor (options: { maxEntries: number, windowMs?: number }) {
-    this.#lost = new LRUCache({ max: options.maxEntries, ttl: options.windowMs ?? RELAPSE_WINDOW_MS })
+    this.#lost = boundedLru(options.maxEntries, { ttl: options.windowMs ?? RELAPSE_WINDOW_MS })
   }
 
   /**

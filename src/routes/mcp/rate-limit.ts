@@ -1,4 +1,4 @@
-import { LRUCache } from 'lru-cache'
+import { boundedLru, type BoundedLru } from '../../lru.js'
 
 /**
  * Token buckets by key: `perSecond` tokens come back each second, up to
@@ -10,13 +10,13 @@ export class TokenBuckets {
   readonly #perSecond: number
   readonly #burst: number
   readonly #now: () => number
-  readonly #buckets: LRUCache<string, { tokens: number, at: number }>
+  readonly #buckets: BoundedLru<string, { tokens: number, at: number }>
 
   constructor (options: { perSecond: number, burst: number, maxEntries: number, now?: () => number }) {
     this.#perSecond = options.perSecond
     this.#burst = options.burst
     this.#now = options.now ?? Date.now
-    this.#buckets = new LRUCache({ max: options.maxEntries })
+    this.#buckets = boundedLru(options.maxEntries)
   }
 
   /** Take one token; returns 0 when allowed, else the whole seconds to wait before retrying. */

@@ -1,4 +1,4 @@
-import { LRUCache } from 'lru-cache'
+import { boundedLru, type BoundedLru } from '../../lru.js'
 import type { SessionRecord } from '../../store/contract.js'
 
 /**
@@ -12,13 +12,13 @@ export class SessionCache {
   readonly #stale: number
   readonly #now: () => number
   /** Reads peek (a check does not renew an entry); setting one makes it the most recent. */
-  readonly #entries: LRUCache<string, { record: SessionRecord, at: number }>
+  readonly #entries: BoundedLru<string, { record: SessionRecord, at: number }>
 
   constructor (options: { freshMs: number, staleMs: number, maxEntries: number, now?: () => number }) {
     this.#fresh = options.freshMs
     this.#stale = options.staleMs
     this.#now = options.now ?? Date.now
-    this.#entries = new LRUCache({ max: options.maxEntries })
+    this.#entries = boundedLru(options.maxEntries)
   }
 
   /** A record verified within the fresh window. */

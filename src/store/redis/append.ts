@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis'
-import { LRUCache } from 'lru-cache'
+import { boundedLru } from '../../lru.js'
 import { LeaseLostError, SessionGoneError } from '../../errors.js'
 import { EventBatch } from '../batch/event-batch.js'
 import { NumberedBatch } from '../batch/numbered-batch.js'
@@ -68,7 +68,7 @@ export interface AppenderOptions {
 export class Appender {
   readonly #o: AppenderOptions
   readonly #writer: AppendWriter
-  readonly #marks = new LRUCache<string, Map<string, WriteMark>>({ max: WRITE_MARK_SESSIONS })
+  readonly #marks = boundedLru<string, Map<string, WriteMark>>(WRITE_MARK_SESSIONS)
 
   constructor (options: AppenderOptions) {
     this.#o = options
