@@ -42,6 +42,12 @@ interface Repeats {
   last?: { readonly logger: unknown, readonly method: (...args: unknown[]) => void, readonly args: unknown[], readonly levelValue: number }
 }
 
+/** The gateway's logger, and what it writes before the process exits. */
+export type GatewayLogger = Logger & {
+  /** Write the counts of repeats whose windows have not ended yet (at shutdown: their timers would never fire). */
+  readonly writeRepeats: () => void
+}
+
 /**
  * The gateway's logger: JSON lines with level names and ISO times (what log
  * tools index without a mapping), credentials redacted, and two things that
@@ -51,7 +57,7 @@ interface Repeats {
  * type, message and code but no stack (they are expected conditions: a store
  * or upstream that is down).
  */
-export function createLogger (level: string, options: LoggerOptions = {}): Logger {
+export function createLogger (level: string, options: LoggerOptions = {}): GatewayLogger {
   // 30 s: an outage's warning is written about twice a minute, not once per request.
   const windowMs = options.repeatWindowMs ?? 30_000
   const now = options.now ?? Date.now
@@ -80,7 +86,13 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
     method.apply(logger, withRepeated(shaped(args, levelValue), repeats.suppressed))
   }
 
-  return pino({
+  /** Every window not ended yet is ended now: its count written, if it has one. */
+  function endAllWindows (): void {
+    for (const [message, repeats] of recent) windowEnded(message, repeats)
+    recent.clear()
+  }
+
+  const logger = pino({
     level,
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     formatters: { level: label => ({ level: label }) },
@@ -100,7 +112,7 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
             seen.last = { logger: this, method: method as (...args: unknown[]) => void, args, levelValue }
             return
           }
-          if (recent.size >= MAX_REMEMBERED) recent.clear()
+          if (recent.size >= MAX_REMEMBERED) endAllWindows()
           recent.set(message, { until: at + windowMs, suppressed: 0 })
           // A window whose end was not written yet (its timer comes later): its count goes with this line.
           if (seen !== undefined && seen.suppressed > 0) out = withRepeated(out, seen.suppressed)
@@ -109,6 +121,7 @@ export function createLogger (level: string, options: LoggerOptions = {}): Logge
       }
     }
   }, options.destination)
+  return Object.assign(logger, { writeRepeats: endAllWindows })
 }
 
 /**

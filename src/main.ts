@@ -52,6 +52,7 @@ async function main (): Promise<void> {
     log.info({ signal }, 'shutting down')
     await gateway.close()
     await tracing?.shutdown()
+    logger.writeRepeats()
   })
 
   const { url, adminUrl } = await gateway.listen()

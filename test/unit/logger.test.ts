@@ -72,6 +72,25 @@ t.test('the count of a repeated warning is written when its window ends, with no
   t.notOk('repeated' in (lines[3] as object), 'without a count already written')
 })
 
+t.test('counts not yet written are written when the remembered messages overflow, and at shutdown', async t => {
+  const { log, lines } = capture({ windowMs: 60_000 })
+  log.warn({ i: 0 }, 'store down')
+  log.warn({ i: 1 }, 'store down')
+  log.warn({ i: 2 }, 'store down')
+  // 1,000 other messages: the bound on what is remembered (messages are constants; this is a surprise).
+  for (let m = 0; m < 1000; m++) log.warn(`message ${m}`)
+  await flush()
+  t.match(lines.filter(l => l.msg === 'store down'), [{ i: 0 }, { i: 2, repeated: 2 }], 'the overflow wrote the count it forgot')
+  log.warn({ i: 3 }, 'upstream down')
+  log.warn({ i: 4 }, 'upstream down')
+  log.writeRepeats()
+  await flush()
+  t.match(lines.filter(l => l.msg === 'upstream down'), [{ i: 3 }, { i: 4, repeated: 1 }], 'writeRepeats wrote the window not ended yet')
+  log.writeRepeats()
+  await flush()
+  t.equal(lines.filter(l => l.msg === 'upstream down').length, 2, 'and only once')
+})
+
 t.test('below error level an error carries its type, message and code, not its stack', async t => {
   const { log, lines } = capture({ level: 'debug' })
   const err = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })
