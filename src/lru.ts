@@ -1,5 +1,8 @@
 import { LRUCache } from 'lru-cache'
 
+/** What boundedLru returns: lru-cache's map, through its public API. */
+export type BoundedLru<K extends {}, V extends {}> = LRUCache<K, V>
+
 /**
  * A least-recently-used map of at most `maxEntries` entries whose storage
  * grows with what it holds. lru-cache's own `max` allocates its key and value
@@ -11,9 +14,6 @@ import { LRUCache } from 'lru-cache'
  * as entries come and their slots are reused, up to the same bound, with the
  * same eviction: the least recently used go first. `ttl` keeps its meaning.
  */
-/** What boundedLru returns: lru-cache's map, through its public API. */
-export type BoundedLru<K extends {}, V extends {}> = LRUCache<K, V>
-
 export function boundedLru<K extends {}, V extends {}> (maxEntries: number, options: { ttl?: number } = {}): BoundedLru<K, V> {
   return new LRUCache<K, V>({ maxSize: maxEntries, sizeCalculation: entryWeight, ...options })
 }
