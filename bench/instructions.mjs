@@ -190,6 +190,9 @@ async function measure (build, store, ctx, redis) {
     nodeArgs: ['--predictable'],
     readyTimeoutMs: 300_000,
     ...(store === 'redis' ? { redisUrl, keyPrefix } : {})
+  }).catch((err) => {
+    rmSync(dir, { recursive: true, force: true })
+    throw err
   })
   const out = {}
   try {
