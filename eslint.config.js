@@ -8,7 +8,10 @@ export default [
     files: ['src/**/*.ts'],
     ignores: ['src/lru.ts'],
     rules: {
-      'no-restricted-imports': ['error', { paths: [{ name: 'lru-cache', message: 'use boundedLru (src/lru.ts)' }] }]
+      'no-restricted-imports': ['error', {
+        paths: [{ name: 'lru-cache', message: 'use boundedLru (src/lru.ts)' }],
+        patterns: [{ group: ['lru-cache/*'], message: 'use boundedLru (src/lru.ts)' }]
+      }]
     }
   }
 ]

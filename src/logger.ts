@@ -112,6 +112,8 @@ export function createLogger (level: string, options: LoggerOptions = {}): Gatew
             seen.last = { logger: this, method: method as (...args: unknown[]) => void, args, levelValue }
             return
           }
+          // A window that ended unwritten (its timer comes later) is this line's to count, not the overflow's.
+          if (seen !== undefined) recent.delete(message)
           if (recent.size >= MAX_REMEMBERED) endAllWindows()
           recent.set(message, { until: at + windowMs, suppressed: 0 })
           // A window whose end was not written yet (its timer comes later): its count goes with this line.

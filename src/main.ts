@@ -50,9 +50,12 @@ async function main (): Promise<void> {
   closeWithGrace({ delay: config.shutdownGraceMs + 2000, logger: log }, async ({ signal, err }) => {
     if (err !== undefined) log.error({ err }, 'fatal error: shutting down')
     log.info({ signal }, 'shutting down')
-    await gateway.close()
-    await tracing?.shutdown()
-    logger.writeRepeats()
+    try {
+      await gateway.close()
+      await tracing?.shutdown()
+    } finally {
+      logger.writeRepeats()
+    }
   })
 
   const { url, adminUrl } = await gateway.listen()

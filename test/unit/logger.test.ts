@@ -91,6 +91,21 @@ t.test('counts not yet written are written when the remembered messages overflow
   t.equal(lines.filter(l => l.msg === 'upstream down').length, 2, 'and only once')
 })
 
+t.test('a window ended but not yet written, met by the overflow: its count is written once', async t => {
+  const clock = { now: 0 }
+  const { log, lines } = capture({ clock })
+  log.warn({ i: 0 }, 'store down')
+  log.warn({ i: 1 }, 'store down')
+  log.warn({ i: 2 }, 'store down')
+  for (let m = 0; m < 999; m++) log.warn(`message ${m}`)
+  clock.now = 1500 // the window is over; its timer (real time) has not fired
+  log.warn({ i: 3 }, 'store down')
+  await flush()
+  const written = lines.filter(l => l.msg === 'store down')
+  t.equal(written.reduce((n, l) => n + 1 + (typeof l.repeated === 'number' ? l.repeated : 0), 0), 4, `4 lines counted in all (${JSON.stringify(written)})`)
+  t.match(written.at(-1), { i: 3, repeated: 2 }, 'the count goes with the next line')
+})
+
 t.test('below error level an error carries its type, message and code, not its stack', async t => {
   const { log, lines } = capture({ level: 'debug' })
   const err = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })
