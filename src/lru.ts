@@ -13,8 +13,9 @@ export type BoundedLru<K extends {}, V extends {}> = LRUCache<K, V>
  * by a count (`maxSize` with every entry weighing 1) instead, the arrays grow
  * as entries come and their slots are reused, up to the same bound, with the
  * same eviction: the least recently used go first. `ttl` keeps its meaning.
- * The price is paid only when full: about 130 bytes an entry against 90
- * (untyped link arrays, and a weight per entry).
+ * The price is paid only when full: about 40 bytes more an entry (untyped
+ * link arrays, and a weight per entry; 92 bytes against 53 for the map's
+ * own storage, keys and values aside).
  */
 export function boundedLru<K extends {}, V extends {}> (maxEntries: number, options: { ttl?: number } = {}): BoundedLru<K, V> {
   return new LRUCache<K, V>({ maxSize: maxEntries, sizeCalculation: entryWeight, ...options })
