@@ -112,12 +112,14 @@ export function createLogger (level: string, options: LoggerOptions = {}): Gatew
             seen.last = { logger: this, method: method as (...args: unknown[]) => void, args, levelValue }
             return
           }
-          // A window that ended unwritten (its timer comes later) is this line's to count, not the overflow's.
-          if (seen !== undefined) recent.delete(message)
+          // A window over but not written yet (its timer comes later): its count goes with
+          // this line, so it is taken out before an overflow would write it too.
+          if (seen !== undefined) {
+            recent.delete(message)
+            if (seen.suppressed > 0) out = withRepeated(out, seen.suppressed)
+          }
           if (recent.size >= MAX_REMEMBERED) endAllWindows()
           recent.set(message, { until: at + windowMs, suppressed: 0 })
-          // A window whose end was not written yet (its timer comes later): its count goes with this line.
-          if (seen !== undefined && seen.suppressed > 0) out = withRepeated(out, seen.suppressed)
         }
         method.apply(this, shaped(out, levelValue) as Parameters<typeof method>)
       }

@@ -27,17 +27,17 @@ const KEEP_ALIVE = formatComment('keep-alive')
  * turn); `closing`: the gateway closed it before its head was sent, which
  * open() sends all the same, then the retry hint and the end (a write before
  * the head would have committed a head that is not SSE); `open`: the head is
- * sent, events are written; `closed`: over, its listeners told.
+ * sent, events are written; `closed`: over, its listeners told how (a
+ * listener registered later is told at once).
  */
 type Phase =
   | { readonly kind: 'created' }
   | { readonly kind: 'closing', readonly outcome: CloseOutcome, readonly retryMs: number | undefined }
   | { readonly kind: 'open' }
-  | { readonly kind: 'closed' }
+  | { readonly kind: 'closed', readonly outcome: CloseOutcome }
 
 const CREATED: Phase = Object.freeze({ kind: 'created' })
 const OPEN: Phase = Object.freeze({ kind: 'open' })
-const CLOSED: Phase = Object.freeze({ kind: 'closed' })
 
 export interface ClientStreamOptions {
   readonly reply: FastifyReply
@@ -88,8 +88,6 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
    * of the exact length.
    */
   #onClose: ReadonlyArray<(outcome: CloseOutcome) => void> = []
-  /** How it closed, for a listener registered after (onClose). */
-  #closedWith: CloseOutcome = 'client_gone'
   #phase: Phase = CREATED
   #lastSeq = 0
   #replayed = 0
@@ -283,8 +281,9 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
 
   /** `listener` runs once the stream is closed; at once when it is closed already. */
   onClose (listener: (outcome: CloseOutcome) => void): void {
-    if (this.#phase.kind === 'closed') {
-      listener(this.#closedWith)
+    const phase = this.#phase
+    if (phase.kind === 'closed') {
+      listener(phase.outcome)
       return
     }
     this.#onClose = this.#onClose.concat(listener)
@@ -366,8 +365,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
 
   #finish (outcome: CloseOutcome): void {
     if (this.#phase.kind === 'closed') return
-    this.#phase = CLOSED
-    this.#closedWith = outcome
+    this.#phase = { kind: 'closed', outcome }
     this.#keepAlive?.delete(this)
     this.#metrics.clientStreamsOpen.dec({ kind: this.kind })
     this.#metrics.streamsClosed.inc({ kind: this.kind, outcome })
