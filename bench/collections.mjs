@@ -35,7 +35,10 @@ const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
 const args = parseArgs(['store', 'sessions', 'seconds', 'rounds', 'node-args', 'gateway', 'node-args-b', 'gateway-b'], import.meta.url)
 const store = args.store ?? 'memory'
-if (store !== 'memory' && store !== 'redis') throw new Error(`--store is memory or redis, not ${store}`)
+if (store !== 'memory' && store !== 'redis') {
+  process.stderr.write(`--store is memory or redis, not ${store}\n`)
+  process.exit(2)
+}
 const sessionCounts = String(args.sessions ?? '1,100').split(',').map(Number)
 const seconds = Number(args.seconds ?? 6)
 const rounds = Number(args.rounds ?? 1)
