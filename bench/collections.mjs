@@ -30,6 +30,7 @@ import { CLK_TCK, start, stop, stopAll } from './lib/procs.mjs'
 import { connectRedis, deletePrefix } from './lib/redis.mjs'
 import { throughputRound } from './lib/scenarios.mjs'
 import { parseArgs } from './lib/args.mjs'
+import { median } from './lib/stats.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
@@ -120,11 +121,6 @@ async function measure (ctx, variant, sessions) {
     await stop(gw.proc, 20_000)
     if (store === 'redis' && ctx.redis !== undefined) await deletePrefix(ctx.redis, keyPrefix).catch(() => {})
   }
-}
-
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b)
-  return s.length % 2 === 1 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
 }
 
 const ctx = { controlAgent: new http.Agent({ keepAlive: true, maxSockets: 4 }) }
