@@ -36,7 +36,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from './lib/client.mjs'
 import { envList, FILL_EVENTS, startGateway, startWordsFor } from './lib/gateway.mjs'
 import { ensureNginx, nginxVersion, startNginx } from './lib/nginx.mjs'
-import { connectionsTo, freePort, nofileLimits, setNiceness, start, stop, stopAll, waitHttp } from './lib/procs.mjs'
+import { connectionsTo, freePort, nicenessOf, nofileLimits, start, stop, stopAll, waitHttp } from './lib/procs.mjs'
 import { commandStats, connectRedis, deletePrefix, diffStats, localRedisPid, redisVersion } from './lib/redis.mjs'
 import { fairnessRound, idleRun, latencyRound, replayRound, throughputRound } from './lib/scenarios.mjs'
 import { median } from './lib/stats.mjs'
@@ -67,10 +67,8 @@ const outDir = resolve(root, args.out ?? 'bench/results')
 const reportName = args.name ?? (QUICK ? 'quick' : 'latest')
 const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
 const nice = Number(args.nice ?? 0)
-if (nice !== 0) {
-  setNiceness(nice)
-  os.setPriority(nice)
-}
+// Before anything is started: every process started from here inherits it.
+if (nice !== 0) os.setPriority(nice)
 
 const CFG = QUICK
   ? {
@@ -239,6 +237,12 @@ async function main () {
   const paths = []
   for (const id of launchOrder(want)) paths.push(await launch(id, limits))
   log(`paths: ${paths.map(p => `${p.id}:${p.port}`).join(' ')}`)
+  // The clients run in this process: a proxy or upstream scheduled ahead of them
+  // would measure the clients' wait for a core, not the proxy.
+  const ownNiceness = nicenessOf(process.pid)
+  for (const { id, pid } of [{ id: 'upstream', pid: ctx.upstreamPid }, ...paths]) {
+    if (nicenessOf(pid) !== ownNiceness) throw new Error(`${id} runs at niceness ${nicenessOf(pid)}, the benchmark at ${ownNiceness}`)
+  }
 
   // Other users of a shared Redis show up in INFO commandstats: measure that background first.
   if (ctx.redis !== undefined) {

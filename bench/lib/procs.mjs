@@ -6,10 +6,11 @@ import { appendFileSync, readFileSync, readdirSync, readlinkSync } from 'node:fs
 import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 
+// A child inherits the niceness of the thread that starts it: run.mjs --nice sets
+// the benchmark's own, and every process started here runs at that same niceness.
+// (`nice -n` on top would add to it: the proxies then outranked the clients that read
+// them, and a gateway at one session starved its own client into slow-client cuts.)
 const children = new Set()
-/** Niceness for every process started here (run.mjs --nice). */
-let niceness = 0
-export function setNiceness (n) { niceness = n }
 
 export const CLK_TCK = (() => {
   try { return Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100 } catch { return 100 }
@@ -27,8 +28,7 @@ export function nofileLimits () {
  * the hard one, then execs (so the pid is the program's own).
  */
 export function start (name, cmd, args, { env = {}, cwd, readyLine = false } = {}) {
-  const prefix = niceness === 0 ? '' : `nice -n ${Number(niceness)} `
-  const child = spawn('bash', ['-c', `ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec ${prefix}"$0" "$@"`, cmd, ...args], {
+  const child = spawn('bash', ['-c', 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$0" "$@"', cmd, ...args], {
     cwd,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe']
@@ -139,6 +139,12 @@ export function minorFaults (pid) {
   } catch {
     return NaN
   }
+}
+
+/** The niceness of a process's main thread (field 19 of stat(5)). */
+export function nicenessOf (pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])
 }
 
 /** Busy and total jiffies of the whole machine (/proc/stat), to tell how loaded it was. */
