@@ -234,15 +234,10 @@ async function main () {
   const upstream = start('upstream', process.execPath, [join(here, 'lib/upstream.mjs')], { readyLine: true, env: { PORT: '0' } })
   ctx.upstreamPort = (await upstream.ready).port
   ctx.upstreamPid = upstream.pid
+  sameNiceness('upstream', upstream.pid)
   const paths = []
   for (const id of launchOrder(want)) paths.push(await launch(id, limits))
   log(`paths: ${paths.map(p => `${p.id}:${p.port}`).join(' ')}`)
-  // The clients run in this process: a proxy or upstream scheduled ahead of them
-  // would measure the clients' wait for a core, not the proxy.
-  const ownNiceness = nicenessOf(process.pid)
-  for (const { id, pid } of [{ id: 'upstream', pid: ctx.upstreamPid }, ...paths]) {
-    if (nicenessOf(pid) !== ownNiceness) throw new Error(`${id} runs at niceness ${nicenessOf(pid)}, the benchmark at ${ownNiceness}`)
-  }
 
   // Other users of a shared Redis show up in INFO commandstats: measure that background first.
   if (ctx.redis !== undefined) {
@@ -390,7 +385,24 @@ let launches = 0
  * at the start, again to restart it fresh, and for each idle test. `env` is
  * added to a gateway's environment.
  */
+/**
+ * The clients run in this process: a proxy or upstream scheduled ahead of them
+ * would measure the clients' wait for a core, not the proxy. Throws when `pid`
+ * does not run at this process's niceness.
+ */
+function sameNiceness (id, pid) {
+  const own = nicenessOf(process.pid)
+  const theirs = nicenessOf(pid)
+  if (theirs !== own) throw new Error(`${id} runs at niceness ${theirs}, the benchmark at ${own}`)
+}
+
 async function launch (id, limits, env = {}) {
+  const path = await launchPath(id, limits, env)
+  sameNiceness(id, path.pid)
+  return path
+}
+
+async function launchPath (id, limits, env) {
   launches++
   if (id === 'direct') return { id, port: ctx.upstreamPort, pid: ctx.upstreamPid }
   if (id === 'nginx') {

@@ -8,8 +8,8 @@ import { setTimeout as sleep } from 'node:timers/promises'
 
 // A child inherits the niceness of the thread that starts it: run.mjs --nice sets
 // the benchmark's own, and every process started here runs at that same niceness.
-// (`nice -n` on top would add to it: the proxies then outranked the clients that read
-// them, and a gateway at one session starved its own client into slow-client cuts.)
+// (`nice -n` on top would add to it, and the proxies would outrank the clients that
+// read them.)
 const children = new Set()
 
 export const CLK_TCK = (() => {
