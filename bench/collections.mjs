@@ -22,11 +22,10 @@
 // comparison of heap flags or builds within one run. Medians of the rounds.
 import http from 'node:http'
 import os from 'node:os'
-import { readFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { FILL_EVENTS, startGateway } from './lib/gateway.mjs'
-import { CLK_TCK, start, stop, stopAll } from './lib/procs.mjs'
+import { ageMs, start, statusKb, stop, stopAll } from './lib/procs.mjs'
 import { connectRedis, deletePrefix } from './lib/redis.mjs'
 import { throughputRound } from './lib/scenarios.mjs'
 import { parseArgs } from './lib/args.mjs'
@@ -97,10 +96,9 @@ async function measure (ctx, variant, sessions) {
     const path = { id: `gw-${store}`, store, port: gw.port, pid: gw.pid, adminPort: gw.adminPort }
     await throughputRound(ctx, path, sessions, { warmupMs: 1000, windowMs: 2000, fillEvents: FILL_EVENTS, fillCapMs: 20_000 })
     // The trace's times count from the process's start: the measured round starts at its age now.
-    const startedTicks = Number(readFileSync(`/proc/${gw.pid}/stat`, 'utf8').split(') ')[1].split(' ')[19])
-    const from = Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]) * 1000 - startedTicks * 1000 / CLK_TCK
+    const from = ageMs(gw.pid)
     const r = await throughputRound(ctx, path, sessions, { warmupMs: 500, windowMs: seconds * 1000, fillEvents: 0, fillCapMs: 0 })
-    const peakKb = Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${gw.pid}/status`, 'utf8'))[1])
+    const peakKb = statusKb(gw.pid, 'VmHWM')
     await stop(gw.proc, 20_000)
     const { kinds, starts } = summarize(trace, from)
     const windowS = seconds + 0.5

@@ -117,25 +117,33 @@ export async function waitHttp (url, { timeoutMs = 20_000, status = 200, proc } 
   throw new Error(`${url} not ready after ${timeoutMs} ms (${last})${proc === undefined ? '' : `: ${proc.stderr.slice(-2000)}`}`)
 }
 
-/** Resident set size in KiB (VmRSS of /proc/<pid>/status). */
-export function rssKb (pid) {
-  const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+/** A "Name:  N kB" line of /proc/<pid>/status, in KiB; NaN when it is missing. */
+export function statusKb (pid, name) {
+  const m = new RegExp(`^${name}:\\s+(\\d+)\\s+kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
   return m === null ? NaN : Number(m[1])
 }
 
-/** utime + stime of a process, in seconds. */
-export function cpuSeconds (pid) {
+/** Resident set size in KiB (VmRSS of /proc/<pid>/status). */
+export function rssKb (pid) {
+  return statusKb(pid, 'VmRSS')
+}
+
+/** Field `n` of /proc/<pid>/stat, numbered as in stat(5) (the command's parentheses may hold spaces). */
+function statField (pid, n) {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  // Fields 14 and 15 of stat(5); this slice starts at field 3.
-  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK
+  // The text after the command starts at field 3.
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[n - 3])
+}
+
+/** utime + stime of a process, in seconds (fields 14 and 15 of stat(5)). */
+export function cpuSeconds (pid) {
+  return (statField(pid, 14) + statField(pid, 15)) / CLK_TCK
 }
 
 /** Minor page faults of a process so far (field 10 of stat(5)); NaN when it cannot be read (not on this machine). */
 export function minorFaults (pid) {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[7])
+    return statField(pid, 10)
   } catch {
     return NaN
   }
@@ -143,8 +151,12 @@ export function minorFaults (pid) {
 
 /** The niceness of a process's main thread (field 19 of stat(5)). */
 export function nicenessOf (pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])
+  return statField(pid, 19)
+}
+
+/** How long ago a process started, in ms (its start time is field 22 of stat(5)). */
+export function ageMs (pid) {
+  return Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]) * 1000 - statField(pid, 22) * 1000 / CLK_TCK
 }
 
 /** Busy and total jiffies of the whole machine (/proc/stat), to tell how loaded it was. */
