@@ -38,8 +38,14 @@
 // (socket writes are a fifth to a third of the gateway's CPU time, see
 // bench/profile.mjs), waits, and anything the machine's load does to caches, so
 // a lower count is a smaller cost of the gateway's own code, not a figure in
-// microseconds. Needs valgrind (Debian's package, installed when missing and
-// root). The bench upstream and the client run natively.
+// microseconds. Nor, in practice, V8's full collections: in the measured window
+// of a one-session flood, callgrind's profile (--keep) held young-generation
+// collections only (0.6% of the instructions), where the same flood run natively
+// makes 10-12 full collections a second and spends about 40% of the gateway's CPU
+// collecting (docs/performance.md, Where an event's CPU goes). A change to what
+// the gateway allocates is judged with bench/collections.mjs instead. Needs
+// valgrind (Debian's package, installed when missing and root). The bench
+// upstream and the client run natively.
 import { execFileSync } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import os from 'node:os'

@@ -191,3 +191,28 @@ t.test('a returned buffer too small for the next event gives way to a new one; i
   t.equal(next.layout.buffer, small.layout.buffer, 'the returned layout')
   t.same(next.toArray(), [frame(big)])
 })
+
+t.test('a batch is packed into a buffer sized for the largest of the last few, grown by half, back to small once a stream went quiet', async t => {
+  const builder = new EventBatchBuilder()
+  const event = 'data: '.padEnd(299, 'e') + '\n'
+  const batchOf = (events: number): EventBatch => {
+    for (let i = 0; i < events; i++) builder.add(frame(event))
+    return builder.take()
+  }
+  const capacity = (batch: EventBatch): number => batch.bytes.buffer.byteLength
+
+  const first = batchOf(1000)
+  t.equal(first.bytes.length, 300_000)
+  t.ok(capacity(first) < 300_000 * 1.5 + 4096, `grown by half, not doubled: ${capacity(first)} bytes for 300,000`)
+  const same = batchOf(1000)
+  t.ok(capacity(same) >= 300_000 && capacity(same) <= 300_000 * 17 / 16 + 4096,
+    `the next batch the same size fits the buffer it starts with, a sixteenth larger: ${capacity(same)}`)
+  const small = batchOf(10)
+  t.equal(capacity(small), capacity(same), 'a small batch right after a large one gets a buffer for a large one')
+  const largeAgain = batchOf(1000)
+  t.equal(capacity(largeAgain), capacity(same), 'so the large batch after it needs no regrowth')
+  const sizes = [1, 2, 3, 4, 5].map(() => capacity(batchOf(10)))
+  t.same(sizes.slice(0, 4), [1, 2, 3, 4].map(() => capacity(same)), 'large buffers for four small batches after a large one')
+  t.equal(sizes[4], 4096, 'small again after four small batches in a row')
+  t.same(batchOf(3).toArray(), [frame(event), frame(event), frame(event)], 'the events as they were added')
+})

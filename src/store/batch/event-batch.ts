@@ -5,8 +5,13 @@
 import type { EventInput, StoredEvent } from '../events.js'
 import { decodeEvents, eventSize, FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID, layoutText, NUMBERS_PER_EVENT, plainFrames } from './packed-layout.js'
 
-/** Smallest buffer a builder starts a batch with. */
+/** Smallest buffer a builder starts a batch with; buffers are sized in steps of this. */
 const MIN_CAPACITY = 4096
+/**
+ * Batches a builder sizes for the largest of the recent ones: after this many
+ * smaller ones in a row, it sizes for the last one instead.
+ */
+const PEAK_BATCHES = 4
 /** Smallest layout a builder starts a batch with, in events (a Uint32Array this big is off the heap). */
 const MIN_EVENTS = 16
 
@@ -132,12 +137,20 @@ export class EventBatch {
 /**
  * Packs events into a batch as they come: the upstream's frames are copied
  * out of the read they came in (the read is free to go at once), into one
- * buffer that grows by doubling. Its first size follows the previous batch,
- * so a fast stream does not regrow every time and a slow one does not keep a
- * big buffer for one event. Between batches it holds nothing, except while
- * the stream is busy: a batch the store is done with comes back (recycle())
- * and the next one is packed into its buffers, so a flooded stream does not
- * make new ones (and work for the garbage collector) for every append.
+ * buffer. The buffer starts at the size of the largest of the last few
+ * batches and a sixteenth, and grows by half when a batch outgrows it. A busy
+ * stream's batches alternate between large ones (what its upstream answer
+ * buffered while the previous append ran) and a read or two: sized after the
+ * last batch alone, the large ones would regrow every time, and sized in
+ * powers of two, their buffers were a third empty on average. Either is
+ * memory allocated for nothing, and what Node allocates outside the
+ * JavaScript heap sets how often a flooded gateway runs a full garbage
+ * collection (V8 starts one for every 64 MB of it). After PEAK_BATCHES
+ * smaller batches in a row (a stream that went quiet), buffers are small
+ * again. Between batches the builder holds nothing, except while the stream
+ * is busy: a batch the store is done with comes back (recycle()) and the
+ * next one is packed into its buffers, so a flooded stream does not make new
+ * ones (and work for the garbage collector) for every append.
  */
 export class EventBatchBuilder {
   #bytes: Buffer | undefined
@@ -145,7 +158,10 @@ export class EventBatchBuilder {
   #layout: Uint32Array | undefined
   #count = 0
   #lastUpstreamId = ''
-  #nextCapacity = MIN_CAPACITY
+  /** Bytes of the largest of the recent batches (see PEAK_BATCHES). */
+  #peak = 0
+  /** Batches taken since #peak was set. */
+  #peakAge = 0
   #nextEvents = MIN_EVENTS
   /**
    * Frames without an upstream id, from one source, not copied yet: `copy()`
@@ -258,8 +274,10 @@ export class EventBatchBuilder {
     const bytes = this.#bytes as Buffer
     const layout = this.#layout as Uint32Array
     const batch = new EventBatch(bytes.subarray(0, this.#used), layout.subarray(0, NUMBERS_PER_EVENT * this.#count), this.#lastUpstreamId, { bytes, layout })
-    this.#nextCapacity = MIN_CAPACITY
-    while (this.#nextCapacity < this.#used) this.#nextCapacity *= 2
+    if (this.#used >= this.#peak || ++this.#peakAge >= PEAK_BATCHES) {
+      this.#peak = this.#used
+      this.#peakAge = 0
+    }
     this.#nextEvents = MIN_EVENTS
     while (this.#nextEvents < this.#count) this.#nextEvents *= 2
     this.#bytes = undefined
@@ -306,8 +324,8 @@ export class EventBatchBuilder {
         return spare.bytes
       }
     }
-    let capacity = Math.max(current === undefined ? this.#nextCapacity : current.length * 2, MIN_CAPACITY)
-    while (capacity < need) capacity *= 2
+    let capacity = current === undefined ? roundUp(this.#peak + (this.#peak >> 4)) : largerCapacity(current.length)
+    while (capacity < need) capacity = largerCapacity(capacity)
     // Never from Node's shared pool (64 KB from Node 24 on, so a 4-8 KB batch
     // would be a slice of it): a batch is kept in the store and across a Redis
     // round trip, and must not hold other buffers' memory alive with it.
@@ -316,4 +334,14 @@ export class EventBatchBuilder {
     this.#bytes = grown
     return grown
   }
+}
+
+/** `bytes` rounded up to whole steps of MIN_CAPACITY (at least one). */
+function roundUp (bytes: number): number {
+  return Math.max(MIN_CAPACITY, Math.ceil(bytes / MIN_CAPACITY) * MIN_CAPACITY)
+}
+
+/** The next size of a buffer that is too small: half as large again. */
+function largerCapacity (capacity: number): number {
+  return roundUp(capacity + (capacity >> 1))
 }
