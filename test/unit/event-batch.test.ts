@@ -2,9 +2,15 @@
 // stores, and the form Redis keeps. Packing must give back every event as
 // it was appended, in the layout text the Redis scripts parse.
 import t from 'tap'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { EventBatch, EventBatchBuilder } from '../../src/store/batch/event-batch.js'
 import type { EventInput } from '../../src/store/contract.js'
 import { SseDecoder } from '../../src/sse/decoder.js'
+
+// V8 gives a context made after the flag is set its gc (the file runs without --expose-gc).
+setFlagsFromString('--expose-gc')
+const collect = runInNewContext('gc') as () => void
 
 const frame = (text: string, upstreamId?: string): EventInput =>
   upstreamId === undefined ? { frame: Buffer.from(text) } : { frame: Buffer.from(text), upstreamId }
@@ -129,7 +135,7 @@ t.test('runs: whole events, at most maxBytes each (a larger event alone), togeth
   t.same(EventBatch.EMPTY.runs(100), [], 'an empty batch has none')
 })
 
-t.test('a batch the store is done with takes the next events while the stream is busy; a quiet stream holds nothing', async t => {
+t.test('a batch the store is done with takes the next batch, whether its events waited during the append or came after it', async t => {
   const builder = new EventBatchBuilder()
   const f = (i: number): EventInput => frame(`data: ${i}\n`)
   builder.add(f(1))
@@ -148,11 +154,33 @@ t.test('a batch the store is done with takes the next events while the stream is
   t.equal(c.layout.buffer, aLayout, 'and into its layout')
   t.same(c.toArray(), [f(3), f(4)], 'holding exactly its own events')
   t.equal(a.release(), undefined, 'a batch is released once')
-  // b comes back while nothing waits: the stream went quiet, and the builder keeps nothing.
+  // b comes back while nothing waits: held weakly, it takes the next batch.
   const bBytes = b.bytes.buffer
   builder.recycle(b)
   builder.add(f(5))
-  t.not(builder.take().bytes.buffer, bBytes, 'a buffer returned to an idle builder is let go')
+  const d = builder.take()
+  t.equal(d.bytes.buffer, bBytes, 'a buffer returned while nothing waited takes the next batch')
+  t.same(d.toArray(), [f(5)])
+})
+
+t.test('a buffer returned while nothing waits is held weakly: a stream that went quiet keeps nothing from the collector', async t => {
+  const builder = new EventBatchBuilder()
+  let probe: WeakRef<ArrayBufferLike> | undefined
+  // In a function of its own, so that nothing here holds the batch afterwards.
+  const packAndReturn = (): void => {
+    builder.add(frame('data: '.padEnd(100_000, 'q') + '\n'))
+    const batch = builder.take()
+    probe = new WeakRef(batch.bytes.buffer)
+    builder.recycle(batch)
+  }
+  packAndReturn()
+  // A WeakRef keeps its target until the end of the job that made it.
+  await new Promise(resolve => setImmediate(resolve))
+  collect()
+  t.equal(probe?.deref(), undefined, 'a full collection freed the returned buffer')
+  builder.add(frame('data: after\n'))
+  const next = builder.take()
+  t.same(next.toArray(), [frame('data: after\n')], 'the next batch packs into a new buffer')
 })
 
 t.test('a batch that was retained, or whose events were made, is never packed into again', async t => {

@@ -15,6 +15,9 @@ const PEAK_BATCHES = 4
 /** Smallest layout a builder starts a batch with, in events (a Uint32Array this big is off the heap). */
 const MIN_EVENTS = 16
 
+/** A builder's buffers: the bytes of a batch's events and their layout. */
+interface BatchBuffers { bytes: Buffer, layout: Uint32Array }
+
 /**
  * Events packed for the store: the bytes of every event in one buffer, and
  * four numbers per event in `layout` (packed-layout.ts describes both, and
@@ -35,9 +38,9 @@ export class EventBatch {
    * The builder's buffers that `bytes` and `layout` are views of, while they
    * may go back to it for the next batch (see release()).
    */
-  #whole: { bytes: Buffer, layout: Uint32Array } | undefined
+  #whole: BatchBuffers | undefined
 
-  constructor (bytes: Buffer, layout: Uint32Array, lastUpstreamId: string, whole?: { bytes: Buffer, layout: Uint32Array }) {
+  constructor (bytes: Buffer, layout: Uint32Array, lastUpstreamId: string, whole?: BatchBuffers) {
     this.bytes = bytes
     this.layout = layout
     this.lastUpstreamId = lastUpstreamId
@@ -59,7 +62,7 @@ export class EventBatch {
    * retained, its event objects were made (their frames are views), or it
    * was released already.
    */
-  release (): { bytes: Buffer, layout: Uint32Array } | undefined {
+  release (): BatchBuffers | undefined {
     const whole = this.#whole
     this.#whole = undefined
     return whole
@@ -177,8 +180,14 @@ export class EventBatchBuilder {
   /** Start and end in #source of each pending frame: the first #spanCount pairs (kept between batches). */
   readonly #spans: number[] = []
   #spanCount = 0
-  /** A batch's buffers that came back (recycle()), for the next batch. */
-  #spare: { bytes: Buffer, layout: Uint32Array } | undefined
+  /** A batch's buffers that came back (recycle()) while events waited, for the next batch. */
+  #spare: BatchBuffers | undefined
+  /**
+   * A batch's buffers that came back while no events waited, held weakly: a
+   * stream that went quiet keeps nothing the collector would not free anyway,
+   * and one that reads again before the next full collection packs into them.
+   */
+  #weakSpare: WeakRef<BatchBuffers> | undefined
 
   get length (): number { return this.#count }
   /** Bytes packed so far. */
@@ -254,14 +263,18 @@ export class EventBatchBuilder {
 
   /**
    * A batch of this builder's that nothing reads any more (see
-   * EventBatch.release()): its buffers take the next batch's events, if
-   * events wait already (the stream is busy). Otherwise the builder lets go
-   * of them, and of any it kept, so a stream that went quiet holds nothing.
+   * EventBatch.release()): its buffers take the next batch's events. If
+   * events wait already (the stream is busy), the builder keeps them for it;
+   * otherwise only weakly, and lets go of any it kept, so a stream that went
+   * quiet holds nothing. A busy stream's small batches come between large
+   * ones in buffers sized for those: the store copies such a batch out, and
+   * its buffer, kept weakly, takes the next batch instead of a new one.
    */
   recycle (batch: EventBatch): void {
     const whole = batch.release()
     if (this.#count === 0) {
       this.#spare = undefined
+      if (whole !== undefined) this.#weakSpare = new WeakRef(whole)
       return
     }
     this.#spare ??= whole
@@ -313,11 +326,12 @@ export class EventBatchBuilder {
     const need = this.#used + more
     const current = this.#bytes
     if (current !== undefined && current.length >= need) return current
-    const spare = this.#spare
-    if (current === undefined && spare !== undefined) {
+    const spare = current === undefined ? this.#spare ?? this.#weakSpare?.deref() : undefined
+    if (spare !== undefined) {
       // The first event of a batch: it takes the spare's layout (grown like any
       // other when full), and its bytes when they have room.
       this.#spare = undefined
+      this.#weakSpare = undefined
       this.#layout ??= spare.layout
       if (spare.bytes.length >= need) {
         this.#bytes = spare.bytes
