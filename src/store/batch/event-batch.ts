@@ -150,10 +150,10 @@ export class EventBatch {
  * JavaScript heap sets how often a flooded gateway runs a full garbage
  * collection (V8 starts one for every 64 MB of it). After PEAK_BATCHES
  * smaller batches in a row (a stream that went quiet), buffers are small
- * again. Between batches the builder holds nothing, except while the stream
- * is busy: a batch the store is done with comes back (recycle()) and the
- * next one is packed into its buffers, so a flooded stream does not make new
- * ones (and work for the garbage collector) for every append.
+ * again. A batch the store is done with comes back (recycle()) and the next
+ * one is packed into its buffers, so a flooded stream does not make new ones
+ * (and work for the garbage collector) for every append; between batches the
+ * builder holds them only weakly, so a quiet stream holds nothing.
  */
 export class EventBatchBuilder {
   #bytes: Buffer | undefined
