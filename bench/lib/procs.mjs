@@ -128,22 +128,27 @@ export function rssKb (pid) {
   return statusKb(pid, 'VmRSS')
 }
 
-/** Field `n` of /proc/<pid>/stat, numbered as in stat(5) (the command's parentheses may hold spaces). */
-function statField (pid, n) {
+/**
+ * /proc/<pid>/stat read once: a function giving field `n`, numbered as in
+ * stat(5) (the command's parentheses may hold spaces).
+ */
+function statFields (pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
   // The text after the command starts at field 3.
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[n - 3])
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return n => Number(fields[n - 3])
 }
 
 /** utime + stime of a process, in seconds (fields 14 and 15 of stat(5)). */
 export function cpuSeconds (pid) {
-  return (statField(pid, 14) + statField(pid, 15)) / CLK_TCK
+  const field = statFields(pid)
+  return (field(14) + field(15)) / CLK_TCK
 }
 
 /** Minor page faults of a process so far (field 10 of stat(5)); NaN when it cannot be read (not on this machine). */
 export function minorFaults (pid) {
   try {
-    return statField(pid, 10)
+    return statFields(pid)(10)
   } catch {
     return NaN
   }
@@ -151,12 +156,12 @@ export function minorFaults (pid) {
 
 /** The niceness of a process's main thread (field 19 of stat(5)). */
 export function nicenessOf (pid) {
-  return statField(pid, 19)
+  return statFields(pid)(19)
 }
 
 /** How long ago a process started, in ms (its start time is field 22 of stat(5)). */
 export function ageMs (pid) {
-  return Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]) * 1000 - statField(pid, 22) * 1000 / CLK_TCK
+  return Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]) * 1000 - statFields(pid)(22) * 1000 / CLK_TCK
 }
 
 /** Busy and total jiffies of the whole machine (/proc/stat), to tell how loaded it was. */
