@@ -6,6 +6,7 @@
 //
 //   node bench/idle-usage.mjs [--path=node|gw-memory|gw-redis] [--streams=3000] [--gc]
 //                             [--gateway=dist/src/main.js] [--node-args="--flag ..."] [--settle=3] [--spaces]
+//                             [--watch=<seconds>]
 //
 // Starts the bench upstream and one proxy (the plain Node pass-through or the
 // gateway, on the node running this script, the gateway with `npm start`'s
@@ -17,7 +18,9 @@
 // Node's native objects such as its HTTP parsers live) and cppgc's heap.
 // --node-args are added after the start script's flags (so
 // `--memory-reducer --heap-growing-percent=0` undoes them). Environment such as
-// MALLOC_ARENA_MAX is passed to the proxy as it is.
+// MALLOC_ARENA_MAX is passed to the proxy as it is. --watch keeps the streams open
+// that many seconds more after the reading and prints RSS, heap and native growth
+// per stream every 10 s: whether an idle proxy's memory stays where it settled.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs'
 import os from 'node:os'
 import { dirname, join, resolve } from 'node:path'
@@ -31,7 +34,7 @@ import { parseArgs } from './lib/args.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
-const args = parseArgs(['path', 'streams', 'gc', 'gateway', 'node-args', 'settle', 'spaces'], import.meta.url)
+const args = parseArgs(['path', 'streams', 'gc', 'gateway', 'node-args', 'settle', 'spaces', 'watch'], import.meta.url)
 const pathId = args.path ?? 'node'
 const N = Number(args.streams ?? 3000)
 const withGc = args.gc !== undefined
@@ -136,6 +139,14 @@ try {
   console.log(JSON.stringify(row))
   if (args.spaces !== undefined) console.log(`  cppgc ${per('cppgc').toFixed(1)} KB/stream, malloc main arena (brk) ${per('brk').toFixed(1)} KB/stream`)
   if (args.spaces !== undefined) for (const [name, s] of Object.entries(b.spaces)) console.log(`  ${name.padEnd(28)} size ${(((s.size - (a.spaces[name]?.size ?? 0))) / ok / 1024).toFixed(1).padStart(6)} used ${(((s.used - (a.spaces[name]?.used ?? 0))) / ok / 1024).toFixed(1).padStart(6)} KB/stream (total size ${(s.size / 2 ** 20).toFixed(1)} MB)`)
+  const watchS = Number(args.watch ?? 0)
+  for (let t = 10; t <= watchS; t += 10) {
+    await sleep(10_000)
+    const c = await usage()
+    const grown = k => (c[k] - a[k]) / ok / 1024
+    const cNative = ((c.rss - a.rss) - (c.heapTotal - a.heapTotal) - (c.external - a.external)) / ok / 1024
+    console.log(`  +${t} s: RSS ${grown('rss').toFixed(1)} KB/stream = heap reserved ${grown('heapTotal').toFixed(1)} (used ${grown('heapUsed').toFixed(1)}) + native ${cNative.toFixed(1)}; streams open ${held.streams.filter(s => !s.ended).length}`)
+  }
   for (const s of held.streams) s.close()
 } finally {
   agent.destroy()
