@@ -64,7 +64,7 @@ export function openConnection (target: RedisTarget, connectionName: string, red
   if ('cluster' in target) {
     const clusterOptions: ClusterOptions = {
       redisOptions: { ...base, ...(password !== undefined && { password }), ...(tls !== undefined && { tls }) },
-      // Commands issued together go out as one pipeline per node (lease ticks rely on it).
+      // Commands issued in one turn go out as one pipeline per node (lease ticks rely on it).
       enableAutoPipelining: true,
       // ioredis's own delay; logged, since ioredis retries silently. Without a reason
       // from ioredis, it reconnects because the slot table came back empty or

@@ -1,3 +1,4 @@
+import { setImmediate } from 'node:timers/promises'
 import type { Redis } from 'ioredis'
 import {
   IDLE_LOST, IDLE_RELEASED,
@@ -91,8 +92,9 @@ export function toReleaseIfIdleResult (reply: unknown): IdleRelease {
 
 /**
  * Leases in Redis, next to the session's records (same hash tag, so every
- * script runs in one slot on Cluster). A tick is one pipeline (one per node on
- * Cluster, by auto-pipelining), whatever the number of sessions.
+ * script runs in one slot on Cluster). A tick is a few writes whatever the
+ * number of sessions: RENEW_PER_CALL leases a script call on one node, and on
+ * Cluster RENEW_PER_CALL leases a turn, pipelined per node.
  */
 export class RedisLeaseBackend implements LeaseBackend {
   readonly replicaId: string
@@ -118,11 +120,20 @@ export class RedisLeaseBackend implements LeaseBackend {
   async tick (request: TickRequest): Promise<TickResult> {
     if (this.#oneNode !== undefined) return await this.#tickOnOneNode(this.#oneNode, request)
     const redis = this.#redis
-    // Auto-pipelining sends what is issued in this turn as one pipeline per node.
-    const renew = request.renew.map(({ sessionId, token, upstreamSessionId }) => {
-      const k = this.#keys.session(sessionId)
-      return redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0])
-    })
+    // Auto-pipelining sends what is issued in one turn as one pipeline per node,
+    // joined into one string: RENEW_PER_CALL leases a turn keeps each string
+    // small (see #tickOnOneNode).
+    const renew: Array<Promise<number | undefined>> = []
+    for (let at = 0; at < request.renew.length; at += RENEW_PER_CALL) {
+      if (at > 0) await setImmediate()
+      for (const { sessionId, token, upstreamSessionId } of request.renew.slice(at, at + RENEW_PER_CALL)) {
+        const k = this.#keys.session(sessionId)
+        const reply = redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0])
+        // Awaited below, after the turns the rest take: handled from now on.
+        reply.catch(() => {})
+        renew.push(reply)
+      }
+    }
     const watch = request.watch.map(({ sessionId, token }) => {
       const k = this.#keys.session(sessionId)
       redis.set(k.attached, this.replicaId, 'PX', request.attachedMs).catch(() => {})
@@ -138,21 +149,28 @@ export class RedisLeaseBackend implements LeaseBackend {
     }
   }
 
-  /** One pipeline (one write): renewals RENEW_PER_CALL to a script call, then the rest. */
+  /**
+   * Renewals RENEW_PER_CALL to a script call, each call written on its own,
+   * then the rest in one pipeline. Not all in one pipeline: ioredis joins a
+   * pipeline's commands into one string before writing it, which for thousands
+   * of sessions is megabytes in V8's large-object space, garbage that only a
+   * full collection frees: an idle gateway's heap grew by that every tick.
+   */
   async #tickOnOneNode (redis: Redis & StoreCommands, request: TickRequest): Promise<TickResult> {
-    const pipeline = redis.pipeline() as unknown as ReturnType<Redis['pipeline']> & {
-      mcpgwLeaseAcquire: (...args: Array<string | number>) => unknown
-      mcpgwLeaseRenew: (numberOfKeys: number, ...args: Array<string | number>) => unknown
-    }
-    let renewCalls = 0
-    for (let at = 0; at < request.renew.length; at += RENEW_PER_CALL, renewCalls++) {
+    const renewCalls: Array<Promise<number[]>> = []
+    for (let at = 0; at < request.renew.length; at += RENEW_PER_CALL) {
       const leases = request.renew.slice(at, at + RENEW_PER_CALL)
-      const keys: string[] = []
+      const args: Array<string | number> = []
       for (const { sessionId } of leases) {
         const k = this.#keys.session(sessionId)
-        keys.push(k.lease, k.meta)
+        args.push(k.lease, k.meta)
       }
-      pipeline.mcpgwLeaseRenew(keys.length, ...keys, request.ttlMs, STANDALONE_STREAM, ...leases.flatMap(({ token, upstreamSessionId }) => [token, upstreamSessionId ?? '']))
+      args.push(request.ttlMs, STANDALONE_STREAM)
+      for (const { token, upstreamSessionId } of leases) args.push(token, upstreamSessionId ?? '')
+      renewCalls.push(redis.mcpgwLeaseRenew(2 * leases.length, ...args))
+    }
+    const pipeline = redis.pipeline() as unknown as ReturnType<Redis['pipeline']> & {
+      mcpgwLeaseAcquire: (...args: Array<string | number>) => unknown
     }
     for (const { sessionId, token } of request.watch) {
       const k = this.#keys.session(sessionId)
@@ -162,22 +180,21 @@ export class RedisLeaseBackend implements LeaseBackend {
     const recorders = request.recorders ?? []
     for (const replicaId of recorders) pipeline.exists(this.#keys.alive(replicaId))
     if (request.aliveMs !== undefined) pipeline.set(this.#keys.alive(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
-    const replies = pipeline.length > 0 ? await pipeline.exec() : []
+    const [renewReplies, replies] = await Promise.all([Promise.all(renewCalls), pipeline.length > 0 ? pipeline.exec() : []])
     const value = (i: number): unknown => {
       const [err, result] = replies?.[i] ?? [new Error('no reply')]
       if (err !== null && err !== undefined) throw err
       return result
     }
-    const watchAt = renewCalls
-    const recordersAt = watchAt + 2 * request.watch.length
+    const recordersAt = 2 * request.watch.length
     if (request.aliveMs !== undefined) value(recordersAt + recorders.length)
     const renew: RenewResult[] = []
-    for (let call = 0; call < renewCalls; call++) {
-      for (const reply of value(call) as unknown[]) renew.push(toRenewResult(reply))
+    for (const call of renewReplies) {
+      for (const reply of call) renew.push(toRenewResult(reply))
     }
     return {
       renew,
-      watch: request.watch.map(({ token }, i) => toAcquireResult(value(watchAt + 2 * i + 1) as AcquireReply, token)),
+      watch: request.watch.map(({ token }, i) => toAcquireResult(value(2 * i + 1) as AcquireReply, token)),
       recordersAlive: recorders.map((_, i) => value(recordersAt + i) === 1)
     }
   }
