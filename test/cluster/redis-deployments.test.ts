@@ -8,12 +8,11 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { RENEW_PER_CALL } from '../../src/store/redis/lease-backend.js'
+import { JOIN_PER_CALL } from '../../src/store/redis/notice-bus.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { resumeAcrossReplicas } from '../fixtures/cluster-scenario.js'
 import { startRedisCluster, startRedisProcess, startRedisSentinel } from '../fixtures/redis-topologies.js'
 import { externalTools } from '../fixtures/external-tools.js'
-import { writtenChunks } from '../fixtures/net.js'
 
 const ownCluster = await externalTools(['redis-server', 'redis-cli'])
 const ownRedis = await externalTools(['redis-server'])
@@ -86,26 +85,38 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', { skip: ownCluster.
     t.ok(next?.seq === 1 && (await store.getSession(id))?.epoch !== before.epoch, `cluster: session ${id} starts a new epoch after lost writes`)
   }
 
-  // A tick of a thousand leases. Auto-pipelining (on, as the gateway's own Cluster
-  // connection has it) joins what one turn sends a node into one string, which V8
-  // keeps until a full collection when it is large: the tick sends RENEW_PER_CALL
-  // leases a turn, spread over the three nodes.
+  // A thousand sessions on the three masters, as the gateway's own Cluster
+  // connection has it (auto-pipelining on).
   const commands = new Cluster(cluster, { enableAutoPipelining: true })
-  const many = new RedisEventStore({ redis: commands, subscriber: new Cluster(cluster), keyPrefix: 'many:', retention: { maxEvents: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, replicaId: 'r2' })
+  const many = new RedisEventStore({ redis: commands, subscriber: new Cluster(cluster), keyPrefix: 'many:', retention: { maxEvents: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, replicaId: 'r2', audienceRefreshMs: 300 })
   t.teardown(() => many.close())
   const manyIds = Array.from({ length: 1000 }, (_, i) => `m${i}`)
   await Promise.all(manyIds.map(async id => await many.createSession(id, 'p')))
-  await Promise.all(manyIds.map(async id => await many.leaseBackend().acquire(id, `tok-${id}`, 5000)))
   const masters = commands.nodes('master')
   t.equal(masters.length, 3, 'cluster: three masters to write to')
-  const reads = masters.map(node => writtenChunks(node.stream))
-  const ticked = await many.leaseBackend().tick({ ttlMs: 5000, attachedMs: 5000, renew: manyIds.map(id => ({ sessionId: id, token: `tok-${id}` })), watch: [] })
-  const written = reads.flatMap(read => read())
-  t.ok(ticked.renew.length === 1000 && ticked.renew.every(outcome => outcome === 'renewed'), 'cluster: a thousand leases renewed')
-  const perLease = written.reduce((sum, n) => sum + n, 0) / 1000
-  t.ok(Math.max(...written) < RENEW_PER_CALL * perLease,
-    `cluster: no write to a node carries RENEW_PER_CALL leases (largest ${Math.max(...written)} bytes, ${perLease.toFixed(0)} a lease, ${written.length} writes)`)
-  t.ok(written.length < 100, `cluster: and they go out pipelined (${written.length} writes)`)
+
+  // The audience refresh: auto-pipelining joins what it sends a node together into
+  // one string, which V8 keeps until a full collection when it is large, so the
+  // refresh sends JOIN_PER_CALL sessions (a call each) a round trip.
+  for (const id of manyIds) t.teardown(many.subscribe(id, 's', () => {}))
+  await until('cluster: the thousand sessions\' audiences joined', async () =>
+    (await Promise.all(manyIds.filter((_, i) => i % 50 === 0).map(async id => await admin.sismember(`many:{${id}}:aud`, 'r2')))).every(n => n === 1))
+  let mostJoins = 0
+  let joins = 0
+  const restore = masters.map((node) => {
+    const stream = node.stream as unknown as { write: (chunk: unknown, ...rest: unknown[]) => boolean }
+    const write = stream.write
+    stream.write = function (chunk, ...rest) {
+      const n = String(chunk).split('}:aud').length - 1
+      joins += n
+      mostJoins = Math.max(mostJoins, n)
+      return write.call(this, chunk, ...rest)
+    }
+    return () => { stream.write = write }
+  })
+  await until('cluster: a refresh joined them again', async () => joins >= 1000)
+  for (const undo of restore) undo()
+  t.ok(mostJoins > 0 && mostJoins <= JOIN_PER_CALL / 2, `cluster: no write to a node carries more than a round trip's share of the refresh (most: ${mostJoins} of ${joins} joins)`)
 })
 
 t.test('Redis Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME)', { skip: ownRedis.skip }, async (t) => {

@@ -1,4 +1,3 @@
-import { setImmediate } from 'node:timers/promises'
 import type { Redis } from 'ioredis'
 import {
   IDLE_LOST, IDLE_RELEASED,
@@ -94,7 +93,7 @@ export function toReleaseIfIdleResult (reply: unknown): IdleRelease {
  * Leases in Redis, next to the session's records (same hash tag, so every
  * script runs in one slot on Cluster). A tick is a few writes whatever the
  * number of sessions: RENEW_PER_CALL leases a script call on one node, and on
- * Cluster RENEW_PER_CALL leases a turn, pipelined per node.
+ * Cluster one pipeline per node, by auto-pipelining.
  */
 export class RedisLeaseBackend implements LeaseBackend {
   readonly replicaId: string
@@ -120,20 +119,14 @@ export class RedisLeaseBackend implements LeaseBackend {
   async tick (request: TickRequest): Promise<TickResult> {
     if (this.#oneNode !== undefined) return await this.#tickOnOneNode(this.#oneNode, request)
     const redis = this.#redis
-    // Auto-pipelining sends what is issued in one turn as one pipeline per node,
-    // joined into one string: RENEW_PER_CALL leases a turn keeps each string
-    // small (see #tickOnOneNode).
-    const renew: Array<Promise<number | undefined>> = []
-    for (let at = 0; at < request.renew.length; at += RENEW_PER_CALL) {
-      if (at > 0) await setImmediate()
-      for (const { sessionId, token, upstreamSessionId } of request.renew.slice(at, at + RENEW_PER_CALL)) {
-        const k = this.#keys.session(sessionId)
-        const reply = redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0])
-        // Awaited below, after the turns the rest take: handled from now on.
-        reply.catch(() => {})
-        renew.push(reply)
-      }
-    }
+    // Auto-pipelining sends what is issued in this turn as one pipeline per node.
+    // All of it in one turn: a lease released while a later lot waited would be
+    // taken back by its renewal. (Each node's pipeline is one string, large for
+    // thousands of sessions; see #tickOnOneNode.)
+    const renew = request.renew.map(({ sessionId, token, upstreamSessionId }) => {
+      const k = this.#keys.session(sessionId)
+      return redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0])
+    })
     const watch = request.watch.map(({ sessionId, token }) => {
       const k = this.#keys.session(sessionId)
       redis.set(k.attached, this.replicaId, 'PX', request.attachedMs).catch(() => {})
