@@ -54,13 +54,7 @@ export interface TickRequest {
    * upstream session id its holder reads, when the backend is to say that
    * the session's record moved elsewhere ('moved').
    */
-  readonly renew: ReadonlyArray<{
-    readonly sessionId: string
-    readonly token: string
-    readonly upstreamSessionId?: string | undefined
-    /** True once the lease was released or lost: a renewal not sent yet is left out (its outcome is 'lost'). */
-    readonly settled?: boolean
-  }>
+  readonly renew: ReadonlyArray<{ readonly sessionId: string, readonly token: string, readonly upstreamSessionId?: string | undefined }>
   /**
    * Sessions with a client here whose lease this replica does not hold: the
    * attached marker is refreshed and the lease taken when it is free (the

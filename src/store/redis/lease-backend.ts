@@ -49,9 +49,6 @@ export const RENEW_REPLIES = {
   3: 'moved'
 } as const satisfies Record<string, RenewResult>
 
-/** lease-renew.lua's reply for a lease held elsewhere: what a lease settled before its renewal went out counts as. */
-const RENEW_LOST = 0 satisfies keyof typeof RENEW_REPLIES
-
 /** lease-release-2.lua: 1 released, 0 not held under the token. */
 export const RELEASE_REPLIES = {
   0: false,
@@ -96,7 +93,7 @@ export function toReleaseIfIdleResult (reply: unknown): IdleRelease {
  * Leases in Redis, next to the session's records (same hash tag, so every
  * script runs in one slot on Cluster). A tick is a few writes whatever the
  * number of sessions: RENEW_PER_CALL leases a script call on one node, and on
- * Cluster RENEW_PER_CALL leases a round trip, pipelined per node.
+ * Cluster one pipeline per node, by auto-pipelining.
  */
 export class RedisLeaseBackend implements LeaseBackend {
   readonly replicaId: string
@@ -122,25 +119,15 @@ export class RedisLeaseBackend implements LeaseBackend {
   async tick (request: TickRequest): Promise<TickResult> {
     if (this.#oneNode !== undefined) return await this.#tickOnOneNode(this.#oneNode, request)
     const redis = this.#redis
-    // Auto-pipelining sends what a turn issues as one pipeline per node, one
-    // string each, and holds what is issued while a node's pipeline waits for its
-    // replies to send it with the next: RENEW_PER_CALL leases at a time, each lot
-    // once the one before has its replies, keeps every string small (see
-    // #tickOnOneNode). A lease settled meanwhile (released: its DEL is out
-    // already) is left out, or its renewal would take it back. A lot that fails
-    // fails the tick, and the rest is not sent.
-    const renew: Array<Promise<unknown>> = []
-    for (let at = 0; at < request.renew.length; at += RENEW_PER_CALL) {
-      if (at > 0) await Promise.all(renew.slice(at - RENEW_PER_CALL))
-      for (const { sessionId, token, upstreamSessionId, settled } of request.renew.slice(at, at + RENEW_PER_CALL)) {
-        if (settled === true) {
-          renew.push(Promise.resolve(RENEW_LOST))
-          continue
-        }
-        const k = this.#keys.session(sessionId)
-        renew.push(redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0]))
-      }
-    }
+    // Auto-pipelining sends what is issued in this turn as one pipeline per node,
+    // all of it in one turn: lots sent one after another would let a lease
+    // released meanwhile be taken back by its renewal, and a slow node hold back
+    // every lot behind it. (Each node's pipeline is one string, large past about
+    // a thousand leases a node; see #tickOnOneNode.)
+    const renew = request.renew.map(({ sessionId, token, upstreamSessionId }) => {
+      const k = this.#keys.session(sessionId)
+      return redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0])
+    })
     const watch = request.watch.map(({ sessionId, token }) => {
       const k = this.#keys.session(sessionId)
       redis.set(k.attached, this.replicaId, 'PX', request.attachedMs).catch(() => {})

@@ -9,8 +9,8 @@ import type { StoreConnections, StoreLogger } from './connection.js'
  * that had not got it) is found and caught up on then.
  */
 export const AUDIENCE_REFRESH_MS = 30_000
-/** Audiences refreshed in one script call (standalone and Sentinel); on Cluster, sessions a round trip (a call each). */
-export const JOIN_PER_CALL = 200
+/** Audiences refreshed in one script call (standalone and Sentinel; Cluster: one each). */
+const JOIN_PER_CALL = 200
 
 /** Where a stream stands: the catch-up after a (re)subscription reads it. */
 export type StreamStanding = readonly [epoch: string, toSeq: number, ended: boolean]
@@ -90,9 +90,7 @@ export class NoticeBus {
     options.connections.subscriber.on('message', this.#onMessage)
     options.connections.subscriber.on('ready', this.#onReady)
     this.#audienceTtlMs = 4 * options.audienceRefreshMs
-    this.#audienceTimer = setInterval(() => {
-      this.#refreshAudiences().catch((err: unknown) => this.#o.logger?.warn({ err }, 'event store: refreshing audiences failed'))
-    }, options.audienceRefreshMs).unref()
+    this.#audienceTimer = setInterval(() => { this.#refreshAudiences() }, options.audienceRefreshMs).unref()
   }
 
   subscribe (sessionId: string, streamId: string, listener: NoticeListener): () => void {
@@ -235,32 +233,20 @@ export class NoticeBus {
    * was missing from (lost in Redis) may have let appends go unannounced:
    * catch up on those channels.
    */
-  async #refreshAudiences (): Promise<void> {
+  #refreshAudiences (): void {
     if (this.#closed || this.#channels.size === 0) return
     const channels = [...this.#channels]
     // Keys of many sessions in one call only where every key lives on the one node.
-    // On Cluster a call a session, JOIN_PER_CALL of them at a time, each lot sent
-    // once the one before has its replies: auto-pipelining joins what it sends a
-    // node together into one string, which V8 keeps until a full collection when
-    // it is large. A lot that fails ends the refresh (the next one joins).
-    const oneNode = this.#o.connections.oneNode !== undefined
-    for (let i = 0; i < channels.length; i += JOIN_PER_CALL) {
-      // Released meanwhile (its SREM already sent): joining now would leave us in the audience.
-      const current = channels.slice(i, i + JOIN_PER_CALL).filter(([name, channel]) => this.#channels.get(name) === channel)
-      const calls = (oneNode ? [current] : current.map(entry => [entry])).filter(group => group.length > 0).map(async (group) => {
-        try {
-          const added = await this.#join(group.map(([, channel]) => this.#o.keys.session(channel.sessionId).audience))
-          group.forEach(([name, channel], j) => {
-            if (added[j] === 1 && this.#channels.get(name) === channel) this.#catchUp(name, channel)
-          })
-          return true
-        } catch (err) {
-          if (!this.#closed) this.#o.logger?.warn({ err, sessions: group.length }, 'event store: refreshing audiences failed')
-          return false
-        }
+    const perCall = this.#o.connections.oneNode === undefined ? 1 : JOIN_PER_CALL
+    for (let i = 0; i < channels.length; i += perCall) {
+      const group = channels.slice(i, i + perCall)
+      this.#join(group.map(([, channel]) => this.#o.keys.session(channel.sessionId).audience)).then((added) => {
+        group.forEach(([name, channel], j) => {
+          if (added[j] === 1 && this.#channels.get(name) === channel) this.#catchUp(name, channel)
+        })
+      }, (err: unknown) => {
+        if (!this.#closed) this.#o.logger?.warn({ err, sessions: group.length }, 'event store: refreshing audiences failed')
       })
-      if (oneNode) continue
-      if (!(await Promise.all(calls)).every(Boolean) || this.#closed) return
     }
   }
 
