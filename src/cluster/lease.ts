@@ -195,7 +195,12 @@ export class Lease implements LeaseGrant {
    */
   upstreamSessionId: string | undefined
   readonly #owner: LeaseOwner
-  #settled = false
+  /**
+   * held: renewed at every tick. releasing: a release-if-idle is at the store;
+   * left out of ticks until its reply, since a renewal sent behind it would take
+   * the lease back. settled: released or lost.
+   */
+  #state: 'held' | 'releasing' | 'settled' = 'held'
 
   constructor (owner: LeaseOwner, sessionId: string, grant: LeaseGrant) {
     this.#owner = owner
@@ -206,7 +211,10 @@ export class Lease implements LeaseGrant {
   }
 
   /** No longer held (released, found lost). */
-  get settled (): boolean { return this.#settled }
+  get settled (): boolean { return this.#state === 'settled' }
+
+  /** Whether a tick renews it now (held, and no release at the store). */
+  get renewable (): boolean { return this.#state === 'held' }
 
   noteUpstreamId (id: string): void {
     this.#owner.backend.noteUpstreamId(this.sessionId, id)
@@ -232,9 +240,17 @@ export class Lease implements LeaseGrant {
 
   /** The hold expired here: release unless a client is attached on another replica. */
   async releaseIfIdle (): Promise<IdleRelease> {
-    if (this.#settled) return IDLE_LOST
-    const result = await this.#owner.backend.releaseIfIdle(this.sessionId, this.token)
+    if (this.#state !== 'held') return IDLE_LOST
+    this.#state = 'releasing'
+    let result: IdleRelease
+    try {
+      result = await this.#owner.backend.releaseIfIdle(this.sessionId, this.token)
+    } catch (err) {
+      if (this.#state === 'releasing') this.#state = 'held'
+      throw err
+    }
     if (result.kind !== 'attached') this.#settle()
+    else if (this.#state === 'releasing') this.#state = 'held'
     return result
   }
 
@@ -244,8 +260,8 @@ export class Lease implements LeaseGrant {
   }
 
   #settle (): boolean {
-    if (this.#settled) return false
-    this.#settled = true
+    if (this.#state === 'settled') return false
+    this.#state = 'settled'
     this.#owner.forgetHeld(this)
     return true
   }

@@ -27,7 +27,7 @@ export class HeldLeases {
   get size (): number { return this.#held.size }
 
   /** The leases to renew now. */
-  list (): Lease[] { return [...this.#held.values()] }
+  list (): Lease[] { return [...this.#held.values()].filter(lease => lease.renewable) }
 
   /** A grant is this replica's lease from now on (one per session: an older one is lost). */
   hold (sessionId: string, grant: LeaseGrant): Lease {

@@ -287,6 +287,32 @@ t.test('reacquire: a lease the store lost with the session is ours again at once
   t.equal(await coordinator.reacquire(held), 'held', 'held elsewhere: not taken from it')
 })
 
+t.test('a tick sent while a release-if-idle is at Redis leaves that lease out: a renewal behind the release would take it back', async (t) => {
+  const env = await useRedis(t, 'lease-release-idle-tick')
+  const a = await storeFor(t, env)
+  await a.createSession('s1', 'p')
+  await a.createSession('s2', 'p')
+  const coordinator = new LeaseCoordinator({ backend: a.leaseBackend(), ttlMs: 30_000, holdMs: 0, log: pino({ level: 'silent' }) as unknown as FastifyBaseLogger })
+  t.teardown(() => coordinator.close())
+  const held = await coordinator.acquire('s1')
+  const other = await coordinator.acquire('s2')
+  if (typeof held === 'string' || typeof other === 'string') throw new Error('not granted')
+  // The release goes out first; the tick, started before its reply, goes out behind it on the same connection.
+  const releasing = held.releaseIfIdle()
+  t.notOk(held.renewable, 'while the release is at Redis, ticks leave the lease out')
+  await coordinator.tick()
+  t.same(await releasing, { kind: 'released' }, 'released: no client attached anywhere')
+  t.equal(await env.redis.get(`${env.prefix}{s1}:lease`), null, 'and not taken back by the tick')
+  t.ok(held.settled, 'the lease is settled here')
+  t.equal(await env.redis.get(`${env.prefix}{s2}:lease`), other.token, 'the other lease, renewed by the same tick, is still held')
+  t.ok(await env.redis.pttl(`${env.prefix}{s2}:lease`) > 25_000, 'with its full time')
+
+  // Kept (a client attached on another replica): renewed again from the next tick.
+  await a.leaseBackend().markAttached('s2', 60_000)
+  t.match(await other.releaseIfIdle(), { kind: 'attached' }, 'a client attached elsewhere keeps it')
+  t.ok(other.renewable && !other.settled, 'held again, renewed by the next tick')
+})
+
 t.test('local lease backend (embedded store, one process)', async (t) => {
   const local = new LocalLeaseBackend()
   const first = grant(await local.acquire('x', 'k1'))
