@@ -8,6 +8,8 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { isGrant, type TickResult } from '../../src/cluster/lease.js'
+import { PIPELINE_COMMANDS } from '../../src/store/redis/node-pipelines.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { resumeAcrossReplicas } from '../fixtures/cluster-scenario.js'
 import { startRedisCluster, startRedisProcess, startRedisSentinel } from '../fixtures/redis-topologies.js'
@@ -83,6 +85,69 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', { skip: ownCluster.
     const [next] = await store.append(id, 's', [{ data: 'd' }])
     t.ok(next?.seq === 1 && (await store.getSession(id))?.epoch !== before.epoch, `cluster: session ${id} starts a new epoch after lost writes`)
   }
+
+  // A thousand sessions on the three masters, through the gateway's own kind of
+  // Cluster connection (auto-pipelining on). Auto-pipelining would send each node
+  // a turn's commands as one string, which V8 keeps until a full collection once
+  // it is large: the tick and the refresh go in pipelines of PIPELINE_COMMANDS.
+  const commands = new Cluster(cluster, { enableAutoPipelining: true })
+  const many = new RedisEventStore({ redis: commands, subscriber: new Cluster(cluster), keyPrefix: 'many:', retention: { maxEvents: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, replicaId: 'r2', audienceRefreshMs: 300 })
+  t.teardown(() => many.close())
+  const manyIds = Array.from({ length: 1000 }, (_, i) => `m${i}`)
+  await Promise.all(manyIds.map(async id => await many.createSession(id, 'p')))
+  const masters = commands.nodes('master')
+  t.equal(masters.length, 3, 'cluster: three masters to write to')
+  /** Counts `pattern` in each write to a master (writes without it left out) until stopped. */
+  const perWrite = (pattern: RegExp): { counts: () => number[], stop: () => void } => {
+    const counts: number[] = []
+    const restore = masters.map((node) => {
+      const stream = node.stream as unknown as { write: (chunk: unknown, ...rest: unknown[]) => boolean }
+      const write = stream.write
+      stream.write = function (chunk, ...rest) {
+        const n = String(chunk).match(pattern)?.length ?? 0
+        if (n > 0) counts.push(n)
+        return write.call(this, chunk, ...rest)
+      }
+      return () => { stream.write = write }
+    })
+    return { counts: () => [...counts], stop: () => { for (const undo of restore) undo() } }
+  }
+  const sum = (counts: number[]): number => counts.reduce((a, n) => a + n, 0)
+  const manyLeases = many.leaseBackend()
+  const renewedIds = manyIds.slice(0, 700)
+  const watchedIds = manyIds.slice(700)
+  await Promise.all(renewedIds.map(async id => await manyLeases.acquire(id, `tok-${id}`, 5000)))
+  const bigTick = async (): Promise<TickResult> => await manyLeases.tick({
+    ttlMs: 5000,
+    attachedMs: 5000,
+    renew: renewedIds.map(id => ({ sessionId: id, token: `tok-${id}` })),
+    watch: watchedIds.map(id => ({ sessionId: id, token: `w-${id}` }))
+  })
+  const tickWrites = perWrite(/\}:(lease|att)\b/g)
+  const ticking = bigTick()
+  // What ioredis defers to the end of this operation (auto-pipelining) included; no reply is read before.
+  await new Promise(resolve => { process.nextTick(resolve) })
+  const inTheTurn = sum(tickWrites.counts())
+  const ticked = await ticking
+  t.equal(inTheTurn, renewedIds.length + 2 * watchedIds.length, 'cluster: every renewal and watch of the tick is written before any reply is read (none waits behind a node\'s replies)')
+  t.ok(ticked.renew.length === renewedIds.length && ticked.renew.every(r => r === 'renewed'), 'cluster: the 700 leases renewed')
+  t.ok(ticked.watch.length === watchedIds.length && ticked.watch.every((w, i) => isGrant(w) && w.token === `w-${watchedIds[i] as string}`), 'cluster: the 300 free leases watched are taken, each its own outcome in order')
+  t.equal(await admin.get('many:{m999}:att'), 'r2', 'cluster: with their attached markers')
+  await bigTick()
+  tickWrites.stop()
+  const writes = tickWrites.counts()
+  t.ok(sum(writes) === 2 * (renewedIds.length + 2 * watchedIds.length) && Math.max(...writes) <= PIPELINE_COMMANDS,
+    `cluster: no write to a node carries more than PIPELINE_COMMANDS of a tick's commands (most: ${Math.max(...writes)}, in ${writes.length} writes for two ticks)`)
+
+  // The audience refresh of the thousand sessions, likewise.
+  for (const id of manyIds) t.teardown(many.subscribe(id, 's', () => {}))
+  await until('cluster: the thousand sessions\' audiences joined', async () =>
+    (await Promise.all(manyIds.filter((_, i) => i % 50 === 0).map(async id => await admin.sismember(`many:{${id}}:aud`, 'r2')))).every(n => n === 1))
+  const joinWrites = perWrite(/\}:aud\b/g)
+  await until('cluster: a refresh joined them again', async () => sum(joinWrites.counts()) >= 1000)
+  joinWrites.stop()
+  const joins = joinWrites.counts()
+  t.ok(Math.max(...joins) <= PIPELINE_COMMANDS, `cluster: no write to a node carries more than PIPELINE_COMMANDS of the refresh (most: ${Math.max(...joins)}, in ${joins.length} writes)`)
 })
 
 t.test('Redis Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME)', { skip: ownRedis.skip }, async (t) => {

@@ -98,10 +98,10 @@ export class Appender {
     let reply: AppendReply | null | undefined
     try {
       // The split transaction is a MULTI: on one node only (see StoreConnections).
-      const oneNode = this.#o.connections.oneNode
-      if (known && oneNode !== undefined && batch.bytes.length >= SPLIT_MIN_BYTES &&
+      const topology = this.#o.connections.topology
+      if (known && topology.kind === 'one-node' && batch.bytes.length >= SPLIT_MIN_BYTES &&
         batch.length <= maxEvents && batch.bytes.length <= maxBytes) {
-        reply = await appendSplit(this.#writer, oneNode, keys, streamId, head, runs, mark.seq + 1)
+        reply = await appendSplit(this.#writer, topology.redis, keys, streamId, head, runs, mark.seq + 1)
       }
       if (reply === undefined) {
         // The batch as append-5 takes it: after the head, each entry's count, layout and bytes.

@@ -16,6 +16,10 @@ export type RedisTarget =
   | { readonly cluster: readonly RedisAddress[], readonly password?: string | undefined, readonly tls?: boolean }
   | { readonly sentinels: readonly RedisAddress[], readonly name: string, readonly password?: string | undefined, readonly tls?: boolean }
 
+export type Topology =
+  | { readonly kind: 'one-node', readonly redis: Redis & StoreCommands }
+  | { readonly kind: 'cluster', readonly redis: Cluster & StoreCommands }
+
 /**
  * The store's two connections and what their topology allows: the one place
  * that tells one Redis (standalone, Sentinel) from a Cluster, and the one
@@ -27,12 +31,13 @@ export interface StoreConnections {
   /** Used only for SUBSCRIBE. */
   readonly subscriber: Connection
   /**
-   * The command connection when every key lives behind it (standalone,
-   * Sentinel): a MULTI runs there, and one script call may carry several
-   * sessions' keys. Undefined on Cluster: a call carries one session's keys
-   * (one slot), and a MULTI names no key, so ioredis may send it to any node.
+   * Where the keys live, with the command connection typed for it: behind one
+   * connection (standalone, Sentinel), where a MULTI runs and one script call
+   * may carry several sessions' keys; or spread over a Cluster's nodes, where a
+   * call carries one session's keys (one slot), and a MULTI names no key, so
+   * ioredis may send it to any node.
    */
-  readonly oneNode: (Redis & StoreCommands) | undefined
+  readonly topology: Topology
 }
 
 /**
@@ -49,7 +54,8 @@ export function storeConnections (redis: ScriptedConnection, subscriber: Connect
   const ignored = redis.options.autoPipeliningIgnoredCommands ?? []
   redis.options.autoPipeliningIgnoredCommands = [...ignored, ...VARIABLE_KEY_COMMANDS.filter(name => !ignored.includes(name))]
   if (subscriber instanceof Redis) subscriber.options.autoResubscribe = false
-  return Object.freeze({ redis, subscriber, oneNode: redis instanceof Redis ? redis : undefined })
+  const topology: Topology = redis instanceof Cluster ? { kind: 'cluster', redis } : { kind: 'one-node', redis }
+  return Object.freeze({ redis, subscriber, topology })
 }
 
 /** One ioredis connection to the target, named for CLIENT LIST. */

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis'
+import type { Cluster, Redis } from 'ioredis'
 import {
   IDLE_LOST, IDLE_RELEASED,
   type AcquireResult, type ControlKind, type ControlListener, type ControlSubscription, type IdleRelease, type LeaseBackend, type OrphanAnswer,
@@ -7,8 +7,9 @@ import {
 import type { RetentionLimits } from '../contract.js'
 import { STANDALONE_STREAM } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
-import type { StoreConnections } from './connection.js'
+import type { StoreConnections, Topology } from './connection.js'
 import type { ScriptedConnection, StoreCommands } from './lua.js'
+import { inNodePipelines, replyOf } from './node-pipelines.js'
 import { controlMessage, type NoticeBus } from './notice-bus.js'
 
 /** Leases renewed per script call (the call's run time in Redis stays around a millisecond). */
@@ -99,7 +100,7 @@ export class RedisLeaseBackend implements LeaseBackend {
   readonly replicaId: string
   readonly shared = true
   readonly #redis: ScriptedConnection
-  readonly #oneNode: (Redis & StoreCommands) | undefined
+  readonly #topology: Topology
   readonly #keys: KeyLayout
   readonly #o: RedisLeaseBackendOptions
 
@@ -107,7 +108,7 @@ export class RedisLeaseBackend implements LeaseBackend {
     this.replicaId = options.replicaId
     this.#keys = options.keys
     this.#redis = options.connections.redis
-    this.#oneNode = options.connections.oneNode
+    this.#topology = options.connections.topology
     this.#o = options
   }
 
@@ -117,28 +118,34 @@ export class RedisLeaseBackend implements LeaseBackend {
   }
 
   async tick (request: TickRequest): Promise<TickResult> {
-    if (this.#oneNode !== undefined) return await this.#tickOnOneNode(this.#oneNode, request)
-    const redis = this.#redis
-    // Auto-pipelining sends what is issued in this turn as one pipeline per node,
-    // all of it in one turn: lots sent one after another would let a lease
-    // released meanwhile be taken back by its renewal, and a slow node hold back
-    // every lot behind it. (Each node's pipeline is one string, large past about
-    // a thousand leases a node; see #tickOnOneNode.)
-    const renew = request.renew.map(({ sessionId, token, upstreamSessionId }) => {
+    const topology = this.#topology
+    return topology.kind === 'one-node' ? await this.#tickOnOneNode(topology.redis, request) : await this.#tickOnCluster(topology.redis, request)
+  }
+
+  /**
+   * A call per lease (one slot each), in explicit pipelines of a bounded size
+   * per node, all written in this turn (see node-pipelines.ts): a lease
+   * released meanwhile cannot be taken back by a renewal sent later, and a
+   * slow node holds back only its own sessions.
+   */
+  async #tickOnCluster (cluster: Cluster & StoreCommands, request: TickRequest): Promise<TickResult> {
+    const metaOf = ({ sessionId }: { sessionId: string }): string => this.#keys.session(sessionId).meta
+    const renew = inNodePipelines(cluster, request.renew, 1, metaOf, (pipeline, { sessionId, token, upstreamSessionId }) => {
       const k = this.#keys.session(sessionId)
-      return redis.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '').then(replies => replies[0])
+      pipeline.mcpgwLeaseRenewOne(k.lease, k.meta, request.ttlMs, STANDALONE_STREAM, token, upstreamSessionId ?? '')
     })
-    const watch = request.watch.map(({ sessionId, token }) => {
+    // The attached marker, then the lease taken if it ran out (the marker's failure is not the watch's).
+    const watch = inNodePipelines(cluster, request.watch, 2, metaOf, (pipeline, { sessionId, token }) => {
       const k = this.#keys.session(sessionId)
-      redis.set(k.attached, this.replicaId, 'PX', request.attachedMs).catch(() => {})
-      return redis.mcpgwLeaseAcquire(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
+      pipeline.set(k.attached, this.replicaId, 'PX', request.attachedMs)
+      pipeline.mcpgwLeaseAcquire(k.lease, k.meta, token, request.ttlMs, STANDALONE_STREAM)
     })
-    const recorders = Promise.all((request.recorders ?? []).map(async replicaId => await redis.exists(this.#keys.alive(replicaId))))
-    const alive = request.aliveMs === undefined ? undefined : redis.set(this.#keys.alive(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
-    const [renewReplies, watchReplies, recorderReplies] = await Promise.all([Promise.all(renew), Promise.all(watch), recorders, alive])
+    const recorders = Promise.all((request.recorders ?? []).map(async replicaId => await cluster.exists(this.#keys.alive(replicaId))))
+    const alive = request.aliveMs === undefined ? undefined : cluster.set(this.#keys.alive(this.replicaId), '1', 'PX', Math.max(1, request.aliveMs))
+    const [renewReplies, watchReplies, recorderReplies] = await Promise.all([renew, watch, recorders, alive])
     return {
-      renew: renewReplies.map(toRenewResult),
-      watch: watchReplies.map((reply, i) => toAcquireResult(reply, request.watch[i]?.token as string)),
+      renew: renewReplies.map(replies => toRenewResult((replyOf(replies[0]) as number[])[0])),
+      watch: watchReplies.map((replies, i) => toAcquireResult(replyOf(replies[1]) as AcquireReply, request.watch[i]?.token as string)),
       recordersAlive: recorderReplies.map(n => n === 1)
     }
   }

@@ -2,6 +2,7 @@ import { CONTROL_KINDS, type ControlKind, type ControlListener, type ControlMess
 import type { NoticeListener, StreamNotice } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
 import type { StoreConnections, StoreLogger } from './connection.js'
+import { inNodePipelines, replyOf } from './node-pipelines.js'
 
 /**
  * How often a replica tells Redis again which sessions it listens to (their
@@ -9,7 +10,7 @@ import type { StoreConnections, StoreLogger } from './connection.js'
  * that had not got it) is found and caught up on then.
  */
 export const AUDIENCE_REFRESH_MS = 30_000
-/** Audiences refreshed in one script call (standalone and Sentinel; Cluster: one each). */
+/** Audiences refreshed in one script call (standalone and Sentinel; Cluster: one a call, see node-pipelines.ts). */
 const JOIN_PER_CALL = 200
 
 /** Where a stream stands: the catch-up after a (re)subscription reads it. */
@@ -236,17 +237,37 @@ export class NoticeBus {
   #refreshAudiences (): void {
     if (this.#closed || this.#channels.size === 0) return
     const channels = [...this.#channels]
-    // Keys of many sessions in one call only where every key lives on the one node.
-    const perCall = this.#o.connections.oneNode === undefined ? 1 : JOIN_PER_CALL
-    for (let i = 0; i < channels.length; i += perCall) {
-      const group = channels.slice(i, i + perCall)
-      this.#join(group.map(([, channel]) => this.#o.keys.session(channel.sessionId).audience)).then((added) => {
-        group.forEach(([name, channel], j) => {
-          if (added[j] === 1 && this.#channels.get(name) === channel) this.#catchUp(name, channel)
-        })
-      }, (err: unknown) => {
-        if (!this.#closed) this.#o.logger?.warn({ err, sessions: group.length }, 'event store: refreshing audiences failed')
+    const joined = (group: ReadonlyArray<[string, Channel]>, added: readonly number[]): void => {
+      group.forEach(([name, channel], j) => {
+        if (added[j] === 1 && this.#channels.get(name) === channel) this.#catchUp(name, channel)
       })
+    }
+    const failed = (err: unknown, sessions: number): void => {
+      if (!this.#closed) this.#o.logger?.warn({ err, sessions }, 'event store: refreshing audiences failed')
+    }
+    const topology = this.#o.connections.topology
+    if (topology.kind === 'cluster') {
+      // A call per session (one slot each), in pipelines of a bounded size per node.
+      const audienceOf = ([, channel]: [string, Channel]): string => this.#o.keys.session(channel.sessionId).audience
+      inNodePipelines(topology.redis, channels, 1, audienceOf, (pipeline, entry) => {
+        pipeline.mcpgwJoinOne(audienceOf(entry), this.#o.replicaId, this.#audienceTtlMs)
+      }).then((replies) => {
+        let errors = 0
+        let firstError: unknown
+        channels.forEach((entry, i) => {
+          try {
+            joined([entry], replyOf(replies[i]?.[0]) as number[])
+          } catch (err) {
+            if (errors++ === 0) firstError = err
+          }
+        })
+        if (errors > 0) failed(firstError, errors)
+      }, (err: unknown) => { failed(err, channels.length) })
+      return
+    }
+    for (let i = 0; i < channels.length; i += JOIN_PER_CALL) {
+      const group = channels.slice(i, i + JOIN_PER_CALL)
+      this.#join(group.map(([, channel]) => this.#o.keys.session(channel.sessionId).audience)).then(added => { joined(group, added) }, (err: unknown) => { failed(err, group.length) })
     }
   }
 

@@ -59,8 +59,9 @@ export class Reader {
     // Lua numbers are doubles: no limit is the largest safe integer.
     const bound = Math.min(maxBytes, Number.MAX_SAFE_INTEGER)
     const redis = this.#redis
-    const oneNode = this.#connections.oneNode
-    if (oneNode !== undefined && limit > 0) {
+    const topology = this.#connections.topology
+    if (topology.kind === 'one-node' && limit > 0) {
+      const oneNode = topology.redis
       const plan = await oneNode.mcpgwReadPlanBuffer(keys.meta, stream, keys.ledger(streamId), streamId, afterSeq, limit, bound, READ_SPLIT_MIN_BYTES)
       if (plan === null) return null
       const epoch = plan[0].toString()
