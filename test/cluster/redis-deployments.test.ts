@@ -8,7 +8,8 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { isGrant, type TickResult } from '../../src/cluster/lease.js'
+import calculateSlot from 'cluster-key-slot'
+import { IDLE_RELEASED, isGrant, type TickResult } from '../../src/cluster/lease.js'
 import { PIPELINE_COMMANDS } from '../../src/store/redis/node-pipelines.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { resumeAcrossReplicas } from '../fixtures/cluster-scenario.js'
@@ -125,7 +126,8 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', { skip: ownCluster.
   })
   const tickWrites = perWrite(/\}:(lease|att)\b/g)
   const ticking = bigTick()
-  // What ioredis defers to the end of this operation (auto-pipelining) included; no reply is read before.
+  // Before any reply can be read: pipelines sent one after another, each waiting for the
+  // replies of the one before, would have written only the first lot by now.
   await new Promise(resolve => { process.nextTick(resolve) })
   const inTheTurn = sum(tickWrites.counts())
   const ticked = await ticking
@@ -148,6 +150,51 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', { skip: ownCluster.
   joinWrites.stop()
   const joins = joinWrites.counts()
   t.ok(Math.max(...joins) <= PIPELINE_COMMANDS, `cluster: no write to a node carries more than PIPELINE_COMMANDS of the refresh (most: ${Math.max(...joins)}, in ${joins.length} writes)`)
+
+  // ioredis sends a pipeline's commands again after some replies; a release issued
+  // meanwhile waits for the tick, or the renewal sent again behind the release's DEL
+  // would take the lease back (held by nobody for a TTL, a takeover for the next holder).
+  // After NOSCRIPT (the scripts flushed): each call is sent again on its own.
+  const raced = ['q0', 'q1', 'q2', 'q3', 'q4', 'q5']
+  for (const id of raced) {
+    await many.createSession(id, 'p')
+    await manyLeases.acquire(id, `tok-${id}`, 5000)
+  }
+  const racedRenewals = raced.map(id => ({ sessionId: id, token: `tok-${id}` }))
+  await manyLeases.tick({ ttlMs: 5000, attachedMs: 5000, renew: racedRenewals, watch: [] })
+  for (const node of nodes) {
+    const direct = new Redis({ port: node.port, host: '127.0.0.1' })
+    await direct.script('FLUSH')
+    direct.disconnect()
+  }
+  const flushedTick = manyLeases.tick({ ttlMs: 5000, attachedMs: 5000, renew: racedRenewals, watch: [] })
+  const releases = await Promise.all(raced.map(async id => await manyLeases.releaseIfIdle(id, `tok-${id}`)))
+  await flushedTick
+  t.same(releases, raced.map(() => IDLE_RELEASED), 'cluster: releases issued while a tick\'s scripts are sent again are released')
+  t.same(await Promise.all(raced.map(async id => await admin.get(`many:{${id}}:lease`))), raced.map(() => null), 'cluster: and no lease is taken back by a renewal sent again after NOSCRIPT')
+
+  // After CLUSTERDOWN (the session's slot unserved for a moment): the whole pipeline is
+  // sent again 100 ms later. Last in this test: it takes the Cluster down.
+  const downId = 'q6'
+  await many.createSession(downId, 'p')
+  await manyLeases.acquire(downId, 'tok-down', 5000)
+  const downSlot = calculateSlot(`many:{${downId}}:m`)
+  const [downHost, downPort] = (admin.slots[downSlot]?.[0] ?? '').split(':')
+  const owner = new Redis({ host: downHost, port: Number(downPort) })
+  t.teardown(() => owner.disconnect())
+  const clusterState = async (state: string): Promise<void> => {
+    for (let i = 0; i < 200 && !((await owner.cluster('INFO')) as string).includes(`cluster_state:${state}`); i++) await sleep(5)
+  }
+  await owner.cluster('DELSLOTS', downSlot)
+  await clusterState('fail')
+  const downTick = manyLeases.tick({ ttlMs: 5000, attachedMs: 5000, renew: [{ sessionId: downId, token: 'tok-down' }], watch: [] }).catch(() => undefined)
+  await sleep(15)
+  await owner.cluster('ADDSLOTS', downSlot)
+  await clusterState('ok')
+  const downRelease = await manyLeases.releaseIfIdle(downId, 'tok-down')
+  await downTick
+  t.equal(downRelease, IDLE_RELEASED, 'cluster: a release issued while a tick waits out CLUSTERDOWN is released')
+  t.equal(await admin.get(`many:{${downId}}:lease`), null, 'cluster: and its lease is not taken back by the renewal sent again')
 })
 
 t.test('Redis Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME)', { skip: ownRedis.skip }, async (t) => {

@@ -54,7 +54,7 @@ export function storeConnections (redis: ScriptedConnection, subscriber: Connect
   const ignored = redis.options.autoPipeliningIgnoredCommands ?? []
   redis.options.autoPipeliningIgnoredCommands = [...ignored, ...VARIABLE_KEY_COMMANDS.filter(name => !ignored.includes(name))]
   if (subscriber instanceof Redis) subscriber.options.autoResubscribe = false
-  const topology: Topology = redis instanceof Cluster ? { kind: 'cluster', redis } : { kind: 'one-node', redis }
+  const topology: Topology = redis instanceof Redis ? { kind: 'one-node', redis } : { kind: 'cluster', redis }
   return Object.freeze({ redis, subscriber, topology })
 }
 
@@ -70,7 +70,8 @@ export function openConnection (target: RedisTarget, connectionName: string, red
   if ('cluster' in target) {
     const clusterOptions: ClusterOptions = {
       redisOptions: { ...base, ...(password !== undefined && { password }), ...(tls !== undefined && { tls }) },
-      // Commands issued in one turn go out as one pipeline per node (lease ticks rely on it).
+      // Commands issued in one turn go out together, one write per node (the lease tick
+      // and the audience refresh make their own pipelines: see node-pipelines.ts).
       enableAutoPipelining: true,
       // ioredis's own delay; logged, since ioredis retries silently. Without a reason
       // from ioredis, it reconnects because the slot table came back empty or

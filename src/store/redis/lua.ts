@@ -116,8 +116,8 @@ export interface StoreCommands {
 /**
  * join and lease-renew take the keys of any number of sessions, but on
  * Cluster a call carries one session's (keys of one slot): there they also
- * go as commands of that fixed count, which auto-pipelining routes by their
- * first key and sends together with the tick's other commands.
+ * go as commands of that fixed count, routed by their first key, in the
+ * pipelines of node-pipelines.ts.
  */
 const ONE_SESSION_FORMS: ReadonlyArray<readonly [LuaCommand, number]> = [[COMMANDS.join, 1], [COMMANDS.leaseRenew, 2]]
 

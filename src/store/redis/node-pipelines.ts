@@ -27,8 +27,8 @@ export type PipelineReply = [Error | null, unknown]
  * Each item's `perItem` commands (`add`, keys of the one slot of `keyOf`),
  * grouped as ioredis checks a pipeline (the nodes serving each key's slot,
  * Cluster.slots), at most PIPELINE_COMMANDS to a pipeline. Resolves to each
- * item's replies, in order; rejects when a whole pipeline failed (the Cluster
- * unreachable, or its slots moved since they were grouped).
+ * item's replies, in order: those of a pipeline that failed as a whole (the
+ * Cluster not ready, or its slots moved since they were grouped) are its error.
  */
 export async function inNodePipelines<T> (cluster: Cluster & StoreCommands, items: readonly T[], perItem: number, keyOf: (item: T) => string, add: (pipeline: NodePipeline, item: T) => void): Promise<PipelineReply[][]> {
   const groups = new Map<string, number[]>()
@@ -48,11 +48,39 @@ export async function inNodePipelines<T> (cluster: Cluster & StoreCommands, item
       for (const i of lot) add(pipeline, items[i] as T)
       sent.push(pipeline.exec().then((got) => {
         lot.forEach((i, j) => { replies[i] = (got ?? []).slice(j * perItem, (j + 1) * perItem) as PipelineReply[] })
+      }, (err: Error) => {
+        for (const i of lot) replies[i] = [[err, undefined]]
       }))
     }
   }
   await Promise.all(sent)
   return replies
+}
+
+/**
+ * Pipelines in flight, by the keys of their items. ioredis sends a Cluster
+ * pipeline's commands again after some replies (CLUSTERDOWN, TRYAGAIN, a
+ * connection closed, MOVED or ASK for all of them; a script's NOSCRIPT sends
+ * that call again on its own), and nothing orders a command issued meanwhile
+ * behind the one sent again: a command that must come after an item's (a
+ * lease's release after its renewal) waits for `settled`.
+ */
+export class InFlight {
+  readonly #lots = new Set<{ readonly keys: ReadonlySet<string>, readonly done: Promise<unknown> }>()
+
+  /** `work` (which may reject) in flight for `keys` until it settles. */
+  track (keys: Iterable<string>, work: Promise<unknown>): void {
+    const lot = { keys: new Set(keys), done: work.then(() => {}, () => {}) }
+    this.#lots.add(lot)
+    lot.done.then(() => { this.#lots.delete(lot) }, () => {})
+  }
+
+  /** Undefined when nothing in flight carries `key`; else when all that does has settled. */
+  settled (key: string): Promise<void> | undefined {
+    let waits: Array<Promise<unknown>> | undefined
+    for (const lot of this.#lots) if (lot.keys.has(key)) (waits ??= []).push(lot.done)
+    return waits === undefined ? undefined : Promise.all(waits).then(() => {})
+  }
 }
 
 /** A command's reply, or its error thrown. */
