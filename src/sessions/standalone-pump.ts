@@ -532,16 +532,28 @@ export class StandalonePump {
     const record = this.#record
     if (this.stopped || this.#o.clients.deleting || record === undefined || recoverSession === undefined) return undefined
     if (await metrics.timeStore('session_deleted', () => store.sessionDeleted(sessionId))) return undefined
-    if (!await recoverSession(sessionId, record, log)) return undefined
+    if (!await recoverSession(sessionId, record, log) || this.stopped) return undefined
     const again = await this.#o.reacquire(this.#lease)
     if (again === 'held' || again === 'gone') {
       log.info({ lease: again }, 'the session was recorded again after the event store lost it, and another replica holds its stream now')
       this.#stop('lease_lost')
       return undefined
     }
+    if (this.stopped) {
+      // Stopped while the lease was taken again (the hold ran out, the recorder ended): the
+      // stop released the lease it had, settled already; this one would be renewed for ever.
+      if (again !== this.#lease) this.#releaseTakenAgain(again)
+      return undefined
+    }
     if (again !== this.#lease) this.#useLease(again)
-    if (this.stopped) return undefined
     return await metrics.timeStore('open_stream', () => store.openStream(sessionId, STANDALONE_STREAM))
+  }
+
+  /** A lease taken again after the pump stopped: released as the stop released its own. */
+  #releaseTakenAgain (lease: Lease): void {
+    const phase = this.#phase
+    const end = phase.kind === 'stopped' ? PUMP_OUTCOMES[phase.outcome].lease : 'unclean'
+    this.#released = lease.release(end === 'clean' ? 'clean' : 'unclean').catch((err: unknown) => this.#o.log.warn({ err }, 'could not release the upstream GET lease'))
   }
 
   /**

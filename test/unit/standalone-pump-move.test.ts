@@ -111,6 +111,28 @@ t.test('not movable while a recovery replaces its lease; movable once done, and 
   t.same(released, ['T'], 'and the lease released once')
 })
 
+t.test('stopped while a recovery takes its lost lease again: no lease left renewed for ever', async t => {
+  // No client: the 20 ms hold runs out during the store-loss recovery, before the lease is
+  // taken again (the session recorded again in 40 ms), or while it is (taken in 30 ms).
+  for (const [when, recoverMs, reacquireMs, releases] of [['recording again', 40, 5, []], ['taking the lease again', 5, 30, ['T']]] as const) {
+    const { held, released, pump } = setup(0)
+    const first = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
+    let outcome: string | undefined
+    const p = pump(first, {
+      recoverSession: async () => { await sleep(recoverMs); return true },
+      reacquire: async lost => { await sleep(reacquireMs); return lost.settled ? held.hold('s', { token: lost.token, takeover: false, lastUpstreamId: undefined }) : lost },
+      onStop: o => { outcome = o }
+    })
+    t.equal(await p.open(), null, `${when}: the GET runs`)
+    held.renewed([first], ['gone'])
+    await p.leaseWorkDone()
+    await sleep(10)
+    t.equal(outcome, 'lease_lost', `${when}: the hold found the lease lost meanwhile, the pump stopped`)
+    t.same(held.list(), [], `${when}: no lease left for the renewals of a pump that is gone`)
+    t.same(released, releases, `${when}: ${releases.length === 0 ? 'none taken again' : 'the one taken again released'}`)
+  }
+})
+
 t.test('not movable while the hold\'s release is in flight', async t => {
   const { held, pump, answerRelease } = setup(0)
   const lease = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
