@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger } from 'fastify'
-import type { Lease, LeaseClaim } from '../cluster/coordinator.js'
+import type { Lease, LeaseClaim, LostReason } from '../cluster/coordinator.js'
 import { LeaseLostError, SessionGoneError } from '../errors.js'
 import type { EventStore, SessionRecord, StreamState, UpstreamPlacement } from '../store/contract.js'
 import { errors, unreachable } from '../errors.js'
@@ -117,7 +117,7 @@ export type SessionRecovery = (sessionId: string, record: SessionRecord, log: Lo
 
 /** Where a pump is: its upstream GET being opened, recorded, or stopped (and how). */
 type PumpPhase =
-  | { readonly kind: 'opening' }
+  | { readonly kind: 'opening', readonly lost?: LostReason }
   | { readonly kind: 'recording' }
   | { readonly kind: 'stopped', readonly outcome: PumpOutcome }
 
@@ -292,6 +292,15 @@ export class StandalonePump {
       discardBody(res.body)
       return null
     }
+    // Lost while opening (no loss heard: a lease settled before this pump had it).
+    const phase = this.#phase
+    const lost = phase.kind === 'opening' && phase.lost !== undefined ? phase.lost : lease.settled ? 'lost' : undefined
+    if (lost !== undefined && (lost !== 'gone' || this.#o.recoverSession === undefined)) {
+      // Nothing to record under a lease another replica may hold now, or of a session gone.
+      discardBody(res.body)
+      this.#stop(lost === 'gone' ? 'session_gone' : 'lease_lost')
+      return null
+    }
     metrics.upstreamStreamsOpen.inc({ kind: 'standalone' })
     log.debug({ takeover: lease.takeover, resuming }, 'upstream GET stream opened')
     this.#phase = { kind: 'recording' }
@@ -334,6 +343,8 @@ export class StandalonePump {
       this.#stop(outcome)
     })
     this.clientsChanged()
+    // The store lost the session while the GET opened: recorded again now, as while recording.
+    if (lost === 'gone') this.#lose(lost)
     return null
   }
 
@@ -464,14 +475,21 @@ export class StandalonePump {
       if (this.#phase.kind === 'recording') this.#o.onMoved?.()
     }
     lease.onLost = reason => {
-      if (this.#phase.kind !== 'recording') return
-      if (reason === 'gone' && this.#o.recoverSession !== undefined) this.#lostWithTheStore()
-      else this.#stop(reason === 'gone' ? 'session_gone' : 'lease_lost')
+      const phase = this.#phase
+      // Lost while the GET opens: acted on once it has (#start).
+      if (phase.kind === 'opening') this.#phase = { kind: 'opening', lost: reason }
+      else if (phase.kind === 'recording') this.#lose(reason)
     }
     lease.onHandoverRequest = () => {
       this.#o.log.info('draining: another replica asked for the upstream GET stream; handing it over')
       this.handOver()
     }
+  }
+
+  /** The lease lost while recording: the pump stops, unless the store lost the session and it can be recorded again. */
+  #lose (reason: LostReason): void {
+    if (reason === 'gone' && this.#o.recoverSession !== undefined) this.#lostWithTheStore()
+    else this.#stop(reason === 'gone' ? 'session_gone' : 'lease_lost')
   }
 
   /** The record as read for the upstream GET: the lease's renewals compare its upstream session with the store's. */

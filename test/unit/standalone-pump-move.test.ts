@@ -133,6 +133,39 @@ t.test('stopped while a recovery takes its lost lease again: no lease left renew
   }
 })
 
+t.test('the lease lost while the GET opens: acted on once it has, not recorded under', async t => {
+  const slowUpstream = {
+    async request () { await sleep(30); return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body: new PassThrough() } }
+  } as unknown as UpstreamClient
+  for (const reason of ['lost', 'gone'] as const) {
+    const { held, pump } = setup()
+    const first = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
+    let outcome: string | undefined
+    const p = pump(first, { upstream: slowUpstream, onStop: o => { outcome = o } })
+    const opening = p.open()
+    await sleep(10)
+    held.renewed([first], [reason])
+    t.equal(await opening, null, `${reason}: the GET opened`)
+    await p.leaseWorkDone()
+    if (reason === 'lost') {
+      t.equal(outcome, 'lease_lost', 'lost (another replica holds it): the pump stops instead of recording')
+    } else {
+      t.equal(p.stopped, false, 'gone (the store lost the session): the pump records it again and goes on')
+      t.not(p.lease, first, 'under the lease taken again')
+      t.same(held.list(), [p.lease], 'which is the one renewed')
+      p.stop()
+    }
+  }
+  // A lease settled before the pump had it (a claim retried on a lease lost meanwhile).
+  const { held, pump } = setup()
+  const settled = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
+  held.renewed([settled], ['lost'])
+  let outcome: string | undefined
+  const p = pump(settled, { onStop: o => { outcome = o } })
+  t.equal(await p.open(), null, 'a lease settled already: the GET opened')
+  t.equal(outcome, 'lease_lost', 'and the pump stops at once')
+})
+
 t.test('not movable while the hold\'s release is in flight', async t => {
   const { held, pump, answerRelease } = setup(0)
   const lease = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
