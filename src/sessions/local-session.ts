@@ -243,6 +243,8 @@ export class LocalSessions {
     this.#sessions.delete(sessionId)
   }
 
+  get size (): number { return this.#sessions.size }
+
   /** Client streams open here. */
   get clientCount (): number {
     let n = 0

@@ -55,6 +55,8 @@ export class SessionHub {
 
   /** Client streams open, for drain progress. */
   get clientCount (): number { return this.#sessions.clientCount }
+  /** Sessions this process keeps anything for (a client, an upstream GET, one opening or watched, a GET's headers). */
+  get sessionCount (): number { return this.#sessions.size }
 
   /**
    * A client's GET: make sure the session's upstream GET is held, here or by
@@ -69,13 +71,18 @@ export class SessionHub {
   }
 
   async #ensurePump (sessionId: string, headers: Record<string, string | string[]>, log: Logger): Promise<UpstreamResponse | null> {
-    const s = this.#sessions.local(sessionId)
+    const known = this.#sessions.get(sessionId)
+    // Nothing will be opened here (draining, or MAX_SESSIONS upstream GETs held): nothing is
+    // kept for the session either, or each such request (an initialize's openEarly) would
+    // leave an entry with its headers that nothing forgets. A client GET attaches anew.
+    if (known === undefined && (this.#drain.draining || this.#holder.full)) return this.#notOpened()
+    const s = known ?? this.#sessions.local(sessionId)
     s.standaloneGet(headers, log)
     if (s.pumping) return null
     if (s.opening !== undefined) return await s.opening
     // Another replica holds it (we watch), or we are draining: the client follows the store.
-    if (s.watching || this.#drain.draining) return null
-    if (this.#holder.full) throw errors.tooManySessions()
+    if (s.watching) return null
+    if (this.#drain.draining || this.#holder.full) return this.#notOpened()
     // Idle (nothing above applies), so the opening starts.
     const opened = s.open(async () => await this.#holder.claim(s, sessionId, log)) as Opened
     try {
@@ -85,6 +92,12 @@ export class SessionHub {
       // The client attaches next (keeping the headers a takeover needs); if it never does, forget later.
       setTimeout(() => this.#sessions.forget(sessionId), FORGET_AFTER_MS).unref()
     }
+  }
+
+  /** Not opened here: while draining the client follows the store; past MAX_SESSIONS, 503. */
+  #notOpened (): null {
+    if (this.#drain.draining) return null
+    throw errors.tooManySessions()
   }
 
   /**

@@ -59,3 +59,18 @@ t.test('a standalone client attached while another request opens the upstream GE
   t.equal(gets, 2, 'the client\'s watch took the free lease and asked the upstream again')
   t.same(closes, ['upstream_error'], 'refused again: the client is closed, to reconnect')
 })
+
+t.test('past MAX_SESSIONS upstream GETs, an initialize\'s early opening or a client GET leaves nothing kept for the session', async t => {
+  let gets = 0
+  const upstream = { async request () { gets++; return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body: new PassThrough() } } } as unknown as UpstreamClient
+  const backend = new LocalLeaseBackend()
+  const leases = new LeaseCoordinator({ backend, ttlMs: 3000, holdMs: 1000, log })
+  t.teardown(async () => { await leases.close() })
+  const hub = new SessionHub({ upstream, store, metrics, log, mcpPath: '/mcp', holdMs: 1000, earlyHoldMs: 1000, maxEventBytes: 1 << 20, maxSessions: 0, upstreamResumes: { withoutProgress: 3, maxMs: 1000 }, standaloneReopenFromLastId: false, leases })
+  const bigHeaders = { authorization: `Bearer ${'x'.repeat(12_000)}` }
+  for (let i = 0; i < 50; i++) hub.openEarly(`s${i}`, bigHeaders, log)
+  await t.rejects(hub.ensurePump('g', bigHeaders, log), { code: 'MCPGW_TOO_MANY_SESSIONS' }, 'a client GET is refused (503)')
+  await sleep(10)
+  t.equal(gets, 0, 'nothing opened upstream')
+  t.equal(hub.sessionCount, 0, 'and no session kept here with its headers (each would stay until the session\'s DELETE)')
+})
