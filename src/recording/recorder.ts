@@ -47,6 +47,9 @@ export function recordUpstreamStream (o: RecordOptions): Promise<RecordOutcome> 
 
 function ignore (): void {}
 
+/** #resumeOrConclude's answer when the upstream answer was resumed: the recording goes on. */
+const RESUMED = 'resumed'
+
 /**
  * One recorded upstream answer: reads it (and its resumes upstream) and
  * hands what it reads to the stream's appender. A class rather than closures
@@ -100,7 +103,7 @@ class Recording implements ReadAheadSink {
 
   /** ReadAheadSink: the upstream answer ended. */
   end (): void {
-    this.#resumeOrConclude().then(this.#settle, this.#abandon)
+    this.#resumeOrConclude().then(outcome => { if (outcome !== RESUMED) this.#settle(outcome) }, this.#abandon)
   }
 
   /** ReadAheadSink: reading stopped (the upstream broke off, an event too large, the store refused for good). */
@@ -116,7 +119,7 @@ class Recording implements ReadAheadSink {
    * resumes' bounds are reached or the session is deleted; only then is the
    * answer concluded (gap repair: an error response in place of a lost one).
    */
-  async #resumeOrConclude (): Promise<RecordOutcome> {
+  async #resumeOrConclude (): Promise<RecordOutcome | typeof RESUMED> {
     const o = this.#o
     const resumes = this.#resumes
     const before = resumes.lastId
@@ -163,7 +166,11 @@ class Recording implements ReadAheadSink {
     this.#decoder = new SseDecoder(o.maxEventBytes)
     this.#openedAt = performance.now()
     this.#eventsSinceOpen = false
-    return await this.run()
+    // Read on under the recording's one promise: awaiting a new one per resume would keep
+    // every resume's promise and frame until the stream ends (never, for a standalone
+    // stream whose upstream polls).
+    readAhead(this.#body, this.#decoder, this, o.readAhead)
+    return RESUMED
   }
 
   /** Was the session deleted (DELETE, upstream 404) meanwhile? When the store cannot tell, the upstream decides. */
