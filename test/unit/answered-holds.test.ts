@@ -4,7 +4,8 @@
 // the store no longer has ended by the periodic check.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { AnsweredHolds, type HeldClient } from '../../src/routes/mcp/answered-holds.js'
+import { AnsweredHolds, heldInStore, type HeldClient } from '../../src/routes/mcp/answered-holds.js'
+import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
 import type { CloseOutcome } from '../../src/metrics/metrics.js'
 
 class FakeClient implements HeldClient {
@@ -68,4 +69,19 @@ t.test('the held streams of a session the store no longer has are ended by the c
   t.same(dropped.map(c => c.ended), ['session_deleted', 'session_deleted'], 'the session gone: its held streams ended')
   t.equal(kept.ended, undefined, 'a live session\'s stay')
   t.equal(holds.size, 1)
+})
+
+t.test('the check asks the store without refreshing the session\'s expiry: a held session still expires', async t => {
+  let now = 0
+  const store = new MemoryEventStore({ retention: { maxEvents: 100, maxBytes: 1 << 20, ttlMs: 1000 }, maxBytes: 1 << 20, now: () => now })
+  await store.createSession('S', 'p')
+  await store.append('S', 'call-1', [{ data: '{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"no"}}' }])
+  const alive = heldInStore(store)
+  const seen: boolean[] = []
+  // The check, every 400 ms of the store's clock, past the 1,000 ms the session lives untouched.
+  for (let i = 0; i < 5; i++) {
+    seen.push(await alive('S', 'call-1'))
+    now += 400
+  }
+  t.same(seen, [true, true, true, false, false], 'alive until its TTL passed since its last use, then gone')
 })

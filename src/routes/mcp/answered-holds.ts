@@ -9,6 +9,7 @@
  * the store no longer has (deleted through another replica, expired) end.
  */
 import type { CloseOutcome } from '../../metrics/metrics.js'
+import type { EventStore } from '../../store/contract.js'
 
 /**
  * Streams held per session: an SDK client holds one per call answered with an
@@ -31,8 +32,18 @@ export interface AnsweredHoldsOptions {
   readonly max: number
   /** How often the sessions holding streams are looked up. */
   readonly checkMs: number
-  /** Whether the store still has the session. */
-  readonly alive: (sessionId: string) => Promise<boolean>
+  /** Whether the store still has the session, asked with one of its held streams (see heldInStore). */
+  readonly alive: (sessionId: string, streamId: string) => Promise<boolean>
+}
+
+/**
+ * The store's answer for AnsweredHoldsOptions.alive: the held stream's state,
+ * which leaves the session's expiry alone. Reading the session record would
+ * refresh it, and the check, once a minute, would keep a session with a held
+ * stream from ever expiring.
+ */
+export function heldInStore (store: Pick<EventStore, 'state'>): AnsweredHoldsOptions['alive'] {
+  return async (sessionId, streamId) => await store.state(sessionId, streamId) !== null
 }
 
 export class AnsweredHolds {
@@ -82,7 +93,9 @@ export class AnsweredHolds {
 
   #check (): void {
     for (const [sessionId, streams] of this.#held) {
-      this.#o.alive(sessionId).then(alive => {
+      const [streamId] = streams.keys()
+      if (streamId === undefined) continue
+      this.#o.alive(sessionId, streamId).then(alive => {
         if (alive) return
         for (const client of [...streams.values()]) client.end('session_deleted')
       }, () => {}) // the store out of reach: asked again at the next check

@@ -19,7 +19,7 @@ import { InitializeRate, isInitializeRequest } from './initialize-rate.js'
 import { admitAnswer } from './issued-session.js'
 import { SessionRateLimiter } from './rate-limit.js'
 import { ReplayLimiter } from './replay-limit.js'
-import { ANSWERED_CHECK_MS, ANSWERED_HOLDS_PER_SESSION, AnsweredHolds } from './answered-holds.js'
+import { ANSWERED_CHECK_MS, ANSWERED_HOLDS_PER_SESSION, AnsweredHolds, heldInStore } from './answered-holds.js'
 import { isIdentityCoded, sessionIdOf } from './request-headers.js'
 import { SessionCache } from './session-cache.js'
 import { SessionGuard } from './session-guard.js'
@@ -94,7 +94,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const answeredHolds = new AnsweredHolds({
     max: ANSWERED_HOLDS_PER_SESSION,
     checkMs: ANSWERED_CHECK_MS,
-    alive: async sessionId => await deps.store.getSession(sessionId) !== null
+    alive: heldInStore(deps.store)
   })
   app.addHook('onClose', async () => {
     keepAlive.stop()
