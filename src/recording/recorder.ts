@@ -4,6 +4,7 @@ import type { EventTooLargeError } from '../sse/event-too-large.js'
 import type { EventInput } from '../store/contract.js'
 import type { EventBatch } from '../store/batch/event-batch.js'
 import { SseDecoder } from '../sse/decoder.js'
+import { keptUpstreamId } from '../protocol/upstream-event-id.js'
 import { SessionGoneError, unreachable } from '../errors.js'
 import { discardBody } from '../upstream/client.js'
 import { eventTooLargeGap } from './gap-markers.js'
@@ -147,7 +148,7 @@ class Recording implements ReadAheadSink {
       default:
         unreachable(verdict)
     }
-    if (lastId !== undefined && lastId !== before) o.upstreamIds?.noteUpstreamId(lastId)
+    if (lastId !== undefined && lastId !== before) o.upstreamIds?.noteUpstreamId(keptUpstreamId(lastId))
     await sleep(resumes.delayMs)
     // A deleted session stays deleted: nothing more is asked of the upstream for it.
     if (await this.#sessionDeleted()) return await this.#concludeBroken(new SessionGoneError(o.sessionId))

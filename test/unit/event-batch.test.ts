@@ -7,6 +7,7 @@ import { runInNewContext } from 'node:vm'
 import { EventBatch, EventBatchBuilder } from '../../src/store/batch/event-batch.js'
 import type { EventInput } from '../../src/store/contract.js'
 import { SseDecoder } from '../../src/sse/decoder.js'
+import { isResumableUpstreamId, MAX_UPSTREAM_ID_LENGTH, TOO_LONG_UPSTREAM_ID } from '../../src/protocol/upstream-event-id.js'
 
 // V8 gives a context made after the flag is set its gc (the file runs without --expose-gc).
 setFlagsFromString('--expose-gc')
@@ -37,6 +38,16 @@ t.test('every form of event comes back as it went in, numbered from the first se
   t.equal(batch.dataBytes, Buffer.byteLength('data: {"a":1}\nevent: note\ndata: é\ngap ✓plainwith iddata: last\n'), 'data bytes leave types and ids out')
   t.notOk(batch.plainFrames)
   t.ok(EventBatch.from([frame('data: 1\n'), frame('data: 2\n')]).plainFrames, 'frames without ids are plain')
+})
+
+t.test('an upstream id too long to keep: the event keeps it, the batch\'s last id to resume from does not', async t => {
+  const long = 'x'.repeat(MAX_UPSTREAM_ID_LENGTH + 1)
+  const batch = EventBatch.from([frame('data: 1\n', 'up-1'), frame('data: 2\n', long)])
+  t.equal(batch.stored(1)[1]?.upstreamId, long, 'the event as it came')
+  t.equal(batch.lastUpstreamId, TOO_LONG_UPSTREAM_ID, 'the batch keeps a marker in its place, not the earlier id')
+  t.notOk(isResumableUpstreamId(batch.lastUpstreamId), 'which reads as not resumable')
+  t.notOk(isResumableUpstreamId(long), 'as does the long id itself')
+  t.equal(EventBatch.from([frame('data: 1\n', 'x'.repeat(MAX_UPSTREAM_ID_LENGTH))]).lastUpstreamId.length, MAX_UPSTREAM_ID_LENGTH, 'one of the longest kept is kept')
 })
 
 t.test('the layout text is four decimal numbers per event, each followed by a space', async t => {

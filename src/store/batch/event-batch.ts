@@ -3,6 +3,7 @@
 // (EventBatch.from), and a builder hands out batches (take()).
 
 import type { EventInput, StoredEvent } from '../events.js'
+import { keptUpstreamId } from '../../protocol/upstream-event-id.js'
 import { decodeEvents, eventSize, FLAG_EVENT, FLAG_FRAME, FLAG_UPSTREAM_ID, layoutText, NUMBERS_PER_EVENT, plainFrames } from './packed-layout.js'
 
 /** Smallest buffer a builder starts a batch with; buffers are sized in steps of this. */
@@ -318,7 +319,7 @@ export class EventBatchBuilder {
 
   #writeUpstreamId (upstreamId: string): void {
     this.#used += (this.#bytes as Buffer).write(upstreamId, this.#used)
-    if (upstreamId !== '') this.#lastUpstreamId = upstreamId
+    if (upstreamId !== '') this.#lastUpstreamId = keptUpstreamId(upstreamId)
   }
 
   /** The buffer, with room for `more` bytes after what is used. */
