@@ -61,7 +61,7 @@ export async function handleDelete (ctx: McpContext, request: FastifyRequest, re
 /** The session ended: its streams here and its records go; fails closed (503) while the store cannot drop them. */
 async function dropRecords (ctx: McpContext, request: FastifyRequest, sessionId: string): Promise<void> {
   // A lost session deleted at once is not counted as recovered: its records go below.
-  ctx.guard.recovering.delete(request)
+  ctx.guard.forgetRecovery(request)
   ctx.sessions.delete(sessionId)
   ctx.deps.hub.dropSession(sessionId)
   try {

@@ -7,6 +7,7 @@ import { errors } from '../../errors.js'
 import type { GatewayMetrics } from '../../metrics/metrics.js'
 import { parseSessionId, SessionIdIssuer } from '../../protocol/session-id.js'
 import type { Adoption, EventStore, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
+import { boundedLru } from '../../lru.js'
 import type { SessionCache } from './session-cache.js'
 
 export interface SessionGuardOptions {
@@ -24,6 +25,12 @@ export interface SessionGuardOptions {
  * request may have made it first): only that one is counted.
  */
 interface Recovery { readonly sessionId: string, readonly epoch: string, readonly intactSince: number, readonly created: boolean }
+
+/** The recoveries of one lost session's epoch: how many wait for the upstream's answer, and whether one was confirmed. */
+interface EpochRecoveries { pending: number, confirmed: boolean }
+
+/** Epochs of recovered sessions whose recoveries are remembered (least recently used forgotten first). */
+const EPOCH_RECOVERIES = 10_000
 
 export function createPrincipalResolver (config: GatewayConfig): PrincipalResolver {
   return config.jwt === undefined ? new HeaderPrincipal(config.principalHeader) : new JwtPrincipal(config.jwt)
@@ -51,7 +58,13 @@ export class SessionGuard {
   /** Identities resolved before the handler runs (a JWT's verification is asynchronous). */
   readonly #identities = new WeakMap<FastifyRequest, Identity>()
   /** Lost sessions a request recorded again, until the upstream's answer settles them. */
-  readonly recovering = new WeakMap<FastifyRequest, Recovery>()
+  readonly #recovering = new WeakMap<FastifyRequest, Recovery>()
+  /**
+   * By session and epoch: several requests may record one lost session again
+   * at once, and only the upstream confirming none of them drops it (see
+   * settleRecovery).
+   */
+  readonly #epochRecoveries = boundedLru<string, EpochRecoveries>(EPOCH_RECOVERIES)
 
   constructor (options: SessionGuardOptions) {
     this.#config = options.config
@@ -155,7 +168,7 @@ export class SessionGuard {
       const adopted = await this.#adoptLost(sessionId, principal)
       if (adopted === null) return null
       const { record, intactSince, created } = adopted
-      if (record.principal === principal) this.recovering.set(request, { sessionId, epoch: record.epoch, intactSince, created })
+      if (record.principal === principal) this.#beginRecovery(request, { sessionId, epoch: record.epoch, intactSince, created })
       return record
     } catch (err) {
       throw errors.storeUnavailable(err)
@@ -247,19 +260,46 @@ export class SessionGuard {
 
   /** Did this request record a session the store had lost again, not settled yet (settleRecovery)? */
   recovers (request: FastifyRequest): boolean {
-    return this.recovering.has(request)
+    return this.#recovering.has(request)
+  }
+
+  #beginRecovery (request: FastifyRequest, recovery: Recovery): void {
+    this.#recovering.set(request, recovery)
+    const key = `${recovery.sessionId} ${recovery.epoch}`
+    const epoch = this.#epochRecoveries.get(key)
+    if (epoch === undefined) this.#epochRecoveries.set(key, { pending: 1, confirmed: false })
+    else epoch.pending++
+  }
+
+  /** The request's recovery is over (it settled, or the session was deleted): its epoch's count, and whether any of them was confirmed. */
+  #endRecovery (request: FastifyRequest, confirmed: boolean): { recovery: Recovery, others: EpochRecoveries | undefined } | undefined {
+    const recovery = this.#recovering.get(request)
+    if (recovery === undefined) return undefined
+    this.#recovering.delete(request)
+    const others = this.#epochRecoveries.get(`${recovery.sessionId} ${recovery.epoch}`)
+    if (others !== undefined) {
+      others.pending--
+      if (confirmed) others.confirmed = true
+    }
+    return { recovery, others }
+  }
+
+  /** A lost session deleted by the request that recorded it again: not counted as recovered, nothing more to drop. */
+  forgetRecovery (request: FastifyRequest): void {
+    this.#endRecovery(request, false)
   }
 
   /**
    * The upstream answered a request that recorded a lost session again: a 2xx
    * confirms the session (counted, logged); anything else, or no answer at all,
-   * drops the record again, unless another request gave it a new life meanwhile.
+   * drops the record again, unless another request gave it a new life
+   * meanwhile, or another recovery of the same epoch was confirmed or still
+   * waits for its answer (the last of them to settle decides).
    */
   async settleRecovery (request: FastifyRequest, confirmed: boolean): Promise<void> {
-    const recovery = this.recovering.get(request)
-    if (recovery === undefined) return
-    this.recovering.delete(request)
-    const { sessionId, epoch, intactSince, created } = recovery
+    const ended = this.#endRecovery(request, confirmed)
+    if (ended === undefined) return
+    const { sessionId, epoch, intactSince, created } = ended.recovery
     if (confirmed) {
       if (!created) return
       this.#metrics.sessionsRecovered.inc()
@@ -267,6 +307,7 @@ export class SessionGuard {
         'a session the event store had lost (it restarted empty, or evicted it) goes on under a new epoch; resuming clients are told of the gap')
       return
     }
+    if (ended.others !== undefined && (ended.others.confirmed || ended.others.pending > 0)) return
     this.#sessions.delete(sessionId)
     try {
       const record = await this.#metrics.timeStore('get_session', () => this.#store.getSession(sessionId))
