@@ -85,3 +85,20 @@ t.test('the check asks the store without refreshing the session\'s expiry: a hel
   }
   t.same(seen, [true, true, true, false, false], 'alive until its TTL passed since its last use, then gone')
 })
+
+t.test('resumes followed (not held) are looked up with the held ones, and ended once their session is gone; they do not count', async t => {
+  const alive = new Set(['live'])
+  const asked: string[] = []
+  const holds = new AnsweredHolds({ max: 1, checkMs: 30, alive: async (id, streamId) => { asked.push(`${id}/${streamId}`); return alive.has(id) } })
+  t.teardown(() => { holds.stop() })
+  const kept = new FakeClient()
+  const ended = new FakeClient()
+  holds.follow('live', 'call-1', kept)
+  holds.follow('gone', 'call-2', ended)
+  t.equal(holds.size, 0, 'not counted among the held streams')
+  t.ok(holds.admits('gone', 'call-3'), 'nor against the bound')
+  await sleep(80)
+  t.equal(ended.ended, 'session_deleted', 'the session gone (deleted through another replica, expired): ended')
+  t.equal(kept.ended, undefined, 'a live session\'s goes on')
+  t.ok(asked.includes('live/call-1') && asked.includes('gone/call-2'), 'each asked about with its own stream')
+})

@@ -7,6 +7,9 @@
  * old one (it counts once). A held stream is watched by no follower: every
  * `checkMs` the sessions holding some are looked up, and the streams of one
  * the store no longer has (deleted through another replica, expired) end.
+ * Resumes of request streams still being answered are looked up with them
+ * (`follow`): their follower hears of appends, not of the session's end
+ * through another replica, and the upstream may never end the answer.
  */
 import type { CloseOutcome } from '../../metrics/metrics.js'
 import type { EventStore } from '../../store/contract.js'
@@ -50,6 +53,8 @@ export class AnsweredHolds {
   readonly #o: AnsweredHoldsOptions
   /** By session, by stream: the connection held. */
   readonly #held = new Map<string, Map<string, HeldClient>>()
+  /** By session: the resumes followed here (see follow), with their stream. */
+  readonly #followed = new Map<string, Map<HeldClient, string>>()
   #timer: NodeJS.Timeout | undefined
 
   constructor (options: AnsweredHoldsOptions) {
@@ -75,7 +80,23 @@ export class AnsweredHolds {
       if (streams.get(streamId) !== client) return
       streams.delete(streamId)
       if (streams.size === 0 && this.#held.get(sessionId) === streams) this.#held.delete(sessionId)
-      if (this.#held.size === 0) this.stop()
+      this.#stopWhenEmpty()
+    })
+  }
+
+  /** A resume of a request stream still answered, followed here until it closes: ended like a held one once its session is gone. Not counted. */
+  follow (sessionId: string, streamId: string, client: HeldClient): void {
+    let clients = this.#followed.get(sessionId)
+    if (clients === undefined) {
+      clients = new Map()
+      this.#followed.set(sessionId, clients)
+    }
+    clients.set(client, streamId)
+    this.#timer ??= setInterval(() => { this.#check() }, this.#o.checkMs).unref()
+    client.onClose(() => {
+      clients.delete(client)
+      if (clients.size === 0 && this.#followed.get(sessionId) === clients) this.#followed.delete(sessionId)
+      this.#stopWhenEmpty()
     })
   }
 
@@ -91,13 +112,19 @@ export class AnsweredHolds {
     this.#timer = undefined
   }
 
+  #stopWhenEmpty (): void {
+    if (this.#held.size === 0 && this.#followed.size === 0) this.stop()
+  }
+
   #check (): void {
-    for (const [sessionId, streams] of this.#held) {
-      const [streamId] = streams.keys()
+    for (const sessionId of new Set([...this.#held.keys(), ...this.#followed.keys()])) {
+      const held = this.#held.get(sessionId)
+      const followed = this.#followed.get(sessionId)
+      const [streamId] = held?.keys() ?? followed?.values() ?? []
       if (streamId === undefined) continue
       this.#o.alive(sessionId, streamId).then(alive => {
         if (alive) return
-        for (const client of [...streams.values()]) client.end('session_deleted')
+        for (const client of [...held?.values() ?? [], ...followed?.keys() ?? []]) client.end('session_deleted')
       }, () => {}) // the store out of reach: asked again at the next check
     }
   }

@@ -77,7 +77,10 @@ async function replayRequestStream (ctx: McpContext, request: FastifyRequest, re
   await new StreamFollower({ store, metrics, log, client, sessionId, ...pages, untilEnded: true }).start()
   observeReplay(ctx, client, startedAt)
   if (client.closed) return
-  // The client waits for the rest: should the replica recording it die, end the stream with an answer.
+  // The client waits for the rest: should the session end through another replica (no
+  // notice says so), or expire, the stream ends within a check of the answered holds.
+  ctx.answeredHolds.follow(sessionId, position.streamId, client)
+  // Should the replica recording it die, end the stream with an answer.
   const unwatch = ctx.deps.leases.watchRequestStream(sessionId, position.streamId, orphanAnswer(position.streamId), () => {
     metrics.countGap(RECORDER_LOST)
     log.warn({ reason: RECORDER_LOST }, 'gap: the replica recording this request stream died; ended it with the gateway\'s error answer')
