@@ -77,6 +77,9 @@ export interface TurnWaiter {
  * earlier turns read. The streams that waited are resumed there, in order,
  * as far as the new turn's bytes go.
  */
+/** Resumed slots at the head of the turn queue past which it is compacted. */
+const COMPACT_AFTER = 1024
+
 export class ReadAheadBudget {
   /** Streams with decoded events waiting for the store. */
   #waiting = 0
@@ -102,8 +105,16 @@ export class ReadAheadBudget {
     if (this.#head === waiters.length) {
       this.#waiters = []
       this.#head = 0
+    } else if (this.#head >= COMPACT_AFTER && 2 * this.#head >= waiters.length) {
+      // Under a flood that never lets every stream through in one turn the queue never
+      // empties: the slots already resumed go, or the array would grow for as long.
+      this.#waiters = waiters.slice(this.#head)
+      this.#head = 0
     }
   }
+
+  /** Slots the queue of waiting streams takes (its memory): those waiting, and at most as many resumed. */
+  get queueSlots (): number { return this.#waiters.length }
 
   /** A stream read `bytes` in this turn: false once the turn's share is spent (the stream is to wait). */
   spend (bytes: number): boolean {
