@@ -16,6 +16,9 @@ export type { WatchHandlers } from './takeover.js'
  */
 export type LeaseClaim = Lease | 'held' | 'gone'
 
+/** What a tick's settling is reduced to, for the leases waiting on it (Lease.renewing). */
+function ignore (): void {}
+
 export interface LeaseCoordinatorOptions {
   readonly backend: LeaseBackend
   /** LEASE_TTL_MS: a dead holder's lease is free after this; renewed every third of it. */
@@ -113,7 +116,10 @@ export class LeaseCoordinator {
   async reacquire (lease: Lease): Promise<LeaseClaim> {
     const { sessionId, token } = lease
     // A renewal: it takes back a lease nobody holds, and keeps one this token holds.
-    const { renew: [result] } = await this.backend.tick({ ttlMs: this.#o.ttlMs, attachedMs: this.#attachedMs, renew: [{ sessionId, token }], watch: [] })
+    const renewing = this.backend.tick({ ttlMs: this.#o.ttlMs, attachedMs: this.#attachedMs, renew: [{ sessionId, token }], watch: [] })
+    const settled = renewing.then(ignore, ignore)
+    lease.renewing(settled)
+    const { renew: [result] } = await renewing.finally(() => { lease.renewalDone(settled) })
     if (result === undefined) throw new Error('lease: a renewal without its result')
     switch (result) {
       case 'gone':
@@ -160,15 +166,19 @@ export class LeaseCoordinator {
     this.#ticking = true
     const watchTokens = watched.map(() => this.#token())
     const sentAt = Date.now()
+    const ticking = this.backend.tick({
+      ttlMs: this.#o.ttlMs,
+      attachedMs: this.#attachedMs,
+      renew: held,
+      watch: watched.map((w, i) => ({ sessionId: w.sessionId, token: watchTokens[i] as string })),
+      recorders: recorders.recorders,
+      ...(recorders.alive && { aliveMs: this.#o.ttlMs })
+    })
+    // A release of one of these leases waits for the tick (Lease.renewing).
+    const settled = ticking.then(ignore, ignore)
+    for (const lease of held) lease.renewing(settled)
     try {
-      const result = await this.backend.tick({
-        ttlMs: this.#o.ttlMs,
-        attachedMs: this.#attachedMs,
-        renew: held,
-        watch: watched.map((w, i) => ({ sessionId: w.sessionId, token: watchTokens[i] as string })),
-        recorders: recorders.recorders,
-        ...(recorders.alive && { aliveMs: this.#o.ttlMs })
-      })
+      const result = await ticking
       this.#recorders.settled(recorders, sentAt, result.recordersAlive)
       this.#held.renewed(held, result.renew)
       this.#takeovers.settled(watched, result.watch)
@@ -176,6 +186,7 @@ export class LeaseCoordinator {
       // Redis unreachable: leases run on (fencing guards the appends) and are renewed, or taken back, next tick.
       this.#o.log.warn({ err }, 'lease: renewal tick failed')
     } finally {
+      for (const lease of held) lease.renewalDone(settled)
       this.#ticking = false
       this.#takeovers.done(watched)
     }

@@ -201,6 +201,14 @@ export class Lease implements LeaseGrant {
    * the lease back. settled: released or lost.
    */
   #state: 'held' | 'releasing' | 'settled' = 'held'
+  /**
+   * The tick renewing this lease, while it is at the store (settles either
+   * way). A release waits for it: on Cluster, ioredis sends a pipeline's
+   * commands again after a failover (CLUSTERDOWN, TRYAGAIN, MOVED, a closed
+   * connection) or a script's after NOSCRIPT, and a renewal sent again behind
+   * the release's DEL would take the lease back.
+   */
+  #renewal: Promise<void> | undefined
 
   constructor (owner: LeaseOwner, sessionId: string, grant: LeaseGrant) {
     this.#owner = owner
@@ -227,7 +235,18 @@ export class Lease implements LeaseGrant {
    */
   async release (end: UpstreamGetEnd): Promise<void> {
     if (!this.#settle()) return
+    await this.#renewal
     await this.#owner.backend.release(this.sessionId, this.token, end === 'unclean')
+  }
+
+  /** A tick renewing this lease is at the store until `tick` settles (it must not reject). */
+  renewing (tick: Promise<void>): void {
+    this.#renewal = tick
+  }
+
+  /** That tick settled. */
+  renewalDone (tick: Promise<void>): void {
+    if (this.#renewal === tick) this.#renewal = undefined
   }
 
   /**
@@ -244,6 +263,7 @@ export class Lease implements LeaseGrant {
     this.#state = 'releasing'
     let result: IdleRelease
     try {
+      await this.#renewal
       result = await this.#owner.backend.releaseIfIdle(this.sessionId, this.token)
     } catch (err) {
       if (this.#state === 'releasing') this.#state = 'held'

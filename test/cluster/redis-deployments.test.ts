@@ -9,7 +9,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import calculateSlot from 'cluster-key-slot'
-import { IDLE_RELEASED, isGrant, type TickResult } from '../../src/cluster/lease.js'
+import { IDLE_RELEASED, isGrant, Lease, type TickResult } from '../../src/cluster/lease.js'
+import { LeaseCoordinator } from '../../src/cluster/coordinator.js'
+import pino from 'pino'
 import { PIPELINE_COMMANDS } from '../../src/store/redis/node-pipelines.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { resumeAcrossReplicas } from '../fixtures/cluster-scenario.js'
@@ -155,20 +157,25 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', { skip: ownCluster.
   // meanwhile waits for the tick, or the renewal sent again behind the release's DEL
   // would take the lease back (held by nobody for a TTL, a takeover for the next holder).
   // After NOSCRIPT (the scripts flushed): each call is sent again on its own.
+  // Through the leases' own coordinator, as the gateway takes and lets them go.
+  const coordinator = new LeaseCoordinator({ backend: manyLeases, ttlMs: 5000, holdMs: 60_000, log: pino({ level: 'silent' }) })
+  t.teardown(async () => { await coordinator.close() })
   const raced = ['q0', 'q1', 'q2', 'q3', 'q4', 'q5']
+  const racedLeases: Lease[] = []
   for (const id of raced) {
     await many.createSession(id, 'p')
-    await manyLeases.acquire(id, `tok-${id}`, 5000)
+    const lease = await coordinator.acquire(id)
+    if (!(lease instanceof Lease)) throw new Error(`lease of ${id} not taken: ${lease}`)
+    racedLeases.push(lease)
   }
-  const racedRenewals = raced.map(id => ({ sessionId: id, token: `tok-${id}` }))
-  await manyLeases.tick({ ttlMs: 5000, attachedMs: 5000, renew: racedRenewals, watch: [] })
+  await coordinator.tick()
   for (const node of nodes) {
     const direct = new Redis({ port: node.port, host: '127.0.0.1' })
     await direct.script('FLUSH')
     direct.disconnect()
   }
-  const flushedTick = manyLeases.tick({ ttlMs: 5000, attachedMs: 5000, renew: racedRenewals, watch: [] })
-  const releases = await Promise.all(raced.map(async id => await manyLeases.releaseIfIdle(id, `tok-${id}`)))
+  const flushedTick = coordinator.tick()
+  const releases = await Promise.all(racedLeases.map(async lease => await lease.releaseIfIdle()))
   await flushedTick
   t.same(releases, raced.map(() => IDLE_RELEASED), 'cluster: releases issued while a tick\'s scripts are sent again are released')
   t.same(await Promise.all(raced.map(async id => await admin.get(`many:{${id}}:lease`))), raced.map(() => null), 'cluster: and no lease is taken back by a renewal sent again after NOSCRIPT')
@@ -177,7 +184,8 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', { skip: ownCluster.
   // sent again 100 ms later. Last in this test: it takes the Cluster down.
   const downId = 'q6'
   await many.createSession(downId, 'p')
-  await manyLeases.acquire(downId, 'tok-down', 5000)
+  const downLease = await coordinator.acquire(downId)
+  if (!(downLease instanceof Lease)) throw new Error(`lease of ${downId} not taken: ${downLease}`)
   const downSlot = calculateSlot(`many:{${downId}}:m`)
   const [downHost, downPort] = (admin.slots[downSlot]?.[0] ?? '').split(':')
   const owner = new Redis({ host: downHost, port: Number(downPort) })
@@ -187,11 +195,11 @@ t.test('Redis Cluster (REDIS_CLUSTER_NODES): three masters', { skip: ownCluster.
   }
   await owner.cluster('DELSLOTS', downSlot)
   await clusterState('fail')
-  const downTick = manyLeases.tick({ ttlMs: 5000, attachedMs: 5000, renew: [{ sessionId: downId, token: 'tok-down' }], watch: [] }).catch(() => undefined)
+  const downTick = coordinator.tick()
   await sleep(15)
   await owner.cluster('ADDSLOTS', downSlot)
   await clusterState('ok')
-  const downRelease = await manyLeases.releaseIfIdle(downId, 'tok-down')
+  const downRelease = await downLease.releaseIfIdle()
   await downTick
   t.equal(downRelease, IDLE_RELEASED, 'cluster: a release issued while a tick waits out CLUSTERDOWN is released')
   t.equal(await admin.get(`many:{${downId}}:lease`), null, 'cluster: and its lease is not taken back by the renewal sent again')

@@ -9,7 +9,7 @@ import { STANDALONE_STREAM } from '../contract.js'
 import type { KeyLayout } from './key-layout.js'
 import type { StoreConnections, Topology } from './connection.js'
 import type { ScriptedConnection, StoreCommands } from './lua.js'
-import { InFlight, inNodePipelines, replyOf } from './node-pipelines.js'
+import { inNodePipelines, replyOf } from './node-pipelines.js'
 import { controlMessage, type NoticeBus } from './notice-bus.js'
 
 /** Leases renewed per script call (the call's run time in Redis stays around a millisecond). */
@@ -101,8 +101,6 @@ export class RedisLeaseBackend implements LeaseBackend {
   readonly shared = true
   readonly #redis: ScriptedConnection
   readonly #topology: Topology
-  /** Cluster ticks in flight, by session (see #tickOnCluster). */
-  readonly #inFlight = new InFlight()
   readonly #keys: KeyLayout
   readonly #o: RedisLeaseBackendOptions
 
@@ -129,17 +127,9 @@ export class RedisLeaseBackend implements LeaseBackend {
    * per node, all written in this turn (see node-pipelines.ts): no renewal
    * waits for another node's replies, and a lease whose release is at the
    * store is left out (Lease's state). A release waits for the tick in flight
-   * with its lease (InFlight).
+   * with its lease (Lease.renewing): ioredis may send a renewal again.
    */
   async #tickOnCluster (cluster: Cluster & StoreCommands, request: TickRequest): Promise<TickResult> {
-    const ticking = this.#tickOnClusterNodes(cluster, request)
-    // A release of one of these leases waits for the tick: a renewal ioredis sent again
-    // behind the release's DEL would take the lease back.
-    this.#inFlight.track(request.renew.map(lease => lease.sessionId), ticking)
-    return await ticking
-  }
-
-  async #tickOnClusterNodes (cluster: Cluster & StoreCommands, request: TickRequest): Promise<TickResult> {
     const metaOf = ({ sessionId }: { sessionId: string }): string => this.#keys.session(sessionId).meta
     const renew = inNodePipelines(cluster, request.renew, 1, metaOf, (pipeline, { sessionId, token, upstreamSessionId }) => {
       const k = this.#keys.session(sessionId)
@@ -212,14 +202,12 @@ export class RedisLeaseBackend implements LeaseBackend {
   }
 
   async release (sessionId: string, token: string, live: boolean): Promise<boolean> {
-    await this.#inFlight.settled(sessionId)
     const k = this.#keys.session(sessionId)
     const message = controlMessage('released', this.replicaId)
     return toReleaseResult(await this.#redis.mcpgwLeaseRelease(k.lease, k.meta, token, live ? '1' : '0', STANDALONE_STREAM, k.channel, message))
   }
 
   async releaseIfIdle (sessionId: string, token: string): Promise<IdleRelease> {
-    await this.#inFlight.settled(sessionId)
     const k = this.#keys.session(sessionId)
     const message = controlMessage('released', this.replicaId)
     return toReleaseIfIdleResult(await this.#redis.mcpgwLeaseReleaseIfIdle(k.lease, k.meta, k.attached, token, STANDALONE_STREAM, k.channel, message))

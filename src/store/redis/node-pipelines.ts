@@ -57,32 +57,6 @@ export async function inNodePipelines<T> (cluster: Cluster & StoreCommands, item
   return replies
 }
 
-/**
- * Pipelines in flight, by the keys of their items. ioredis sends a Cluster
- * pipeline's commands again after some replies (CLUSTERDOWN, TRYAGAIN, a
- * connection closed, MOVED or ASK for all of them; a script's NOSCRIPT sends
- * that call again on its own), and nothing orders a command issued meanwhile
- * behind the one sent again: a command that must come after an item's (a
- * lease's release after its renewal) waits for `settled`.
- */
-export class InFlight {
-  readonly #lots = new Set<{ readonly keys: ReadonlySet<string>, readonly done: Promise<unknown> }>()
-
-  /** `work` (which may reject) in flight for `keys` until it settles. */
-  track (keys: Iterable<string>, work: Promise<unknown>): void {
-    const lot = { keys: new Set(keys), done: work.then(() => {}, () => {}) }
-    this.#lots.add(lot)
-    lot.done.then(() => { this.#lots.delete(lot) }, () => {})
-  }
-
-  /** Undefined when nothing in flight carries `key`; else when all that does has settled. */
-  settled (key: string): Promise<void> | undefined {
-    let waits: Array<Promise<unknown>> | undefined
-    for (const lot of this.#lots) if (lot.keys.has(key)) (waits ??= []).push(lot.done)
-    return waits === undefined ? undefined : Promise.all(waits).then(() => {})
-  }
-}
-
 /** A command's reply, or its error thrown. */
 export function replyOf (entry: PipelineReply | undefined): unknown {
   if (entry === undefined) throw new Error('no reply in the pipeline\'s answer')
