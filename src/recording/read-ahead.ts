@@ -65,6 +65,9 @@ export interface TurnWaiter {
   resumeTurn: () => number
 }
 
+/** Resumed slots at the head of the turn queue past which it is compacted. */
+const COMPACT_AFTER = 1024
+
 /**
  * One gateway's read-ahead budget: its streams with decoded events waiting
  * for the store share READ_AHEAD_BUDGET_BYTES, and all its streams share
@@ -77,9 +80,6 @@ export interface TurnWaiter {
  * earlier turns read. The streams that waited are resumed there, in order,
  * as far as the new turn's bytes go.
  */
-/** Resumed slots at the head of the turn queue past which it is compacted. */
-const COMPACT_AFTER = 1024
-
 export class ReadAheadBudget {
   /** Streams with decoded events waiting for the store. */
   #waiting = 0

@@ -228,7 +228,7 @@ export class SessionHub {
     const standalone = client.streamId === STANDALONE_STREAM
     if (standalone) {
       if (s.pumping) s.pump?.clientsChanged()
-      else this.#watchOnceOpened(s, sessionId, client)
+      else this.#holder.watchOnceOpened(s, sessionId, client)
     }
     client.onClose(() => {
       s.detachClient(client)
@@ -244,24 +244,6 @@ export class SessionHub {
     // closed before its head is sent sends it first).
     const exitRetryMs = this.#drain.exitRetryMs
     if (exitRetryMs !== undefined) client.close('draining', exitRetryMs)
-  }
-
-  /**
-   * A standalone client not served by a pump here watches the holder's lease
-   * (StandaloneHolder.watch). Attached while an opening runs (another
-   * request's, a re-establishment's), the watch waits for it: an opening that
-   * ends without a pump here (the stream held elsewhere, refused, failed)
-   * would otherwise leave the client served by nothing, not even followed.
-   */
-  #watchOnceOpened (s: LocalSession, sessionId: string, client: ClientStream): void {
-    const opening = s.opening
-    if (opening === undefined) {
-      this.#holder.watch(s, sessionId)
-      return
-    }
-    opening.catch(() => null).then(() => {
-      if (s.standaloneClient === client && !s.pumping) this.#watchOnceOpened(s, sessionId, client)
-    }).catch(() => {})
   }
 
   /** A DELETE of the session goes upstream: until it is answered, the end of the session's upstream GET is the DELETE's. */

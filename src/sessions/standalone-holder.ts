@@ -4,6 +4,7 @@ import type { Lease, LeaseClaim, LeaseCoordinator } from '../cluster/coordinator
 import { errors, unreachable } from '../errors.js'
 import type { EventStore, UpstreamPlacement } from '../store/contract.js'
 import type { GatewayMetrics } from '../metrics/metrics.js'
+import type { ClientStream } from '../sse/client-stream.js'
 import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { samePlacement } from '../upstream/session-request.js'
 import type { LocalSession, LocalSessions, Opened } from './local-session.js'
@@ -142,6 +143,25 @@ export class StandaloneHolder {
   }
 
   /**
+   * The standalone client attached here, not served by a pump here, watches
+   * the holder's lease. While an opening runs (another request's, a
+   * re-establishment's, a takeover's), the watch waits for it: an opening that
+   * ends without a pump here (the stream held elsewhere, refused, failed, its
+   * lease lost) would otherwise leave the client served by nothing, not even
+   * followed.
+   */
+  watchOnceOpened (s: LocalSession, sessionId: string, client: ClientStream): void {
+    const opening = s.opening
+    if (opening === undefined) {
+      this.watch(s, sessionId)
+      return
+    }
+    opening.catch(() => null).then(() => {
+      if (s.standaloneClient === client && !s.pumping) this.watchOnceOpened(s, sessionId, client)
+    }).catch(() => {})
+  }
+
+  /**
    * The session's record moved to `placement` (established upstream again,
    * here or by another replica): the upstream GET held here follows it. The
    * old upstream session's GET may well stay open (an endpoint that closes
@@ -174,6 +194,8 @@ export class StandaloneHolder {
       return
     }
     if (!pump.movable) {
+      // A lease settled with nothing under way: the pump stops on its loss; nothing to follow.
+      if (!pump.leaseBusy) return
       // A recovery or the hold's release is under way on the lease: whether the pump goes on,
       // and under which lease, is known once it is done.
       pump.leaseWorkDone().then(() => { this.#movedElsewhere(s, sessionId, log) }, () => {})
@@ -277,7 +299,8 @@ export class StandaloneHolder {
       case 'as_is':
         break
       case 'follow_store':
-        if (local !== undefined) this.watch(s, sessionId)
+        // Stopped while its opening runs (its lease lost meanwhile): the watch waits for it.
+        if (local !== undefined) this.watchOnceOpened(s, sessionId, local)
         break
       case 'reconnect':
         // The client reconnects (retry hint) and reopens the upstream GET.

@@ -308,7 +308,8 @@ export class StandalonePump {
     if (this.#o.newUpstreamSession === true) lease.noteUpstreamId('')
     if (lease.takeover && this.#o.newUpstreamSession !== true) {
       metrics.leaseTakeovers.inc()
-      if (!resuming) await this.#recordHandoverGap()
+      // The store lost the session meanwhile: recorded again below, in a new epoch, whose gap says it all.
+      if (!resuming && lost === undefined) await this.#recordHandoverGap()
     }
     // Where the stream stands before this upstream GET's first append (none yet: 0), so the
     // recorder can tell, after an outage, what Redis applied although the append failed.
@@ -440,6 +441,9 @@ export class StandalonePump {
   get movable (): boolean {
     return !this.stopped && !this.#lease.settled && this.#leaseWork === 0
   }
+
+  /** Work on the lease under way (a recovery, the hold's release): whether the pump goes on is known once it is done. */
+  get leaseBusy (): boolean { return this.#leaseWork > 0 }
 
   /** Settles once nothing is in flight on the lease (see movable). */
   async leaseWorkDone (): Promise<void> {

@@ -102,3 +102,19 @@ t.test('resumes followed (not held) are looked up with the held ones, and ended 
   t.equal(kept.ended, undefined, 'a live session\'s goes on')
   t.ok(asked.includes('live/call-1') && asked.includes('gone/call-2'), 'each asked about with its own stream')
 })
+
+t.test('each stream asked about on its own: one the store dropped from a live session ends alone', async t => {
+  // The embedded store drops a session's ended streams first under memory pressure.
+  const holds = new AnsweredHolds({ max: 4, checkMs: 30, alive: async (_id, streamId) => streamId !== 'dropped' })
+  t.teardown(() => { holds.stop() })
+  const kept = new FakeClient()
+  const followed = new FakeClient()
+  const ended = new FakeClient()
+  holds.hold('S', 'kept', kept)
+  holds.hold('S', 'dropped', ended)
+  holds.follow('S', 'live-call', followed)
+  await sleep(80)
+  t.equal(ended.ended, 'session_deleted', 'the dropped stream\'s client ended')
+  t.equal(kept.ended, undefined, 'the session\'s other held stream goes on')
+  t.equal(followed.ended, undefined, 'and so does its live resume')
+})

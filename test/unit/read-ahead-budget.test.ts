@@ -18,15 +18,23 @@ t.test('a flood that never lets every waiting stream through in one turn: the tu
   // Ten streams, each reading half a turn when resumed, then waiting again at once.
   let turns = 0
   let mostSlots = 0
-  const waiter = { resumeTurn: (): number => { budget.waitTurn(waiter); return TURN_BYTES / 2 } }
+  let flooding = true
+  const waiter = { resumeTurn: (): number => { if (flooding) budget.waitTurn(waiter); return TURN_BYTES / 2 } }
   for (let i = 0; i < 10; i++) budget.waitTurn(waiter)
   await new Promise<void>(resolve => {
     const check = (): void => {
       mostSlots = Math.max(mostSlots, budget.queueSlots)
-      if (++turns === 5000) resolve()
-      else setImmediate(check)
+      if (++turns < 5000) {
+        setImmediate(check)
+        return
+      }
+      // The flood ends: the streams read once more and stop waiting.
+      flooding = false
+      resolve()
     }
     setImmediate(check)
   })
   t.ok(mostSlots <= 2 * 1024 + 20, `at most twice the compaction's threshold (most: ${mostSlots} slots over ${turns} turns, two streams resumed a turn)`)
+  for (let i = 0; i < 20 && budget.queueSlots > 0; i++) await new Promise(resolve => { setImmediate(resolve) })
+  t.equal(budget.queueSlots, 0, 'and empty once the flood is over')
 })

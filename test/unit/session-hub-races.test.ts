@@ -51,7 +51,7 @@ t.test('a standalone client attached while another request opens the upstream GE
   const closes: string[] = []
   hub.attachStandalone('s', standaloneClient(closes), {}, log)
   t.equal(leases.watchedCount, 0, 'attached during the opening: not watching yet')
-  await sleep(150)
+  for (let i = 0; i < 200 && closes.length === 0; i++) await sleep(5)
   t.equal(hub.pumpCount, 0, 'the opening failed (503): no pump here')
   // Watching, it found the lease free and took it for the client: the upstream was asked
   // again, refused again, and the client was told to reconnect (its reconnect passes the
@@ -73,4 +73,36 @@ t.test('past MAX_SESSIONS upstream GETs, an initialize\'s early opening or a cli
   await sleep(10)
   t.equal(gets, 0, 'nothing opened upstream')
   t.equal(hub.sessionCount, 0, 'and no session kept here with its headers (each would stay until the session\'s DELETE)')
+})
+
+t.test('a takeover whose lease is lost while its GET opens: the client attached watches again once the opening ends', async t => {
+  let gets = 0
+  // The takeover's GET answers after 50 ms.
+  const upstream = {
+    async request () { gets++; await sleep(50); return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body: new PassThrough() } }
+  } as unknown as UpstreamClient
+  const backend = new LocalLeaseBackend()
+  const leases = new LeaseCoordinator({ backend, ttlMs: 3000, holdMs: 1000, log })
+  t.teardown(async () => { await leases.close() })
+  const hub = new SessionHub({ upstream, store, metrics, log, mcpPath: '/mcp', holdMs: 1000, earlyHoldMs: 1000, maxEventBytes: 1 << 20, maxSessions: 100, upstreamResumes: { withoutProgress: 3, maxMs: 1000 }, standaloneReopenFromLastId: false, leases })
+  t.teardown(() => { hub.dropSession('s') })
+  await backend.acquire('s', 'other')
+  t.equal(await hub.ensurePump('s', {}, log), null, 'held elsewhere: the client follows the store')
+  hub.attachStandalone('s', standaloneClient([]), {}, log)
+  t.equal(leases.watchedCount, 1, 'and watches the lease')
+  // The holder lets go: the watch takes the lease and the takeover's GET goes out.
+  await backend.release('s', 'other', false)
+  await leases.tick()
+  for (let i = 0; i < 100; i++) {
+    if (gets > 0) break
+    await sleep(5)
+  }
+  t.equal(gets, 1, 'the takeover asked the upstream')
+  // While its GET opens, another replica takes the lease (this one's lapsed meanwhile).
+  backend.forget('s')
+  await backend.acquire('s', 'someone-else')
+  await leases.tick()
+  for (let i = 0; i < 100 && leases.watchedCount === 0; i++) await sleep(5)
+  t.equal(hub.pumpCount, 0, 'the takeover\'s pump stopped once its GET opened: its lease was lost')
+  t.equal(leases.watchedCount, 1, 'the client watches the lease again, for the next takeover')
 })

@@ -23,6 +23,7 @@ import type { UpstreamClient, UpstreamRequest } from '../../src/upstream/client.
 import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
 import type { AppendOptions } from '../../src/store/contract.js'
+import { SessionGoneError } from '../../src/errors.js'
 
 const log = { info () {}, warn () {}, debug () {}, error () {}, child () { return log } } as unknown as FastifyBaseLogger
 const metrics = {
@@ -113,14 +114,27 @@ t.test('not movable while a recovery replaces its lease; movable once done, and 
 
 t.test('stopped while a recovery takes its lost lease again: no lease left renewed for ever', async t => {
   // No client: the 20 ms hold runs out during the store-loss recovery, before the lease is
-  // taken again (the session recorded again in 40 ms), or while it is (taken in 30 ms).
-  for (const [when, recoverMs, reacquireMs, releases] of [['recording again', 40, 5, []], ['taking the lease again', 5, 30, ['T']]] as const) {
+  // taken again (while the session is recorded again), or while it is. Each step of the
+  // recovery waits until the hold has stopped the pump.
+  for (const [when, releases] of [['recording again', []], ['taking the lease again', ['T']]] as const) {
     const { held, released, pump } = setup(0)
     const first = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
     let outcome: string | undefined
+    const stopped = async (): Promise<void> => {
+      for (let i = 0; i < 400; i++) {
+        if (outcome !== undefined) return
+        await sleep(5)
+      }
+    }
     const p = pump(first, {
-      recoverSession: async () => { await sleep(recoverMs); return true },
-      reacquire: async lost => { await sleep(reacquireMs); return lost.settled ? held.hold('s', { token: lost.token, takeover: false, lastUpstreamId: undefined }) : lost },
+      recoverSession: async () => {
+        if (when === 'recording again') await stopped()
+        return true
+      },
+      reacquire: async lost => {
+        if (when === 'taking the lease again') await stopped()
+        return lost.settled ? held.hold('s', { token: lost.token, takeover: false, lastUpstreamId: undefined }) : lost
+      },
       onStop: o => { outcome = o }
     })
     t.equal(await p.open(), null, `${when}: the GET runs`)
@@ -164,6 +178,28 @@ t.test('the lease lost while the GET opens: acted on once it has, not recorded u
   const p = pump(settled, { onStop: o => { outcome = o } })
   t.equal(await p.open(), null, 'a lease settled already: the GET opened')
   t.equal(outcome, 'lease_lost', 'and the pump stops at once')
+})
+
+t.test('a takeover whose session the store lost while its GET opened records it again, not a handover gap first', async t => {
+  const slowUpstream = {
+    async request () { await sleep(30); return { statusCode: 200, headers: { 'content-type': 'text/event-stream' }, body: new PassThrough() } }
+  } as unknown as UpstreamClient
+  // The store lost the session: an append (the handover's gap marker) finds it gone.
+  let gapAppends = 0
+  const lostStore = { ...store, async append () { gapAppends++; throw new SessionGoneError('s') } } as unknown as EventStore
+  const { held, pump } = setup()
+  const taken = held.hold('s', { token: 'T', takeover: true, lastUpstreamId: undefined })
+  let outcome: string | undefined
+  const p = pump(taken, { upstream: slowUpstream, store: lostStore, onStop: o => { outcome = o } })
+  const opening = p.open()
+  await sleep(10)
+  held.renewed([taken], ['gone'])
+  t.equal(await opening, null, 'the GET opened')
+  await p.leaseWorkDone()
+  t.equal(outcome, undefined, 'the pump goes on: the session recorded again')
+  t.equal(gapAppends, 0, 'no handover gap appended to the session gone')
+  t.not(p.lease, taken, 'under the lease taken again')
+  p.stop()
 })
 
 t.test('not movable while the hold\'s release is in flight', async t => {

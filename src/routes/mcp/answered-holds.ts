@@ -35,7 +35,7 @@ export interface AnsweredHoldsOptions {
   readonly max: number
   /** How often the sessions holding streams are looked up. */
   readonly checkMs: number
-  /** Whether the store still has the session, asked with one of its held streams (see heldInStore). */
+  /** Whether the store still has the stream, and so its session (see heldInStore). */
   readonly alive: (sessionId: string, streamId: string) => Promise<boolean>
 }
 
@@ -116,16 +116,23 @@ export class AnsweredHolds {
     if (this.#held.size === 0 && this.#followed.size === 0) this.stop()
   }
 
+  /**
+   * Each stream asked about on its own: the embedded store may drop a session's
+   * ended streams under memory pressure while the session lives, and that ends
+   * only their clients.
+   */
   #check (): void {
-    for (const sessionId of new Set([...this.#held.keys(), ...this.#followed.keys()])) {
-      const held = this.#held.get(sessionId)
-      const followed = this.#followed.get(sessionId)
-      const [streamId] = held?.keys() ?? followed?.values() ?? []
-      if (streamId === undefined) continue
-      this.#o.alive(sessionId, streamId).then(alive => {
-        if (alive) return
-        for (const client of [...held?.values() ?? [], ...followed?.keys() ?? []]) client.end('session_deleted')
-      }, () => {}) // the store out of reach: asked again at the next check
+    for (const [sessionId, streams] of this.#held) {
+      for (const [streamId, client] of streams) this.#endUnlessAlive(sessionId, streamId, client)
     }
+    for (const [sessionId, clients] of this.#followed) {
+      for (const [client, streamId] of clients) this.#endUnlessAlive(sessionId, streamId, client)
+    }
+  }
+
+  #endUnlessAlive (sessionId: string, streamId: string, client: HeldClient): void {
+    this.#o.alive(sessionId, streamId).then(alive => {
+      if (!alive) client.end('session_deleted')
+    }, () => {}) // the store out of reach: asked again at the next check
   }
 }

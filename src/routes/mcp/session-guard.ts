@@ -62,7 +62,8 @@ export class SessionGuard {
   /**
    * By session and epoch: several requests may record one lost session again
    * at once, and only the upstream confirming none of them drops it (see
-   * settleRecovery).
+   * settleRecovery). Counted in this process: recoveries of one session on
+   * two replicas at once still decide each on its own.
    */
   readonly #epochRecoveries = boundedLru<string, EpochRecoveries>(EPOCH_RECOVERIES)
 
