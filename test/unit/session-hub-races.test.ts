@@ -6,24 +6,16 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { PassThrough } from 'node:stream'
-import type { FastifyBaseLogger } from 'fastify'
 import { LeaseCoordinator } from '../../src/cluster/coordinator.js'
 import { LocalLeaseBackend } from '../../src/cluster/local-lease-backend.js'
 import { SessionHub } from '../../src/sessions/session-hub.js'
 import { STANDALONE_STREAM, type EventStore, type SessionRecord } from '../../src/store/contract.js'
-import type { GatewayMetrics } from '../../src/metrics/metrics.js'
 import type { UpstreamClient } from '../../src/upstream/client.js'
 import type { ClientStream } from '../../src/sse/client-stream.js'
+import { silentLog, standInMetrics } from '../fixtures/stand-ins.js'
 
-const log = { info () {}, warn () {}, debug () {}, error () {}, child () { return log } } as unknown as FastifyBaseLogger
-const metrics = {
-  timeStore: async (_name: string, fn: () => Promise<unknown>) => await fn(),
-  upstreamStreamsOpen: { inc () {}, dec () {} },
-  upstreamRequestDuration: { startTimer: () => () => {} },
-  upstreamErrors: { inc () {} },
-  leaseTakeovers: { inc () {} },
-  countGap () {}
-} as unknown as GatewayMetrics
+const log = silentLog
+const metrics = standInMetrics
 const record: SessionRecord = { epoch: 'e1', principal: 'p', upstreamSessionId: 'up' }
 const store = { async getSession () { return record } } as unknown as EventStore
 

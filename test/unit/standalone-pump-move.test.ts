@@ -11,7 +11,6 @@
 import t from 'tap'
 import { PassThrough } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { FastifyBaseLogger } from 'fastify'
 import { HeldLeases } from '../../src/cluster/renewal.js'
 import type { IdleRelease, Lease, LeaseBackend } from '../../src/cluster/lease.js'
 import { StandalonePump, type PumpOptions } from '../../src/sessions/standalone-pump.js'
@@ -24,17 +23,10 @@ import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
 import type { AppendOptions } from '../../src/store/contract.js'
 import { SessionGoneError } from '../../src/errors.js'
+import { silentLog, standInMetrics } from '../fixtures/stand-ins.js'
 
-const log = { info () {}, warn () {}, debug () {}, error () {}, child () { return log } } as unknown as FastifyBaseLogger
-const metrics = {
-  timeStore: async (_name: string, fn: () => Promise<unknown>) => await fn(),
-  upstreamStreamsOpen: { inc () {}, dec () {} },
-  upstreamRequestDuration: { startTimer: () => () => {} },
-  upstreamErrors: { inc () {} },
-  leaseTakeovers: { inc () {} },
-  countGap () {},
-  eventsUnrecorded: { inc () {} }
-} as unknown as GatewayMetrics
+const log = silentLog
+const metrics = standInMetrics
 const store = {
   async state () { return { epoch: 'e1', lastSeq: 0, firstSeq: 1, ended: false } },
   async sessionDeleted () { await sleep(5); return false },
