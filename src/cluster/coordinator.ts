@@ -107,11 +107,12 @@ export class LeaseCoordinator {
   /**
    * Make a lease the store lost with the session's records ours again, now
    * that the session is recorded again, with the same token: the appends its
-   * holder is making, fenced with that token, stay valid. At once, not at the
-   * next tick: until then another replica watching the session could take
-   * the free lease. The lease itself, or one held under the same token if
-   * this replica had let it go ('gone' at a tick); 'held' when another
-   * replica took it meanwhile.
+   * holder is making, fenced with that token, stay valid. The recording took
+   * the lease already if it was free (EventStore.adoptSession's hold); this
+   * renewal takes it if not yet, at once rather than at the next tick, and
+   * tells which. The lease itself, or one held under the same token if this
+   * replica had let it go ('gone' at a tick); 'held' when another replica
+   * took it meanwhile.
    */
   async reacquire (lease: Lease): Promise<LeaseClaim> {
     const { sessionId, token } = lease

@@ -111,9 +111,11 @@ export interface PumpClients extends LiveClients {
  * Records a session the store lost again, for the principal and toward the
  * upstream placement of `record` (its last record known here), if that may
  * be done (recovery on, a real loss, the id bound to that principal). The
- * upstream still answering the session's GET is its confirmation.
+ * upstream still answering the session's GET is its confirmation. The
+ * standalone stream's lease is taken with the record under `leaseToken`,
+ * the token of the pump whose GET is open (EventStore.adoptSession).
  */
-export type SessionRecovery = (sessionId: string, record: SessionRecord, log: Logger) => Promise<boolean>
+export type SessionRecovery = (sessionId: string, record: SessionRecord, log: Logger, leaseToken: string) => Promise<boolean>
 
 /** Where a pump is: its upstream GET being opened, recorded, or stopped (and how). */
 type PumpPhase =
@@ -554,7 +556,7 @@ export class StandalonePump {
     const record = this.#record
     if (this.stopped || this.#o.clients.deleting || record === undefined || recoverSession === undefined) return undefined
     if (await metrics.timeStore('session_deleted', () => store.sessionDeleted(sessionId))) return undefined
-    if (!await recoverSession(sessionId, record, log) || this.stopped) return undefined
+    if (!await recoverSession(sessionId, record, log, this.#lease.token) || this.stopped) return undefined
     const again = await this.#o.reacquire(this.#lease)
     if (again === 'held' || again === 'gone') {
       log.info({ lease: again }, 'the session was recorded again after the event store lost it, and another replica holds its stream now')

@@ -146,6 +146,16 @@ export interface AppendOptions {
   readonly readFrom?: string
 }
 
+/**
+ * The standalone stream's lease, taken with a session recorded again
+ * (adoptSession) for the replica whose upstream GET is still open: its
+ * token, for how long.
+ */
+export interface LeaseHold {
+  readonly token: string
+  readonly ttlMs: number
+}
+
 /** What adoptSession found or made. */
 export interface Adoption {
   readonly record: SessionRecord
@@ -175,8 +185,13 @@ export interface EventStore {
    * has (whatever its principal), or a new one bound to `principal` with a
    * fresh epoch, at `placement` (default: the session's own id). For
    * sessions the store lost (see intactSince). An adopted session has no recipe.
+   * `hold`: the lease of its standalone stream is taken with the record, for
+   * the holder whose upstream GET is open, if free and the record is
+   * `principal`'s, in the same step: taken after, it would be free for a
+   * moment to a replica watching the session. A store whose leases live
+   * elsewhere (no leaseBackend) ignores it.
    */
-  adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<Adoption>
+  adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement, hold?: LeaseHold): Promise<Adoption>
   /**
    * Move the session to a new upstream placement, only if its upstream id is
    * still `expected` (compare and set: a replica that re-established the

@@ -19,7 +19,7 @@ import { buildGateway, type Gateway } from '../../src/server.js'
 import { RENEW_PER_CALL } from '../../src/store/redis/lease-backend.js'
 import { RedisEventStore } from '../../src/store/redis/redis-store.js'
 import { COMMANDS } from '../../src/store/redis/lua.js'
-import type { RetentionLimits, StreamNotice } from '../../src/store/contract.js'
+import { STANDALONE_STREAM, type RetentionLimits, type StreamNotice } from '../../src/store/contract.js'
 import { testConfig } from '../fixtures/gateway.js'
 import { writtenChunks } from '../fixtures/net.js'
 import { waitUntil } from '../fixtures/mcp-client.js'
@@ -285,6 +285,35 @@ t.test('reacquire: a lease the store lost with the session is ours again at once
   await a.adoptSession('s1', 'p')
   grant(await b.leaseBackend().acquire('s1', 'B2', 30_000))
   t.equal(await coordinator.reacquire(held), 'held', 'held elsewhere: not taken from it')
+})
+
+t.test('a session recorded again for the holder of its open upstream GET comes with the lease: never free for a watching replica', async (t) => {
+  const env = await useRedis(t, 'lease-adopt-hold')
+  const a = await storeFor(t, env)
+  const b = await storeFor(t, env)
+  const lease = (id: string): string => `${env.prefix}{${id}}:lease`
+
+  // Lost and recorded again by the holder: the lease is the holder's in the same step.
+  await a.adoptSession('s1', 'p', undefined, { token: 'A1', ttlMs: 30_000 })
+  t.equal(await env.redis.get(lease('s1')), 'A1', 'held under the holder\'s token')
+  const ttl = await env.redis.pttl(lease('s1'))
+  t.ok(ttl > 25_000 && ttl <= 30_000, `for the lease's time to live (${ttl} ms)`)
+  t.equal(await env.redis.hget(`${env.prefix}{s1}:m`, `h:${STANDALONE_STREAM}`), '1', 'its GET marked live: a next holder after a crash marks the gap')
+  const watcher = await b.leaseBackend().acquire('s1', 'B1', 30_000)
+  t.ok(typeof watcher === 'object' && 'heldForMs' in watcher, 'a watching replica finds it held')
+
+  // Recorded again first by a request (no hold): the holder's own recording takes the free lease.
+  await a.adoptSession('s2', 'p')
+  t.equal(await env.redis.get(lease('s2')), null, 'a request\'s recording takes no lease')
+  t.equal((await a.adoptSession('s2', 'p', undefined, { token: 'A2', ttlMs: 30_000 })).created, false, 'the holder finds the record')
+  t.equal(await env.redis.get(lease('s2')), 'A2', 'and takes the free lease with it')
+  t.equal((await a.adoptSession('s2', 'p', undefined, { token: 'A3', ttlMs: 30_000 })).created, false, 'a second holder finds it too')
+  t.equal(await env.redis.get(lease('s2')), 'A2', 'and leaves the lease to the first')
+
+  // Recorded for another principal: nothing taken.
+  await a.adoptSession('s3', 'other')
+  t.equal((await a.adoptSession('s3', 'p', undefined, { token: 'A4', ttlMs: 30_000 })).record.principal, 'other', 'another principal\'s record')
+  t.equal(await env.redis.get(lease('s3')), null, 'its lease not taken')
 })
 
 t.test('a tick sent while a release-if-idle is at Redis leaves that lease out: a renewal behind the release would take it back', async (t) => {

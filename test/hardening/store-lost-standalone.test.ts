@@ -79,6 +79,24 @@ t.test('Redis emptied while the upstream sends on the standalone stream: the ups
   t.equal(await recoveredCount(session.replicas), 1, 'counted as recovered, once')
 })
 
+t.test('a replica watching the session at the moment its holder records it again finds the lease held: it opens no second upstream GET', async t => {
+  const session = await setup(t)
+  const store = (session.replicas[0] as RunningGateway).store
+  const leases = store.leaseBackend?.()
+  if (leases === undefined) throw new Error('the Redis store keeps the leases')
+  // Between the recording and anything after it, the way a watching replica's tick may come.
+  const watched: unknown[] = []
+  const adopt = store.adoptSession.bind(store)
+  store.adoptSession = async (...args) => {
+    const adoption = await adopt(...args)
+    watched.push(await leases.acquire(args[0], 'watcher', 30_000))
+    return adoption
+  }
+  await lossDuringBroadcast(t, session, 300)
+  t.equal(watched.length, 1, 'recorded again once')
+  t.ok(watched.every(w => typeof w === 'object' && w !== null && 'heldForMs' in w), `the watching replica found the lease held (${JSON.stringify(watched)})`)
+})
+
 t.test('Redis emptied while the session is quiet: the lease\'s renewal finds it, the session is recorded again, the GET stays open', async t => {
   // Renewal every 200 ms: the loss is found by the lease before any append or request.
   const { upstream, redis, replicas, mcp, upstreamId } = await setup(t, { env: { LEASE_TTL_MS: '600' } })

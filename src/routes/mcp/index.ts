@@ -82,10 +82,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions })
   guard.register(app)
   // An upstream GET held here whose session the store loses goes on: the session is recorded
-  // again for the principal of its last record, under the same rules as any recovery.
-  deps.hub.recoverLostWith(async (sessionId, record, log) => {
+  // again for the principal of its last record, under the same rules as any recovery, with
+  // the GET's lease.
+  deps.hub.recoverLostWith(async (sessionId, record, log, token) => {
     const placement = { upstreamSessionId: record.upstreamSessionId, ...(record.endpoint !== undefined && { endpoint: record.endpoint }) }
-    const again = await guard.recoverDuringAnswer(sessionId, record.principal, log, placement)
+    const again = await guard.recoverDuringAnswer(sessionId, record.principal, log, placement, { token, ttlMs: config.leaseTtlMs })
     return again !== null
   })
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })

@@ -6,7 +6,7 @@ import type { GatewayConfig } from '../../config/load.js'
 import { errors } from '../../errors.js'
 import type { GatewayMetrics } from '../../metrics/metrics.js'
 import { parseSessionId, SessionIdIssuer } from '../../protocol/session-id.js'
-import type { Adoption, EventStore, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
+import type { Adoption, EventStore, LeaseHold, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
 import { boundedLru } from '../../lru.js'
 import type { SessionCache } from './session-cache.js'
 
@@ -180,13 +180,14 @@ export class SessionGuard {
    * A session the store lost while the upstream was still streaming an
    * answer of it: one of its requests', made for `principal`, or its
    * standalone GET's (`principal` from the session's last record, and
-   * `placement` where that GET goes). The upstream answering is its
-   * confirmation, so it is recorded again at once (same rules as
-   * recoverLostSession); null when it is not to be, or the store has it for
-   * another principal already. Throws when the store fails.
+   * `placement` where that GET goes, `hold` its lease, taken with the
+   * record). The upstream answering is its confirmation, so it is recorded
+   * again at once (same rules as recoverLostSession); null when it is not to
+   * be, or the store has it for another principal already. Throws when the
+   * store fails.
    */
-  async recoverDuringAnswer (sessionId: string, principal: string, log: FastifyBaseLogger, placement?: UpstreamPlacement): Promise<SessionRecord | null> {
-    const adopted = await this.#adoptLost(sessionId, principal, placement)
+  async recoverDuringAnswer (sessionId: string, principal: string, log: FastifyBaseLogger, placement?: UpstreamPlacement, hold?: LeaseHold): Promise<SessionRecord | null> {
+    const adopted = await this.#adoptLost(sessionId, principal, placement, hold)
     if (adopted === null || adopted.record.principal !== principal) return null
     const { record, intactSince, created } = adopted
     this.#sessions.set(sessionId, record)
@@ -223,14 +224,14 @@ export class SessionGuard {
    * under another id, on another endpoint, since the id was issued), else
    * the upstream session the id names.
    */
-  async #adoptLost (sessionId: string, principal: string, current?: UpstreamPlacement): Promise<(Adoption & { intactSince: number }) | null> {
+  async #adoptLost (sessionId: string, principal: string, current?: UpstreamPlacement, hold?: LeaseHold): Promise<(Adoption & { intactSince: number }) | null> {
     const lost = await this.#lostSince(sessionId, principal)
     if (lost === null) return null
     const known = current ?? this.#sessions.stale(sessionId)
     const placement: UpstreamPlacement = known === undefined
       ? { upstreamSessionId: lost.firstUpstreamId }
       : { upstreamSessionId: known.upstreamSessionId, ...(known.endpoint !== undefined && { endpoint: known.endpoint }) }
-    const adoption = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, placement))
+    const adoption = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, placement, hold))
     return { ...adoption, intactSince: lost.intactSince }
   }
 

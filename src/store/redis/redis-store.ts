@@ -6,7 +6,7 @@ import { STANDALONE_STREAM, SUBSCRIPTIONS_MAX } from '../contract.js'
 import type { EventBatch } from '../batch/event-batch.js'
 import type { NumberedBatch } from '../batch/numbered-batch.js'
 import type {
-  Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, LeaseHold, NoticeListener, ReadResult, RetentionLimits,
   SessionRecipe, SessionRecord, SessionStateChange, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
@@ -195,11 +195,12 @@ export class RedisEventStore implements EventStore {
     return await this.#redis.exists(this.#keys.session(sessionId).deleted) === 1
   }
 
-  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<Adoption> {
+  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement, hold?: LeaseHold): Promise<Adoption> {
     const keys = this.#keys.session(sessionId)
     const epoch = randomToken(8, this.#random)
     const reply = await this.#redis.mcpgwAdopt(keys.meta, keys.lease, keys.attached, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM),
-      epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '', placement?.endpoint ?? '')
+      epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '', placement?.endpoint ?? '',
+      hold?.token ?? '', hold?.ttlMs ?? 0, STANDALONE_STREAM)
     // A new record: what this replica knew of the session's writes is history.
     const created = reply[0] === epoch
     if (created) {
