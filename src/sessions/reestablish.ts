@@ -137,6 +137,34 @@ export class SessionReestablisher {
     return result.outcome === 'reestablished' ? { outcome: 'joined', record: result.record } : result
   }
 
+  /**
+   * Run `task` while no re-establishment of the session is under way, here
+   * or on another replica: under the session's fence, once one running
+   * lets it go. A DELETE runs so: it reads the record a re-establishment
+   * left and ends the upstream session that record names, and one that
+   * starts meanwhile waits, then finds the session gone. The fence lasts
+   * its own time (FENCE_MS): a task that outlives it holds nothing after
+   * that. After twice that without the fence (one taken again and again),
+   * the task runs without it, logged.
+   */
+  async excluding<T> (sessionId: string, log: Logger, task: () => Promise<T>): Promise<T> {
+    const { store, metrics } = this.#o
+    const token = randomBytes(12).toString('base64url')
+    const deadline = Date.now() + 2 * this.#fenceMs
+    const take = async (): Promise<boolean> => await metrics.timeStore('session_fence', () => store.acquireSessionFence(sessionId, token, this.#fenceMs))
+    let held = await take()
+    while (!held && Date.now() < deadline) {
+      await sleep(WAIT_STEP_MS)
+      held = await take()
+    }
+    if (!held) log.warn('the session is being established upstream again for too long: going on without waiting for it')
+    try {
+      return await task()
+    } finally {
+      if (held) await store.releaseSessionFence(sessionId, token).catch(() => {})
+    }
+  }
+
   async #run (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
     const { metrics } = this.#o
     const startedAt = performance.now()

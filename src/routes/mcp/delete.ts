@@ -17,10 +17,19 @@ export function sessionGone (statusCode: number): boolean {
 }
 
 export async function handleDelete (ctx: McpContext, request: FastifyRequest, reply: FastifyReply): Promise<unknown> {
-  const { guard } = ctx
-  const { hub } = ctx.deps
   const sessionId = sessionIdOf(request)
   if (sessionId === undefined) return await forwardTransparently(ctx.deps, request, reply, undefined)
+  // Not while the session is being established upstream again: this DELETE would end the
+  // upstream session the record named before, and leave the new one open for the server's life.
+  // (The id's binding first: another principal's DELETE never holds up the session's re-establishment.)
+  const reestablisher = ctx.deps.reestablisher
+  if (reestablisher === undefined || !ctx.guard.boundTo(sessionId, ctx.guard.principalOf(request))) return await deleteSession(ctx, request, reply, sessionId)
+  return await reestablisher.excluding(sessionId, request.log, async () => await deleteSession(ctx, request, reply, sessionId))
+}
+
+async function deleteSession (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, sessionId: string): Promise<unknown> {
+  const { guard } = ctx
+  const { hub } = ctx.deps
   // Read from the store, not this replica's cache: another replica may have established the
   // session upstream again moments ago, and the DELETE must end the upstream session its record
   // names now (the old one is gone; the new one, never told, would stay for the server's life).
