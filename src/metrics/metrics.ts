@@ -13,7 +13,7 @@ const STREAM_KINDS = ['standalone', 'request', 'resume'] as const
 const CLOSE_OUTCOMES = ['completed', 'client_gone', 'slow_client', 'superseded', 'upstream_error', 'draining', 'session_deleted', 'write_timeout', 'buffers_full'] as const
 const RESUME_OUTCOMES = ['replayed', 'gap', 'unknown', 'refused'] as const
 const UNRECORDED_REASONS = ['too_large', 'store_error'] as const
-const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', 'adopt_session', 'delete_session', 'session_deleted', 'intact_since', 'open_stream', 'load_cursor', 'lease_acquire', 'move_placement', 'recipe', 'session_state', 'session_fence'] as const
+const STORE_OPS = ['append', 'read', 'state', 'get_session', 'create_session', 'adopt_session', 'settle_adoption', 'delete_session', 'session_deleted', 'intact_since', 'open_stream', 'load_cursor', 'lease_acquire', 'move_placement', 'recipe', 'session_state', 'session_fence'] as const
 /**
  * How a re-establishment of an upstream session ended: `reestablished` (here),
  * `joined` (another request or replica did it meanwhile), `incompatible` (the

@@ -156,6 +156,20 @@ export interface LeaseHold {
   readonly ttlMs: number
 }
 
+/** How a session is recorded again (adoptSession). */
+export interface AdoptOptions {
+  /** Where it goes upstream (default: the session's own id). */
+  readonly placement?: UpstreamPlacement
+  /** The standalone stream's lease, taken with the record. */
+  readonly hold?: LeaseHold
+  /**
+   * `confirmed`: the upstream is answering the session already (its
+   * standalone GET, one of its answers being read). `pending`: a request on
+   * its way to the upstream, whose answer settles it (settleAdoption).
+   */
+  readonly confirmation: 'confirmed' | 'pending'
+}
+
 /** What adoptSession found or made. */
 export interface Adoption {
   readonly record: SessionRecord
@@ -183,15 +197,26 @@ export interface EventStore {
   /**
    * Record the session unless the store has it already: returns the record it
    * has (whatever its principal), or a new one bound to `principal` with a
-   * fresh epoch, at `placement` (default: the session's own id). For
-   * sessions the store lost (see intactSince). An adopted session has no recipe.
-   * `hold`: the lease of its standalone stream is taken with the record, for
-   * the holder whose upstream GET is open, if free and the record is
-   * `principal`'s, in the same step: taken after, it would be free for a
-   * moment to a replica watching the session. A store whose leases live
-   * elsewhere (no leaseBackend) ignores it.
+   * fresh epoch, at `options.placement`. For sessions the store lost (see
+   * intactSince). An adopted session has no recipe. When the record is
+   * `principal`'s, the adoption counts toward it, for every replica: a
+   * pending one until settled (settleAdoption), a confirmed one for good.
+   * `options.hold`: the lease of its standalone stream is taken with the
+   * record, for the holder whose upstream GET is open, if free, in the same
+   * step: taken after, it would be free for a moment to a replica watching
+   * the session. A store whose leases live elsewhere (no leaseBackend)
+   * ignores it.
    */
-  adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement, hold?: LeaseHold): Promise<Adoption>
+  adoptSession (sessionId: string, principal: string, options: AdoptOptions): Promise<Adoption>
+  /**
+   * The upstream's word on a pending adoption of the session in `epoch`:
+   * `confirmed` (it answered the request with a 2xx) confirms the record for
+   * good; a refusal drops it, as deleteSession does, only when no adoption of
+   * that epoch, on any replica, was confirmed or still waits for its answer.
+   * True when this call dropped it. Nothing is done once the record is gone
+   * or in another epoch.
+   */
+  settleAdoption (sessionId: string, epoch: string, confirmed: boolean): Promise<boolean>
   /**
    * Move the session to a new upstream placement, only if its upstream id is
    * still `expected` (compare and set: a replica that re-established the

@@ -267,7 +267,7 @@ t.test('reacquire: a lease the store lost with the session is ours again at once
   // The store loses the session (its lease with it), and a request records it again.
   await a.deleteSession('s1')
   t.equal(await coordinator.reacquire(held), 'gone', 'while the session is unknown: gone')
-  await a.adoptSession('s1', 'p')
+  await a.adoptSession('s1', 'p', { confirmation: 'pending' })
   t.equal(await coordinator.reacquire(held), held, 'once recorded again, still held here: the same lease')
   const other = await b.leaseBackend().acquire('s1', 'B1', 30_000)
   t.ok(typeof other === 'object' && 'heldForMs' in other, 'another replica finds it held at once, not free until the next renewal')
@@ -276,13 +276,13 @@ t.test('reacquire: a lease the store lost with the session is ours again at once
   // Let go here meanwhile (a renewal found it gone): a lease under the same token.
   held.lose('gone')
   await a.deleteSession('s1')
-  await a.adoptSession('s1', 'p')
+  await a.adoptSession('s1', 'p', { confirmation: 'pending' })
   const again = await coordinator.reacquire(held)
   t.ok(typeof again !== 'string' && again !== held && again.token === held.token && !again.settled, 'a new lease, same token, held and renewed from now on')
 
   // Another replica took it first: held.
   await a.deleteSession('s1')
-  await a.adoptSession('s1', 'p')
+  await a.adoptSession('s1', 'p', { confirmation: 'pending' })
   grant(await b.leaseBackend().acquire('s1', 'B2', 30_000))
   t.equal(await coordinator.reacquire(held), 'held', 'held elsewhere: not taken from it')
 })
@@ -294,7 +294,7 @@ t.test('a session recorded again for the holder of its open upstream GET comes w
   const lease = (id: string): string => `${env.prefix}{${id}}:lease`
 
   // Lost and recorded again by the holder: the lease is the holder's in the same step.
-  await a.adoptSession('s1', 'p', undefined, { token: 'A1', ttlMs: 30_000 })
+  await a.adoptSession('s1', 'p', { hold: { token: 'A1', ttlMs: 30_000 }, confirmation: 'confirmed' })
   t.equal(await env.redis.get(lease('s1')), 'A1', 'held under the holder\'s token')
   const ttl = await env.redis.pttl(lease('s1'))
   t.ok(ttl > 25_000 && ttl <= 30_000, `for the lease's time to live (${ttl} ms)`)
@@ -303,16 +303,16 @@ t.test('a session recorded again for the holder of its open upstream GET comes w
   t.ok(typeof watcher === 'object' && 'heldForMs' in watcher, 'a watching replica finds it held')
 
   // Recorded again first by a request (no hold): the holder's own recording takes the free lease.
-  await a.adoptSession('s2', 'p')
+  await a.adoptSession('s2', 'p', { confirmation: 'pending' })
   t.equal(await env.redis.get(lease('s2')), null, 'a request\'s recording takes no lease')
-  t.equal((await a.adoptSession('s2', 'p', undefined, { token: 'A2', ttlMs: 30_000 })).created, false, 'the holder finds the record')
+  t.equal((await a.adoptSession('s2', 'p', { hold: { token: 'A2', ttlMs: 30_000 }, confirmation: 'confirmed' })).created, false, 'the holder finds the record')
   t.equal(await env.redis.get(lease('s2')), 'A2', 'and takes the free lease with it')
-  t.equal((await a.adoptSession('s2', 'p', undefined, { token: 'A3', ttlMs: 30_000 })).created, false, 'a second holder finds it too')
+  t.equal((await a.adoptSession('s2', 'p', { hold: { token: 'A3', ttlMs: 30_000 }, confirmation: 'confirmed' })).created, false, 'a second holder finds it too')
   t.equal(await env.redis.get(lease('s2')), 'A2', 'and leaves the lease to the first')
 
   // Recorded for another principal: nothing taken.
-  await a.adoptSession('s3', 'other')
-  t.equal((await a.adoptSession('s3', 'p', undefined, { token: 'A4', ttlMs: 30_000 })).record.principal, 'other', 'another principal\'s record')
+  await a.adoptSession('s3', 'other', { confirmation: 'pending' })
+  t.equal((await a.adoptSession('s3', 'p', { hold: { token: 'A4', ttlMs: 30_000 }, confirmation: 'confirmed' })).record.principal, 'other', 'another principal\'s record')
   t.equal(await env.redis.get(lease('s3')), null, 'its lease not taken')
 })
 

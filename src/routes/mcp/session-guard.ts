@@ -6,8 +6,7 @@ import type { GatewayConfig } from '../../config/load.js'
 import { errors } from '../../errors.js'
 import type { GatewayMetrics } from '../../metrics/metrics.js'
 import { parseSessionId, SessionIdIssuer } from '../../protocol/session-id.js'
-import type { Adoption, EventStore, LeaseHold, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
-import { boundedLru } from '../../lru.js'
+import type { AdoptOptions, Adoption, EventStore, LeaseHold, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
 import type { SessionCache } from './session-cache.js'
 
 export interface SessionGuardOptions {
@@ -25,12 +24,6 @@ export interface SessionGuardOptions {
  * request may have made it first): only that one is counted.
  */
 interface Recovery { readonly sessionId: string, readonly epoch: string, readonly intactSince: number, readonly created: boolean }
-
-/** The recoveries of one lost session's epoch: how many wait for the upstream's answer, and whether one was confirmed. */
-interface EpochRecoveries { pending: number, confirmed: boolean }
-
-/** Epochs of recovered sessions whose recoveries are remembered (least recently used forgotten first). */
-const EPOCH_RECOVERIES = 10_000
 
 export function createPrincipalResolver (config: GatewayConfig): PrincipalResolver {
   return config.jwt === undefined ? new HeaderPrincipal(config.principalHeader) : new JwtPrincipal(config.jwt)
@@ -59,13 +52,6 @@ export class SessionGuard {
   readonly #identities = new WeakMap<FastifyRequest, Identity>()
   /** Lost sessions a request recorded again, until the upstream's answer settles them. */
   readonly #recovering = new WeakMap<FastifyRequest, Recovery>()
-  /**
-   * By session and epoch: several requests may record one lost session again
-   * at once, and only the upstream confirming none of them drops it (see
-   * settleRecovery). Counted in this process: recoveries of one session on
-   * two replicas at once still decide each on its own.
-   */
-  readonly #epochRecoveries = boundedLru<string, EpochRecoveries>(EPOCH_RECOVERIES)
 
   constructor (options: SessionGuardOptions) {
     this.#config = options.config
@@ -166,7 +152,7 @@ export class SessionGuard {
    */
   async recoverLostSession (sessionId: string, principal: string, request: FastifyRequest): Promise<SessionRecord | null> {
     try {
-      const adopted = await this.#adoptLost(sessionId, principal)
+      const adopted = await this.#adoptLost(sessionId, principal, { confirmation: 'pending' })
       if (adopted === null) return null
       const { record, intactSince, created } = adopted
       if (record.principal === principal) this.#beginRecovery(request, { sessionId, epoch: record.epoch, intactSince, created })
@@ -187,7 +173,7 @@ export class SessionGuard {
    * store fails.
    */
   async recoverDuringAnswer (sessionId: string, principal: string, log: FastifyBaseLogger, placement?: UpstreamPlacement, hold?: LeaseHold): Promise<SessionRecord | null> {
-    const adopted = await this.#adoptLost(sessionId, principal, placement, hold)
+    const adopted = await this.#adoptLost(sessionId, principal, { ...(placement !== undefined && { current: placement }), ...(hold !== undefined && { hold }), confirmation: 'confirmed' })
     if (adopted === null || adopted.record.principal !== principal) return null
     const { record, intactSince, created } = adopted
     this.#sessions.set(sessionId, record)
@@ -222,16 +208,17 @@ export class SessionGuard {
    * `current` (where an upstream GET still open goes), else the last this
    * replica knew of (the upstream may have been given the session again
    * under another id, on another endpoint, since the id was issued), else
-   * the upstream session the id names.
+   * the upstream session the id names. `hold` and `confirmation`: see
+   * EventStore.adoptSession.
    */
-  async #adoptLost (sessionId: string, principal: string, current?: UpstreamPlacement, hold?: LeaseHold): Promise<(Adoption & { intactSince: number }) | null> {
+  async #adoptLost (sessionId: string, principal: string, { current, hold, confirmation }: { current?: UpstreamPlacement, hold?: LeaseHold, confirmation: AdoptOptions['confirmation'] }): Promise<(Adoption & { intactSince: number }) | null> {
     const lost = await this.#lostSince(sessionId, principal)
     if (lost === null) return null
     const known = current ?? this.#sessions.stale(sessionId)
     const placement: UpstreamPlacement = known === undefined
       ? { upstreamSessionId: lost.firstUpstreamId }
       : { upstreamSessionId: known.upstreamSessionId, ...(known.endpoint !== undefined && { endpoint: known.endpoint }) }
-    const adoption = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, placement, hold))
+    const adoption = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, { placement, ...(hold !== undefined && { hold }), confirmation }))
     return { ...adoption, intactSince: lost.intactSince }
   }
 
@@ -267,56 +254,38 @@ export class SessionGuard {
 
   #beginRecovery (request: FastifyRequest, recovery: Recovery): void {
     this.#recovering.set(request, recovery)
-    const key = `${recovery.sessionId} ${recovery.epoch}`
-    const epoch = this.#epochRecoveries.get(key)
-    if (epoch === undefined) this.#epochRecoveries.set(key, { pending: 1, confirmed: false })
-    else epoch.pending++
-  }
-
-  /** The request's recovery is over (it settled, or the session was deleted): its epoch's count, and whether any of them was confirmed. */
-  #endRecovery (request: FastifyRequest, confirmed: boolean): { recovery: Recovery, others: EpochRecoveries | undefined } | undefined {
-    const recovery = this.#recovering.get(request)
-    if (recovery === undefined) return undefined
-    this.#recovering.delete(request)
-    const others = this.#epochRecoveries.get(`${recovery.sessionId} ${recovery.epoch}`)
-    if (others !== undefined) {
-      others.pending--
-      if (confirmed) others.confirmed = true
-    }
-    return { recovery, others }
   }
 
   /** A lost session deleted by the request that recorded it again: not counted as recovered, nothing more to drop. */
   forgetRecovery (request: FastifyRequest): void {
-    this.#endRecovery(request, false)
+    this.#recovering.delete(request)
   }
 
   /**
    * The upstream answered a request that recorded a lost session again: a 2xx
    * confirms the session (counted, logged); anything else, or no answer at all,
    * drops the record again, unless another request gave it a new life
-   * meanwhile, or another recovery of the same epoch was confirmed or still
-   * waits for its answer (the last of them to settle decides).
+   * meanwhile, or another recovery of the same epoch, on any replica, was
+   * confirmed or still waits for its answer (the last of them to settle
+   * decides: EventStore.settleAdoption).
    */
   async settleRecovery (request: FastifyRequest, confirmed: boolean): Promise<void> {
-    const ended = this.#endRecovery(request, confirmed)
-    if (ended === undefined) return
-    const { sessionId, epoch, intactSince, created } = ended.recovery
-    if (confirmed) {
-      if (!created) return
-      this.#metrics.sessionsRecovered.inc()
-      request.log.warn({ sessionHash: sessionHash(sessionId), epoch, storeIntactSince: new Date(intactSince).toISOString() },
-        'a session the event store had lost (it restarted empty, or evicted it) goes on under a new epoch; resuming clients are told of the gap')
-      return
-    }
-    if (ended.others !== undefined && (ended.others.confirmed || ended.others.pending > 0)) return
-    this.#sessions.delete(sessionId)
+    const recovery = this.#recovering.get(request)
+    if (recovery === undefined) return
+    this.#recovering.delete(request)
+    const { sessionId, epoch, intactSince, created } = recovery
+    let dropped: boolean
     try {
-      const record = await this.#metrics.timeStore('get_session', () => this.#store.getSession(sessionId))
-      if (record?.epoch === epoch) await this.#metrics.timeStore('delete_session', () => this.#store.deleteSession(sessionId))
+      dropped = await this.#metrics.timeStore('settle_adoption', () => this.#store.settleAdoption(sessionId, epoch, confirmed))
     } catch (err) {
-      request.log.warn({ err }, 'could not drop the record of a lost session the upstream did not confirm (it expires with its TTL)')
+      request.log.warn({ err, confirmed }, 'could not tell the store the upstream\'s word on a lost session recorded again (a record the upstream refused expires with its TTL)')
+      dropped = false
     }
+    if (dropped) this.#sessions.delete(sessionId)
+    if (!confirmed || !created) return
+    this.#metrics.sessionsRecovered.inc()
+    request.log.warn({ sessionHash: sessionHash(sessionId), epoch, storeIntactSince: new Date(intactSince).toISOString() },
+      'a session the event store had lost (it restarted empty, or evicted it) goes on under a new epoch; resuming clients are told of the gap')
   }
 
   /**

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import type {
-  Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  AdoptOptions, Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecipe, SessionRecord, SessionStateChange, StoreUsage, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import { applyStateChange } from '../session-recipe.js'
@@ -101,12 +101,30 @@ export class MemoryEventStore implements EventStore {
     return record
   }
 
-  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement): Promise<Adoption> {
+  async adoptSession (sessionId: string, principal: string, { placement, confirmation }: AdoptOptions): Promise<Adoption> {
     // No await between the look-up and the creation: two adoptions never both create.
+    const live = this.#sessions.live(sessionId)
+    const created = live === undefined
+    if (created) await this.createSession(sessionId, principal, placement === undefined ? {} : { placement })
+    const session = live ?? this.#require(sessionId)
+    if (!created) this.#sessions.touch(session)
+    if (session.record.principal === principal) {
+      const adoptions = session.adoptions ??= { pending: 0, confirmed: false }
+      if (confirmation === 'confirmed') adoptions.confirmed = true
+      else adoptions.pending++
+    }
+    return { record: session.record, created }
+  }
+
+  async settleAdoption (sessionId: string, epoch: string, confirmed: boolean): Promise<boolean> {
     const session = this.#sessions.live(sessionId)
-    if (session === undefined) return { record: await this.createSession(sessionId, principal, placement === undefined ? {} : { placement }), created: true }
-    this.#sessions.touch(session)
-    return { record: session.record, created: false }
+    const adoptions = session?.adoptions
+    if (session === undefined || adoptions === undefined || session.record.epoch !== epoch) return false
+    adoptions.pending--
+    if (confirmed) adoptions.confirmed = true
+    if (confirmed || adoptions.confirmed || adoptions.pending > 0) return false
+    await this.deleteSession(sessionId)
+    return true
   }
 
   async movePlacement (sessionId: string, expected: string, next: UpstreamPlacement): Promise<SessionRecord | null> {

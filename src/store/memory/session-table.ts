@@ -13,6 +13,8 @@ export interface MemorySession {
   recipe: KeptRecipe | undefined
   readonly streams: Map<string, MemoryStream>
   expiresAt: number
+  /** Adoptions of the record (adoptSession): waiting for the upstream's word, and whether one was confirmed. */
+  adoptions?: { pending: number, confirmed: boolean }
 }
 
 /** A session's recipe and the bytes it counts for, one value: they cannot disagree. */

@@ -51,6 +51,7 @@ export const COMMANDS = Object.freeze({
   readPlan: command('read-plan-3'),
   touch: command('touch-3'),
   adopt: command('adopt-5'),
+  settleAdoption: command('settle-adoption-1'),
   movePlacement: command('move-placement-1'),
   sessionState: command('session-state-1'),
   fenceRelease: command('fence-release-1'),
@@ -97,6 +98,7 @@ export interface StoreCommands {
   mcpgwTouch: (...args: Args) => Reply<RecordReply | null>
   mcpgwSaveCursor: (...args: Args) => Reply<number>
   mcpgwAdopt: (...args: Args) => Reply<RecordReply>
+  mcpgwSettleAdoption: (...args: Args) => Reply<number>
   mcpgwMovePlacement: (...args: Args) => Reply<RecordReply | null>
   mcpgwSessionState: (...args: Args) => Reply<number>
   mcpgwFenceRelease: (...args: Args) => Reply<number>

@@ -6,7 +6,7 @@ import { STANDALONE_STREAM, SUBSCRIPTIONS_MAX } from '../contract.js'
 import type { EventBatch } from '../batch/event-batch.js'
 import type { NumberedBatch } from '../batch/numbered-batch.js'
 import type {
-  Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, LeaseHold, NoticeListener, ReadResult, RetentionLimits,
+  AdoptOptions, Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecipe, SessionRecord, SessionStateChange, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
@@ -195,12 +195,12 @@ export class RedisEventStore implements EventStore {
     return await this.#redis.exists(this.#keys.session(sessionId).deleted) === 1
   }
 
-  async adoptSession (sessionId: string, principal: string, placement?: UpstreamPlacement, hold?: LeaseHold): Promise<Adoption> {
+  async adoptSession (sessionId: string, principal: string, { placement, hold, confirmation }: AdoptOptions): Promise<Adoption> {
     const keys = this.#keys.session(sessionId)
     const epoch = randomToken(8, this.#random)
     const reply = await this.#redis.mcpgwAdopt(keys.meta, keys.lease, keys.attached, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM),
       epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '', placement?.endpoint ?? '',
-      hold?.token ?? '', hold?.ttlMs ?? 0, STANDALONE_STREAM)
+      hold?.token ?? '', hold?.ttlMs ?? 0, STANDALONE_STREAM, confirmation === 'confirmed' ? '1' : '0')
     // A new record: what this replica knew of the session's writes is history.
     const created = reply[0] === epoch
     if (created) {
@@ -210,6 +210,13 @@ export class RedisEventStore implements EventStore {
       })
     }
     return { record: recordOf(sessionId, reply), created }
+  }
+
+  async settleAdoption (sessionId: string, epoch: string, confirmed: boolean): Promise<boolean> {
+    const keys = this.#keys.session(sessionId)
+    if (await this.#redis.mcpgwSettleAdoption(keys.meta, epoch, confirmed ? '1' : '0') !== 1) return false
+    // Dropped only if nothing changed since: reset.lua checks again, with the deletion.
+    return await this.#reset(sessionId, undefined, { listStreams: true, onlyIn: epoch })
   }
 
   /**
@@ -328,9 +335,11 @@ export class RedisEventStore implements EventStore {
    * script must see the stream keys in KEYS, so they are listed first and the
    * script refuses (we list again) if a stream appeared in between. Without
    * `listStreams` (a new session, which has none but for a reused id) the
-   * first try lists none without asking, a round trip less.
+   * first try lists none without asking, a round trip less. `onlyIn`: only
+   * while the record is in that epoch, with no adoption confirmed or
+   * pending (false when it was not).
    */
-  async #reset (sessionId: string, record: NewRecord | undefined, { listStreams }: { listStreams: boolean }): Promise<void> {
+  async #reset (sessionId: string, record: NewRecord | undefined, { listStreams, onlyIn }: { listStreams: boolean, onlyIn?: string }): Promise<boolean> {
     const keys = this.#keys.session(sessionId)
     this.#appender.forget(sessionId)
     for (let attempt = 0; attempt < RESET_ATTEMPTS; attempt++) {
@@ -340,8 +349,9 @@ export class RedisEventStore implements EventStore {
       const done = await this.#redis.mcpgwReset(4 + 2 * streamIds.length,
         keys.meta, keys.lease, keys.attached, keys.deleted, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
         record?.epoch ?? '', record?.principal ?? '', this.#retention.ttlMs,
-        record === undefined || Object.keys(record.fields).length === 0 ? '' : JSON.stringify(record.fields), ...streamIds)
-      if (done === 1) return
+        record === undefined || Object.keys(record.fields).length === 0 ? '' : JSON.stringify(record.fields), onlyIn ?? '', ...streamIds)
+      if (done === 1) return true
+      if (done === 2) return false
     }
     throw new Error(`event store: the streams of session ${sessionId.slice(0, 8)}... kept changing during a reset`)
   }

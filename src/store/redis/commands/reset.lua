@@ -1,15 +1,22 @@
 -- KEYS: session hash, lease, attached marker, deletion mark, then the key of
 -- every stream the caller found in the hash, then their ledgers.
 -- ARGV: new epoch ('' to only delete), principal, ttlMs, the record's other
--- fields as a JSON object of strings ('' for none), then the ids of those
--- streams.
+-- fields as a JSON object of strings ('' for none), an epoch to delete only
+-- in ('' for any), then the ids of those streams.
 -- Deletes the session and, given an epoch, writes a fresh record; without one
 -- (a deletion) leaves the deletion mark for ttlMs, so a replica still reading
 -- one of the session's answers tells a deletion from a store that lost the
 -- session (and does not record it again). Returns 0
 -- without touching anything when the hash lists other streams than the caller
 -- passed (a stream was opened meanwhile): the caller reads them again and
--- retries, so every key stays declared in KEYS.
+-- retries, so every key stays declared in KEYS. Given an epoch to delete
+-- only in, returns 2 without touching anything when the record is in another
+-- epoch (or gone), or an adoption of it was confirmed or is still pending
+-- (adopt-5, settle-adoption-1).
+if ARGV[5] ~= '' then
+  local rec = redis.call('HMGET', KEYS[1], 'epoch', 'rc', 'rp')
+  if rec[1] ~= ARGV[5] or rec[2] or tonumber(rec[3] or '0') > 0 then return 2 end
+end
 local count, known = 0, {}
 for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.sub(field, 1, 2) == 'q:' then
@@ -17,8 +24,8 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     count = count + 1
   end
 end
-if count ~= #ARGV - 4 or #KEYS ~= 4 + 2 * count then return 0 end
-for i = 5, #ARGV do
+if count ~= #ARGV - 5 or #KEYS ~= 4 + 2 * count then return 0 end
+for i = 6, #ARGV do
   if not known[ARGV[i]] then return 0 end
 end
 for i = 1, #KEYS, 500 do
