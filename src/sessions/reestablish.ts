@@ -143,21 +143,30 @@ export class SessionReestablisher {
    * lets it go. A DELETE runs so: it reads the record a re-establishment
    * left and ends the upstream session that record names, and one that
    * starts meanwhile waits, then finds the session gone. The fence lasts
-   * its own time (FENCE_MS): a task that outlives it holds nothing after
-   * that. After twice that without the fence (one taken again and again),
-   * the task runs without it, logged.
+   * its own time (FENCE_MS), not renewed: a task that outlives it holds
+   * nothing after that. After twice that without the fence (one taken again
+   * and again), the task runs without it, logged; and at once when the store
+   * cannot be asked (the task meets the store's failure itself).
    */
   async excluding<T> (sessionId: string, log: Logger, task: () => Promise<T>): Promise<T> {
     const { store, metrics } = this.#o
     const token = randomBytes(12).toString('base64url')
     const deadline = Date.now() + 2 * this.#fenceMs
-    const take = async (): Promise<boolean> => await metrics.timeStore('session_fence', () => store.acquireSessionFence(sessionId, token, this.#fenceMs))
-    let held = await take()
-    while (!held && Date.now() < deadline) {
-      await sleep(WAIT_STEP_MS)
-      held = await take()
+    const take = async (): Promise<'held' | 'busy' | 'failed'> => {
+      try {
+        return await metrics.timeStore('session_fence', () => store.acquireSessionFence(sessionId, token, this.#fenceMs)) ? 'held' : 'busy'
+      } catch (err) {
+        log.warn({ err }, 'could not take the session\'s fence: going on without it')
+        return 'failed'
+      }
     }
-    if (!held) log.warn('the session is being established upstream again for too long: going on without waiting for it')
+    let fence = await take()
+    while (fence === 'busy' && Date.now() < deadline) {
+      await sleep(WAIT_STEP_MS)
+      fence = await take()
+    }
+    const held = fence === 'held'
+    if (fence === 'busy') log.warn('the session is being established upstream again for too long: going on without waiting for it')
     try {
       return await task()
     } finally {

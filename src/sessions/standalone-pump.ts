@@ -556,16 +556,21 @@ export class StandalonePump {
     const record = this.#record
     if (this.stopped || this.#o.clients.deleting || record === undefined || recoverSession === undefined) return undefined
     if (await metrics.timeStore('session_deleted', () => store.sessionDeleted(sessionId))) return undefined
-    if (!await recoverSession(sessionId, record, log, this.#lease.token) || this.stopped) return undefined
+    if (!await recoverSession(sessionId, record, log, this.#lease.token)) return undefined
+    // Taken again even by a pump stopped meanwhile: the recording took the lease with it,
+    // under this token, after the stop released it, and would hold the stream from every
+    // replica until it ran out.
     const again = await this.#o.reacquire(this.#lease)
     if (again === 'held' || again === 'gone') {
+      if (this.stopped) return undefined
       log.info({ lease: again }, 'the session was recorded again after the event store lost it, and another replica holds its stream now')
       this.#stop('lease_lost')
       return undefined
     }
     if (this.stopped) {
-      // Stopped while the lease was taken again (the hold ran out, the recorder ended): the
-      // stop released the lease it had, settled already; this one would be renewed for ever.
+      // Stopped while the session was recorded again or the lease taken again (the hold ran
+      // out, the recorder ended): the stop released the lease it had, settled already; this
+      // one would be renewed for ever.
       if (again !== this.#lease) this.#releaseTakenAgain(again)
       return undefined
     }

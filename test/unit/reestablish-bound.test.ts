@@ -167,3 +167,30 @@ t.test('a session deleted while another replica holds its fence: gone, nothing s
   t.equal((await result).outcome, 'gone', 'the wait ends as soon as the record is gone')
   t.equal(initializes.count, 0, 'nothing was sent upstream')
 })
+
+t.test('excluding: waits for a re-establishment\'s fence, and not at all when the store cannot be asked', async t => {
+  const store = new MemoryEventStore({ retention: { maxEvents: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, maxBytes: 1 << 24 })
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const client = new UpstreamClient({ origin: new URL('http://127.0.0.1:9'), headersTimeoutMs: 1000 })
+  t.teardown(() => client.close())
+  const log = pino({ level: 'silent' })
+  const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: FENCE_MS, concurrency: 4 })
+
+  // A re-establishment holds the fence, and lets it go 100 ms later.
+  t.ok(await store.acquireSessionFence('s', 'other', FENCE_MS), 'the fence is another\'s')
+  setTimeout(() => { store.releaseSessionFence('s', 'other').catch(() => {}) }, 100)
+  let started = Date.now()
+  const during = await reestablisher.excluding('s', log, async () => await store.acquireSessionFence('s', 'third', FENCE_MS))
+  t.ok(Date.now() - started >= 90, `the task waited for the fence to go (${Date.now() - started} ms)`)
+  t.equal(during, false, 'and ran under it: nobody else could take it meanwhile')
+  t.equal(await store.acquireSessionFence('s', 'third', FENCE_MS), true, 'released after the task')
+  await store.releaseSessionFence('s', 'third')
+
+  // A store that cannot be asked: the task runs at once, and meets the failure itself.
+  const failing = Object.create(store) as MemoryEventStore
+  failing.acquireSessionFence = async () => { throw new Error('store down') }
+  const blind = new SessionReestablisher({ store: failing, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: FENCE_MS, concurrency: 4 })
+  started = Date.now()
+  t.equal(await blind.excluding('s', log, async () => 'ran'), 'ran', 'the task runs without the fence')
+  t.ok(Date.now() - started < FENCE_MS, `without waiting (${Date.now() - started} ms)`)
+})

@@ -91,6 +91,10 @@ export class MemoryEventStore implements EventStore {
   }
 
   async createSession (sessionId: string, principal: string, options: CreateSessionOptions = {}): Promise<SessionRecord> {
+    return this.#create(sessionId, principal, options).record
+  }
+
+  #create (sessionId: string, principal: string, options: CreateSessionOptions): MemorySession {
     this.#sessions.drop(sessionId)
     this.#deleted.clear(sessionId)
     const record = { epoch: randomToken(8, this.#random), principal, ...placementOf(sessionId, options.placement) }
@@ -98,15 +102,15 @@ export class MemoryEventStore implements EventStore {
     this.#cap.sessionAdded()
     if (options.recipe !== undefined) this.#cap.setRecipe(session, { ...options.recipe, subscriptions: [], complete: true })
     this.#cap.evict(undefined, session, this.#sessions)
-    return record
+    return session
   }
 
   async adoptSession (sessionId: string, principal: string, { placement, confirmation }: AdoptOptions): Promise<Adoption> {
-    // No await between the look-up and the creation: two adoptions never both create.
+    // No await from the look-up to the count: two adoptions never both create, and the session
+    // counted is the one returned.
     const live = this.#sessions.live(sessionId)
     const created = live === undefined
-    if (created) await this.createSession(sessionId, principal, placement === undefined ? {} : { placement })
-    const session = live ?? this.#require(sessionId)
+    const session = live ?? this.#create(sessionId, principal, placement === undefined ? {} : { placement })
     if (!created) this.#sessions.touch(session)
     if (session.record.principal === principal) {
       const adoptions = session.adoptions ??= { pending: 0, confirmed: false }
@@ -122,7 +126,7 @@ export class MemoryEventStore implements EventStore {
     if (session === undefined || adoptions === undefined || session.record.epoch !== epoch) return false
     adoptions.pending--
     if (confirmed) adoptions.confirmed = true
-    if (confirmed || adoptions.confirmed || adoptions.pending > 0) return false
+    if (confirmed || adoptions.confirmed || adoptions.pending !== 0) return false
     await this.deleteSession(sessionId)
     return true
   }

@@ -7,7 +7,8 @@
  *   <tag>:m              session hash: epoch, principal, and per stream q: (lastSeq),
  *                        f: (firstSeq), b: (bytes), e: (ended), c: (cursor),
  *                        u: (upstream's last id), h: (held under a lease), w: (recorder);
- *                        and the session's upstream placement and recipe (RECORD_FIELDS)
+ *                        the session's upstream placement and recipe (RECORD_FIELDS);
+ *                        after a store loss rp (adoptions pending), rc (one confirmed)
  *   <tag>:b:<stream>     the stream: one entry per appended batch, id <first seq>-<count>,
  *                        fields s (size), l (layout), b (bytes)
  *   <tag>:z:<stream>     its ledger: "<entry id> <size>" per entry, oldest first

@@ -341,7 +341,8 @@ export class RedisEventStore implements EventStore {
    */
   async #reset (sessionId: string, record: NewRecord | undefined, { listStreams, onlyIn }: { listStreams: boolean, onlyIn?: string }): Promise<boolean> {
     const keys = this.#keys.session(sessionId)
-    this.#appender.forget(sessionId)
+    // A conditional drop may keep the session: what is known of its writes stays until it does not.
+    if (onlyIn === undefined) this.#appender.forget(sessionId)
     for (let attempt = 0; attempt < RESET_ATTEMPTS; attempt++) {
       const streamIds = attempt === 0 && !listStreams
         ? []
@@ -350,8 +351,11 @@ export class RedisEventStore implements EventStore {
         keys.meta, keys.lease, keys.attached, keys.deleted, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
         record?.epoch ?? '', record?.principal ?? '', this.#retention.ttlMs,
         record === undefined || Object.keys(record.fields).length === 0 ? '' : JSON.stringify(record.fields), onlyIn ?? '', ...streamIds)
-      if (done === 1) return true
       if (done === 2) return false
+      if (done === 1) {
+        this.#appender.forget(sessionId)
+        return true
+      }
     }
     throw new Error(`event store: the streams of session ${sessionId.slice(0, 8)}... kept changing during a reset`)
   }

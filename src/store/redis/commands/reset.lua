@@ -15,7 +15,7 @@
 -- (adopt-5, settle-adoption-1).
 if ARGV[5] ~= '' then
   local rec = redis.call('HMGET', KEYS[1], 'epoch', 'rc', 'rp')
-  if rec[1] ~= ARGV[5] or rec[2] or tonumber(rec[3] or '0') > 0 then return 2 end
+  if rec[1] ~= ARGV[5] or rec[2] or tonumber(rec[3] or '0') ~= 0 then return 2 end
 end
 local count, known = 0, {}
 for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
