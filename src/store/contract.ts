@@ -197,8 +197,9 @@ export interface EventStore {
   /**
    * Record the session unless the store has it already: returns the record it
    * has (whatever its principal), or a new one bound to `principal` with a
-   * fresh epoch, at `options.placement`. For sessions the store lost (see
-   * intactSince). An adopted session has no recipe. When the record is
+   * fresh epoch, at `options.placement`; null, recording nothing, when it
+   * has none and was deleted (sessionDeleted), checked in the same step. For
+   * sessions the store lost (see intactSince). An adopted session has no recipe. When the record is
    * `principal`'s, the adoption counts toward it, for every replica: a
    * pending one until settled (settleAdoption), a confirmed one for good.
    * `options.hold`: the lease of its standalone stream is taken with the
@@ -207,7 +208,7 @@ export interface EventStore {
    * the session. A store whose leases live elsewhere (no leaseBackend)
    * ignores it.
    */
-  adoptSession (sessionId: string, principal: string, options: AdoptOptions): Promise<Adoption>
+  adoptSession (sessionId: string, principal: string, options: AdoptOptions): Promise<Adoption | null>
   /**
    * The upstream's word on a pending adoption of the session in `epoch`:
    * `confirmed` (it answered the request with a 2xx) confirms the record for

@@ -6,7 +6,14 @@ storeContract(t, 'memory', async (_t, retention) => {
   // A fake clock: the TTL test moves time instead of sleeping.
   let now = Date.UTC(2025, 0, 1)
   const store = new MemoryEventStore({ retention, maxBytes: 64 * 1024 * 1024, now: () => now })
-  return { store, advance: (ms: number) => { now += ms } }
+  return {
+    store,
+    advance: (ms: number) => { now += ms },
+    lose: async (id: string) => {
+      await store.deleteSession(id)
+      now += retention.ttlMs + 1
+    }
+  }
 })
 
 t.test('memory: intact since the process made it (what a restart lost came before)', async (t) => {

@@ -27,6 +27,10 @@ for (const appendWrite of ['zero-copy', 'ioredis'] as const) {
     return {
       store: await open(),
       replica: open,
+      lose: async (sessionId) => {
+        const keys = await scanKeys(redis, prefixPattern(`${prefix}{${sessionId}}`))
+        if (keys.length > 0) await redis.del(...keys)
+      },
       // The deletion mark is what a deletion leaves on purpose (sessionDeleted).
       sessionKeys: async (sessionId) => (await scanKeys(redis, prefixPattern(`${prefix}{${sessionId}}`))).filter(key => !key.endsWith('}:del'))
     }

@@ -219,7 +219,8 @@ export class SessionGuard {
       ? { upstreamSessionId: lost.firstUpstreamId }
       : { upstreamSessionId: known.upstreamSessionId, ...(known.endpoint !== undefined && { endpoint: known.endpoint }) }
     const adoption = await this.#metrics.timeStore('adopt_session', () => this.#store.adoptSession(sessionId, principal, { placement, ...(hold !== undefined && { hold }), confirmation }))
-    return { ...adoption, intactSince: lost.intactSince }
+    // Deleted since #lostSince looked: it stays deleted.
+    return adoption === null ? null : { ...adoption, intactSince: lost.intactSince }
   }
 
   /**

@@ -105,11 +105,12 @@ export class MemoryEventStore implements EventStore {
     return session
   }
 
-  async adoptSession (sessionId: string, principal: string, { placement, confirmation }: AdoptOptions): Promise<Adoption> {
+  async adoptSession (sessionId: string, principal: string, { placement, confirmation }: AdoptOptions): Promise<Adoption | null> {
     // No await from the look-up to the count: two adoptions never both create, and the session
     // counted is the one returned.
     const live = this.#sessions.live(sessionId)
     const created = live === undefined
+    if (created && this.#deleted.has(sessionId)) return null
     const session = live ?? this.#create(sessionId, principal, placement === undefined ? {} : { placement })
     if (!created) this.#sessions.touch(session)
     if (session.record.principal === principal) {

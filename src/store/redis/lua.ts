@@ -50,7 +50,7 @@ export const COMMANDS = Object.freeze({
   read: command('read-2'),
   readPlan: command('read-plan-3'),
   touch: command('touch-3'),
-  adopt: command('adopt-5'),
+  adopt: command('adopt-6'),
   settleAdoption: command('settle-adoption-1'),
   movePlacement: command('move-placement-1'),
   sessionState: command('session-state-1'),
@@ -97,7 +97,7 @@ export interface StoreCommands {
   mcpgwReadPlanBuffer: (...args: Args) => Reply<[Buffer, number, number, number, Entries] | [Buffer, number, number, number, [], Buffer, Buffer, number] | null>
   mcpgwTouch: (...args: Args) => Reply<RecordReply | null>
   mcpgwSaveCursor: (...args: Args) => Reply<number>
-  mcpgwAdopt: (...args: Args) => Reply<RecordReply>
+  mcpgwAdopt: (...args: Args) => Reply<RecordReply | null>
   mcpgwSettleAdoption: (...args: Args) => Reply<number>
   mcpgwMovePlacement: (...args: Args) => Reply<RecordReply | null>
   mcpgwSessionState: (...args: Args) => Reply<number>

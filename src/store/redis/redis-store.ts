@@ -195,12 +195,13 @@ export class RedisEventStore implements EventStore {
     return await this.#redis.exists(this.#keys.session(sessionId).deleted) === 1
   }
 
-  async adoptSession (sessionId: string, principal: string, { placement, hold, confirmation }: AdoptOptions): Promise<Adoption> {
+  async adoptSession (sessionId: string, principal: string, { placement, hold, confirmation }: AdoptOptions): Promise<Adoption | null> {
     const keys = this.#keys.session(sessionId)
     const epoch = randomToken(8, this.#random)
-    const reply = await this.#redis.mcpgwAdopt(keys.meta, keys.lease, keys.attached, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM),
+    const reply = await this.#redis.mcpgwAdopt(keys.meta, keys.lease, keys.attached, keys.stream(STANDALONE_STREAM), keys.ledger(STANDALONE_STREAM), keys.deleted,
       epoch, principal, this.#retention.ttlMs, placement?.upstreamSessionId ?? '', placement?.endpoint ?? '',
       hold?.token ?? '', hold?.ttlMs ?? 0, STANDALONE_STREAM, confirmation === 'confirmed' ? '1' : '0')
+    if (reply === null) return null
     // A new record: what this replica knew of the session's writes is history.
     const created = reply[0] === epoch
     if (created) {

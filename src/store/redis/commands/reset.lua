@@ -12,7 +12,7 @@
 -- retries, so every key stays declared in KEYS. Given an epoch to delete
 -- only in, returns 2 without touching anything when the record is in another
 -- epoch (or gone), or an adoption of it was confirmed or is still pending
--- (adopt-5, settle-adoption-1).
+-- (adopt-6, settle-adoption-1).
 if ARGV[5] ~= '' then
   local rec = redis.call('HMGET', KEYS[1], 'epoch', 'rc', 'rp')
   if rec[1] ~= ARGV[5] or rec[2] or tonumber(rec[3] or '0') ~= 0 then return 2 end

@@ -1,6 +1,6 @@
 -- KEYS: session hash. ARGV: epoch, '1' when the upstream confirmed the
 -- adoption, '0' when it refused it.
--- Settles one pending adoption of the session in that epoch (adopt-5):
+-- Settles one pending adoption of the session in that epoch (adopt-6):
 -- returns 1 when the record is to be dropped (refused, no adoption of the
 -- epoch confirmed, none still pending), else 0. Nothing is done when the
 -- record is gone or in another epoch, and nothing dropped for a settlement
