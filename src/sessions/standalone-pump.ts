@@ -462,11 +462,14 @@ export class StandalonePump {
 
   /**
    * Draining: close the upstream GET first, then release the lease (live),
-   * so the replica that asked opens its own with the smallest gap.
+   * so the replica that asked opens its own with the smallest gap. Settles
+   * once released, with a lease a recovery in flight takes again after the
+   * stop (#recoverOnce): the process may exit then.
    */
-  handOver (): Promise<void> {
+  async handOver (): Promise<void> {
     this.#stop('handed_over')
-    return this.#released
+    await this.leaseWorkDone()
+    await this.#released
   }
 
   /**

@@ -18,6 +18,7 @@ import { ReadAheadBudget } from '../../src/recording/read-ahead.js'
 import type { EventStore, SessionRecord } from '../../src/store/contract.js'
 import { GatewayMetrics } from '../../src/metrics/metrics.js'
 import { metricSum } from '../fixtures/hardening.js'
+import { waitUntil } from '../fixtures/mcp-client.js'
 import type { UpstreamClient, UpstreamRequest } from '../../src/upstream/client.js'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
@@ -138,6 +139,22 @@ t.test('stopped while a recovery takes its lost lease again: no lease left renew
     t.same(held.list(), [], `${when}: no lease left for the renewals of a pump that is gone`)
     t.same(released, ['T'], `${when}: the one taken again released`)
   }
+})
+
+t.test('handed over (draining) while a recovery records the session again: settles once the lease the recording took is released', async t => {
+  const { held, released, pump } = setup()
+  const first = held.hold('s', { token: 'T', takeover: false, lastUpstreamId: undefined })
+  let record: () => void = () => {}
+  const recording = new Promise<void>(resolve => { record = resolve })
+  const p = pump(first, { recoverSession: async () => { await recording; return true } })
+  t.equal(await p.open(), null, 'the GET runs')
+  held.renewed([first], ['gone']) // the store lost the session: the pump records it again
+  t.ok(await waitUntil(() => p.leaseBusy, 1000), 'the recovery is under way')
+  const handing = p.handOver()
+  record()
+  await handing
+  t.same(released, ['T'], 'the lease taken with the record is released before the hand-over settles (the process may exit then)')
+  t.same(held.list(), [], 'and none is left renewed')
 })
 
 t.test('the lease lost while the GET opens: acted on once it has, not recorded under', async t => {
