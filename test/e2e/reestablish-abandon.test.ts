@@ -5,7 +5,7 @@
 // a hand-written upstream that moves the record itself at the moment a second
 // replica would, raw HTTP.
 import t from 'tap'
-import { createServer } from 'node:http'
+import { createServer, type Server } from 'node:http'
 import { request } from 'undici'
 import { startGateway } from '../fixtures/gateway.js'
 import { answerInitialize, listenUntilEnd, readMessage } from '../fixtures/hand-upstream.js'
@@ -61,74 +61,25 @@ t.test('a re-establishment that loses the race to record its session deletes tha
   t.notOk(deleted.includes('up-other'), 'the recorded one is not')
 })
 
-t.test('a DELETE that meets a re-establishment of its session ends the upstream session that re-establishment leaves', async t => {
-  // The upstream forgot up-1 (restarted): the client's DELETE reaches it, and is held there while
-  // the client's next request meets the 404 and has the session established again (up-2). Had the
-  // DELETE read the record before the re-establishment moved it, up-2 would stay open upstream.
+/**
+ * An upstream that keeps sessions in memory, for the DELETE tests: `known`
+ * the sessions it holds (a test makes it forget one), `deleted` each DELETE's
+ * session. `holdDelete`: the answer to a DELETE of that session waits for
+ * `release()`; `holdInitialize`: so does the answer to that initialize (1 for
+ * the first).
+ */
+function sessionUpstream (options: { holdDelete?: string, holdInitialize?: number }): { server: Server, known: Set<string>, deleted: string[], initializes: () => number, release: () => void } {
   let initializes = 0
   const known = new Set<string>()
   const deleted: string[] = []
-  let releaseDelete: () => void = () => {}
-  const deleteHeld = new Promise<void>(resolve => { releaseDelete = resolve })
-  const upstream = createServer((req, res) => {
+  let release: () => void = () => {}
+  const held = new Promise<void>(resolve => { release = resolve })
+  const server = createServer((req, res) => {
     const session = req.headers['mcp-session-id'] as string | undefined
     if (req.method === 'DELETE') {
       deleted.push(String(session))
-      if (session === 'up-1') deleteHeld.then(() => res.writeHead(404).end(), () => {})
+      if (session === options.holdDelete) held.then(() => res.writeHead(404).end(), () => {})
       else res.writeHead(known.delete(String(session)) ? 200 : 404).end()
-      return
-    }
-    if (req.method !== 'POST') {
-      res.writeHead(405).end()
-      return
-    }
-    readMessage(req).then(message => {
-      if (message.method === 'initialize') {
-        const id = `up-${++initializes}`
-        known.add(id)
-        answerInitialize(res, message, id, VERSION)
-      } else if (message.id === undefined) {
-        res.writeHead(202).end()
-      } else if (session !== undefined && known.has(session)) {
-        res.writeHead(200, { 'content-type': 'application/json' })
-        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { tools: [] } }))
-      } else {
-        res.writeHead(404).end()
-      }
-    }, () => res.writeHead(400).end())
-  })
-  t.teardown(() => releaseDelete())
-  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
-  const mcpUrl = `${gw.url}/mcp`
-  const client = await rawInitialize(mcpUrl, { version: VERSION })
-  known.delete('up-1')
-
-  const deleting = request(mcpUrl, { method: 'DELETE', headers: client.headers() })
-  t.ok(await until(() => deleted.includes('up-1'), 3000), 'the DELETE is at the upstream, held there')
-  const calling = request(mcpUrl, { method: 'POST', headers: client.headers(), body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' })
-  // Long enough for a re-establishment to run (a few local round trips) if nothing holds it back.
-  await until(() => initializes > 1, 1000)
-  releaseDelete()
-  const [deleteAnswer, callAnswer] = await Promise.all([deleting, calling])
-  await Promise.all([deleteAnswer.body.dump(), callAnswer.body.dump()])
-  t.comment(`DELETE ${deleteAnswer.statusCode}, request ${callAnswer.statusCode}; established ${initializes}, deleted upstream [${deleted.join(', ')}]`)
-  t.ok(await until(() => [...known].every(id => deleted.includes(id)), 3000), `no upstream session outlives the DELETE (open: ${[...known].join(', ') || 'none'})`)
-  t.equal(callAnswer.statusCode, 404, 'the request waited for the DELETE and found the session gone')
-})
-
-t.test('a DELETE sent while its session is being established upstream again waits for it, and ends the new upstream session', async t => {
-  // The upstream forgot up-1; the client's request has it established again, and the upstream
-  // holds the answer to that initialize while the client's DELETE comes.
-  let initializes = 0
-  const known = new Set<string>()
-  const deleted: string[] = []
-  let releaseInitialize: () => void = () => {}
-  const initializeHeld = new Promise<void>(resolve => { releaseInitialize = resolve })
-  const upstream = createServer((req, res) => {
-    const session = req.headers['mcp-session-id'] as string | undefined
-    if (req.method === 'DELETE') {
-      deleted.push(String(session))
-      res.writeHead(known.delete(String(session)) ? 200 : 404).end()
       return
     }
     if (req.method !== 'POST') {
@@ -138,7 +89,7 @@ t.test('a DELETE sent while its session is being established upstream again wait
     readMessage(req).then(async message => {
       if (message.method === 'initialize') {
         const id = `up-${++initializes}`
-        if (initializes === 2) await initializeHeld
+        if (initializes === options.holdInitialize) await held
         known.add(id)
         answerInitialize(res, message, id, VERSION)
       } else if (message.id === undefined) {
@@ -151,18 +102,49 @@ t.test('a DELETE sent while its session is being established upstream again wait
       }
     }, () => res.writeHead(400).end())
   })
-  t.teardown(() => releaseInitialize())
-  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
+  return { server, known, deleted, initializes: () => initializes, release: () => { release() } }
+}
+
+t.test('a DELETE that meets a re-establishment of its session ends the upstream session that re-establishment leaves', async t => {
+  // The upstream forgot up-1 (restarted): the client's DELETE reaches it, and is held there while
+  // the client's next request meets the 404 and has the session established again (up-2). Had the
+  // DELETE read the record before the re-establishment moved it, up-2 would stay open upstream.
+  const { server, known, deleted, initializes, release } = sessionUpstream({ holdDelete: 'up-1' })
+  t.teardown(release)
+  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, server))
+  const mcpUrl = `${gw.url}/mcp`
+  const client = await rawInitialize(mcpUrl, { version: VERSION })
+  known.delete('up-1')
+
+  const deleting = request(mcpUrl, { method: 'DELETE', headers: client.headers() })
+  t.ok(await until(() => deleted.includes('up-1'), 3000), 'the DELETE is at the upstream, held there')
+  const calling = request(mcpUrl, { method: 'POST', headers: client.headers(), body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' })
+  // Long enough for a re-establishment to run (a few local round trips) if nothing holds it back.
+  await until(() => initializes() > 1, 1000)
+  release()
+  const [deleteAnswer, callAnswer] = await Promise.all([deleting, calling])
+  await Promise.all([deleteAnswer.body.dump(), callAnswer.body.dump()])
+  t.comment(`DELETE ${deleteAnswer.statusCode}, request ${callAnswer.statusCode}; established ${initializes()}, deleted upstream [${deleted.join(', ')}]`)
+  t.ok(await until(() => [...known].every(id => deleted.includes(id)), 3000), `no upstream session outlives the DELETE (open: ${[...known].join(', ') || 'none'})`)
+  t.equal(callAnswer.statusCode, 404, 'the request waited for the DELETE and found the session gone')
+})
+
+t.test('a DELETE sent while its session is being established upstream again waits for it, and ends the new upstream session', async t => {
+  // The upstream forgot up-1; the client's request has it established again, and the upstream
+  // holds the answer to that initialize while the client's DELETE comes.
+  const { server, known, deleted, initializes, release } = sessionUpstream({ holdInitialize: 2 })
+  t.teardown(release)
+  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, server))
   const mcpUrl = `${gw.url}/mcp`
   const client = await rawInitialize(mcpUrl, { version: VERSION })
   known.delete('up-1')
 
   const calling = request(mcpUrl, { method: 'POST', headers: client.headers(), body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' })
-  t.ok(await until(() => initializes === 2, 3000), 'the session is being established upstream again')
+  t.ok(await until(() => initializes() === 2, 3000), 'the session is being established upstream again')
   const deleting = request(mcpUrl, { method: 'DELETE', headers: client.headers() })
   await until(() => deleted.length > 0, 300)
   t.same(deleted, [], 'the DELETE waits')
-  releaseInitialize()
+  release()
   const [callAnswer, deleteAnswer] = await Promise.all([calling, deleting])
   await Promise.all([deleteAnswer.body.dump(), callAnswer.body.dump()])
   t.equal(callAnswer.statusCode, 200, 'the request is answered in the new upstream session')
