@@ -13,62 +13,15 @@ import { rawInitialize, until } from '../fixtures/hardening.js'
 
 const VERSION = '2025-06-18'
 
-t.test('a re-establishment that loses the race to record its session deletes that session upstream', async t => {
-  let initializes = 0
-  const known = new Set<string>()
-  const deleted: string[] = []
-  let sessionId = ''
-  const upstream = createServer((req, res) => {
-    const session = req.headers['mcp-session-id'] as string | undefined
-    if (req.method === 'DELETE') {
-      deleted.push(String(session))
-      res.writeHead(200).end()
-      return
-    }
-    if (req.method !== 'POST') {
-      res.writeHead(405).end()
-      return
-    }
-    readMessage(req).then(async message => {
-      if (message.method === 'initialize') {
-        initializes++
-        const id = `up-${initializes}`
-        if (initializes === 2) {
-          // Another replica established the session first and recorded it: up-other.
-          known.add(id).add('up-other')
-          await gw.store.movePlacement(sessionId, 'up-1', { upstreamSessionId: 'up-other' })
-        }
-        answerInitialize(res, message, id, VERSION)
-      } else if (message.id === undefined) {
-        res.writeHead(202).end()
-      } else if (session !== undefined && known.has(session)) {
-        res.writeHead(200, { 'content-type': 'application/json' })
-        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { tools: [], session } }))
-      } else {
-        res.writeHead(404).end()
-      }
-    }, () => res.writeHead(400).end())
-  })
-  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, upstream))
-  const mcpUrl = `${gw.url}/mcp`
-  const client = await rawInitialize(mcpUrl, { version: VERSION })
-  sessionId = client.sessionId
-
-  const call = await request(mcpUrl, { method: 'POST', headers: client.headers(), body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' })
-  t.equal(call.statusCode, 200, 'the call is answered')
-  t.match(await call.body.text(), /up-other/, 'on the upstream session the record points at')
-  t.ok(await until(() => deleted.includes('up-2'), 3000), 'the session established for nothing is deleted upstream')
-  t.notOk(deleted.includes('up-other'), 'the recorded one is not')
-})
-
 /**
- * An upstream that keeps sessions in memory, for the DELETE tests: `known`
- * the sessions it holds (a test makes it forget one), `deleted` each DELETE's
- * session. `holdDelete`: the answer to a DELETE of that session waits for
- * `release()`; `holdInitialize`: so does the answer to that initialize (1 for
- * the first).
+ * An upstream that keeps sessions in memory: `known` the sessions it holds (a
+ * test makes it forget one), `deleted` each DELETE's session; a call is
+ * answered with the session it ran in. `holdDelete`: the answer to a DELETE
+ * of that session waits for `release()`; `holdInitialize`: so does the
+ * answer to that initialize (1 for the first). `onInitialize`: runs before
+ * the answer to each initialize, with its count.
  */
-function sessionUpstream (options: { holdDelete?: string, holdInitialize?: number }): { server: Server, known: Set<string>, deleted: string[], initializes: () => number, release: () => void } {
+function sessionUpstream (options: { holdDelete?: string, holdInitialize?: number, onInitialize?: (count: number) => Promise<void> }): { server: Server, known: Set<string>, deleted: string[], initializes: () => number, release: () => void } {
   let initializes = 0
   const known = new Set<string>()
   const deleted: string[] = []
@@ -90,13 +43,14 @@ function sessionUpstream (options: { holdDelete?: string, holdInitialize?: numbe
       if (message.method === 'initialize') {
         const id = `up-${++initializes}`
         if (initializes === options.holdInitialize) await held
+        await options.onInitialize?.(initializes)
         known.add(id)
         answerInitialize(res, message, id, VERSION)
       } else if (message.id === undefined) {
         res.writeHead(202).end()
       } else if (session !== undefined && known.has(session)) {
         res.writeHead(200, { 'content-type': 'application/json' })
-        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { tools: [] } }))
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { tools: [], session } }))
       } else {
         res.writeHead(404).end()
       }
@@ -104,6 +58,29 @@ function sessionUpstream (options: { holdDelete?: string, holdInitialize?: numbe
   })
   return { server, known, deleted, initializes: () => initializes, release: () => { release() } }
 }
+
+t.test('a re-establishment that loses the race to record its session deletes that session upstream', async t => {
+  let sessionId = ''
+  const { server, known, deleted } = sessionUpstream({
+    onInitialize: async count => {
+      if (count !== 2) return
+      // Another replica established the session first and recorded it: up-other.
+      known.add('up-other')
+      await gw.store.movePlacement(sessionId, 'up-1', { upstreamSessionId: 'up-other' })
+    }
+  })
+  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, server))
+  const mcpUrl = `${gw.url}/mcp`
+  const client = await rawInitialize(mcpUrl, { version: VERSION })
+  sessionId = client.sessionId
+  known.delete('up-1')
+
+  const call = await request(mcpUrl, { method: 'POST', headers: client.headers(), body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' })
+  t.equal(call.statusCode, 200, 'the call is answered')
+  t.match(await call.body.text(), /up-other/, 'on the upstream session the record points at')
+  t.ok(await until(() => deleted.includes('up-2'), 3000), 'the session established for nothing is deleted upstream')
+  t.notOk(deleted.includes('up-other'), 'the recorded one is not')
+})
 
 t.test('a DELETE that meets a re-establishment of its session ends the upstream session that re-establishment leaves', async t => {
   // The upstream forgot up-1 (restarted): the client's DELETE reaches it, and is held there while

@@ -9,16 +9,10 @@ import type { FastifyRequest } from 'fastify'
 import { SessionGuard } from '../../src/routes/mcp/session-guard.js'
 import { SessionCache } from '../../src/routes/mcp/session-cache.js'
 import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
-import type { GatewayConfig } from '../../src/config/load.js'
-import type { GatewayMetrics } from '../../src/metrics/metrics.js'
-
-const log = { info () {}, warn () {}, debug () {}, error () {}, child () { return log } }
-const metrics = { timeStore: async (_n: string, fn: () => Promise<unknown>) => await fn(), sessionsRecovered: { inc () {} } } as unknown as GatewayMetrics
-const retention = { maxEvents: 1000, maxBytes: 1 << 20, ttlMs: 3_600_000 }
-const config = { recoverLostSessions: true, sessionBindingKey: 'k'.repeat(32), retention, principalHeader: 'x-p' } as unknown as GatewayConfig
+import { config, log, metrics, retention, settlementCases, type TwoRecoveries } from '../fixtures/recovery-settlement.js'
 
 /** A guard over a store that lost everything a second ago, and two requests that both recorded session `id` again. */
-async function twoRecoveries (): Promise<{ guard: SessionGuard, store: MemoryEventStore, id: string, a: FastifyRequest, b: FastifyRequest }> {
+async function twoRecoveries (): Promise<TwoRecoveries> {
   let now = Date.now()
   const store = new MemoryEventStore({ retention, maxBytes: 1 << 26, now: () => now })
   now += 1000
@@ -29,29 +23,7 @@ async function twoRecoveries (): Promise<{ guard: SessionGuard, store: MemoryEve
   const b = { log } as unknown as FastifyRequest
   const [ra, rb] = await Promise.all([guard.requireSession(id, 'p', a), guard.requireSession(id, 'p', b)])
   if (ra.epoch !== rb.epoch || !guard.recovers(a) || !guard.recovers(b)) throw new Error('expected two recoveries of one epoch')
-  return { guard, store, id, a, b }
+  return { a: { guard, request: a }, b: { guard, request: b }, store, id }
 }
 
-t.test('one confirmed, then the other refused: the session stays', async t => {
-  const { guard, store, id, a, b } = await twoRecoveries()
-  await guard.settleRecovery(a, true)
-  await guard.settleRecovery(b, false)
-  t.not(await store.getSession(id), null, 'the session the upstream confirmed is still recorded')
-  t.equal(await store.sessionDeleted(id), false, 'and not marked deleted')
-})
-
-t.test('one refused while the other waits, then that one confirmed: the session stays', async t => {
-  const { guard, store, id, a, b } = await twoRecoveries()
-  await guard.settleRecovery(b, false)
-  t.not(await store.getSession(id), null, 'not dropped while another recovery waits for its answer')
-  await guard.settleRecovery(a, true)
-  t.not(await store.getSession(id), null, 'and kept once it is confirmed')
-})
-
-t.test('both refused: the last to settle drops the record', async t => {
-  const { guard, store, id, a, b } = await twoRecoveries()
-  await guard.settleRecovery(a, false)
-  t.not(await store.getSession(id), null, 'the first refusal leaves it to the recovery still waiting')
-  await guard.settleRecovery(b, false)
-  t.equal(await store.getSession(id), null, 'the second drops it: the upstream confirmed neither')
-})
+settlementCases(t, 'one process', twoRecoveries)

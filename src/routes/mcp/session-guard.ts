@@ -173,7 +173,7 @@ export class SessionGuard {
    * store fails.
    */
   async recoverDuringAnswer (sessionId: string, principal: string, log: FastifyBaseLogger, placement?: UpstreamPlacement, hold?: LeaseHold): Promise<SessionRecord | null> {
-    const adopted = await this.#adoptLost(sessionId, principal, { ...(placement !== undefined && { current: placement }), ...(hold !== undefined && { hold }), confirmation: 'confirmed' })
+    const adopted = await this.#adoptLost(sessionId, principal, { current: placement, hold, confirmation: 'confirmed' })
     if (adopted === null || adopted.record.principal !== principal) return null
     const { record, intactSince, created } = adopted
     this.#sessions.set(sessionId, record)
@@ -211,7 +211,7 @@ export class SessionGuard {
    * the upstream session the id names. `hold` and `confirmation`: see
    * EventStore.adoptSession.
    */
-  async #adoptLost (sessionId: string, principal: string, { current, hold, confirmation }: { current?: UpstreamPlacement, hold?: LeaseHold, confirmation: AdoptOptions['confirmation'] }): Promise<(Adoption & { intactSince: number }) | null> {
+  async #adoptLost (sessionId: string, principal: string, { current, hold, confirmation }: { current?: UpstreamPlacement | undefined, hold?: LeaseHold | undefined, confirmation: AdoptOptions['confirmation'] }): Promise<(Adoption & { intactSince: number }) | null> {
     const lost = await this.#lostSince(sessionId, principal)
     if (lost === null) return null
     const known = current ?? this.#sessions.stale(sessionId)
