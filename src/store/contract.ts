@@ -170,6 +170,15 @@ export interface AdoptOptions {
   readonly confirmation: 'confirmed' | 'pending'
 }
 
+/**
+ * The upstream's word on a request that recorded a lost session again
+ * (settleAdoption): `confirmed`, it answered with a 2xx; `refused`, it said it
+ * does not know the session (404); `unanswered`, no answer, or one that says
+ * nothing of the session (a 5xx while it restarts, a 405 for a GET it does not
+ * serve, a 400 for a garbled body).
+ */
+export type AdoptionVerdict = 'confirmed' | 'refused' | 'unanswered'
+
 /** What adoptSession found or made. */
 export interface Adoption {
   readonly record: SessionRecord
@@ -211,13 +220,15 @@ export interface EventStore {
   adoptSession (sessionId: string, principal: string, options: AdoptOptions): Promise<Adoption | null>
   /**
    * The upstream's word on a pending adoption of the session in `epoch`:
-   * `confirmed` (it answered the request with a 2xx) confirms the record for
-   * good; a refusal drops it, as deleteSession does, only when no adoption of
-   * that epoch, on any replica, was confirmed or still waits for its answer.
+   * `confirmed` confirms the record for good. Otherwise the record is dropped
+   * once no adoption of that epoch, on any replica, was confirmed or still
+   * waits for its answer: as deleteSession does (marked deleted) when any of
+   * them was `refused`; when all went `unanswered`, without the mark, so the
+   * session is as lost as it was and its next request may record it again.
    * True when this call dropped it. Nothing is done once the record is gone
    * or in another epoch.
    */
-  settleAdoption (sessionId: string, epoch: string, confirmed: boolean): Promise<boolean>
+  settleAdoption (sessionId: string, epoch: string, verdict: AdoptionVerdict): Promise<boolean>
   /**
    * Move the session to a new upstream placement, only if its upstream id is
    * still `expected` (compare and set: a replica that re-established the

@@ -8,6 +8,8 @@ import t from 'tap'
 import { startExampleServer } from '../../examples/mcp-server.js'
 import { deleteKeys, useRedis } from '../fixtures/redis.js'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { createServer } from 'node:http'
+import { listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
 import { startGateway, startGatewayOnRedis, TEST_SESSION_BINDING_KEY } from '../fixtures/gateway.js'
 import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil } from '../fixtures/mcp-client.js'
 import { HeaderPrincipal } from '../../src/auth/principal.js'
@@ -92,6 +94,44 @@ t.test('a restarted gateway picks up the sessions its store lost; the upstream d
     body: callTool(8, 'echo', { text: 'x' })
   })
   t.equal(other.status, 404, 'another principal gets 404 for the recovered session')
+})
+
+t.test('a recovery the upstream answers without a word on the session (405 to a GET, 503 while it restarts) leaves it lost, not deleted: its next request recovers it', async (t) => {
+  const UPSTREAM_SESSION = 'restarting-upstream-session-0123'
+  let restarting = false
+  const seen: string[] = []
+  // An upstream without a standalone stream (405 to every GET), restarting for a moment (503).
+  const upstreamUrl = await listenUntilEnd(t, createServer(postsOnly((message, req, res) => {
+    seen.push(`${message.method ?? 'answer'} ${String(req.headers['mcp-session-id'])}`)
+    if (restarting) {
+      res.writeHead(503, { 'retry-after': '1' }).end('restarting')
+      return
+    }
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { content: [{ type: 'text', text: 'served' }] } }))
+  })))
+  const gw = await startGateway(t, 'memory', upstreamUrl)
+  const anonymous = new HeaderPrincipal('authorization').identify({}).principal as string
+  // The gateway's id for the upstream session, bound to this principal: what the client holds from before the loss.
+  const sessionId = new SessionIdIssuer(TEST_SESSION_BINDING_KEY).issue(anonymous, UPSTREAM_SESSION)
+
+  const get = await exchange(`${gw.url}/mcp`, { headers: { accept: 'text/event-stream', 'mcp-session-id': sessionId, 'mcp-protocol-version': VERSION } })
+  t.equal(get.status, 405, 'the client\'s GET: the upstream\'s 405, passed on')
+  t.equal(await gw.store.getSession(sessionId), null, 'not confirmed, not kept')
+  t.equal(await gw.store.sessionDeleted(sessionId), false, 'nor marked deleted: a 405 says nothing of the session')
+
+  restarting = true
+  const during = await post(gw.url, sessionId, callTool(11, 'echo', { text: 'x' }))
+  t.equal(during.status, 503, 'a call while the upstream restarts: its 503, passed on')
+  t.equal(await gw.store.getSession(sessionId), null, 'not kept')
+  t.equal(await gw.store.sessionDeleted(sessionId), false, 'nor marked deleted')
+
+  restarting = false
+  const after = await post(gw.url, sessionId, callTool(12, 'echo', { text: 'x' }))
+  t.equal(after.status, 200, 'the call once the upstream is back: served')
+  t.match(JSON.parse(after.text), { id: 12, result: { content: [{ text: 'served' }] } }, 'by the upstream')
+  t.ok(seen.includes(`tools/call ${UPSTREAM_SESSION}`), 'on the session the id names')
+  t.not(await gw.store.getSession(sessionId), null, 'the session is recorded again')
+  t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_sessions_recovered_total'), 1, 'and counted as recovered once')
 })
 
 t.test('RECOVER_LOST_SESSIONS=false: a session the store lost gets 404', async (t) => {

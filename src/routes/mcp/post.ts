@@ -24,7 +24,7 @@ import { sendUpstreamResponse } from '../forward.js'
 import { STANDALONE_OPEN_WAIT_MS, type McpContext } from './context.js'
 import { admitIssuedSession } from './issued-session.js'
 import { isUpstreamSessionId, recordableHeaders, sessionIdOf, upstreamGetHeaders } from './request-headers.js'
-import { sessionHash } from './session-guard.js'
+import { answerVerdict, failureVerdict, sessionHash } from './session-guard.js'
 
 export async function handlePost (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
   const { guard } = ctx
@@ -46,10 +46,10 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
       ? await ctx.timedUpstream('POST', () => ctx.deps.upstream.request({ ...post, newSession: sessionId === undefined }))
       : await ctx.sessionUpstream(request, sessionId, record, 'POST', post)
   } catch (err) {
-    await guard.settleRecovery(request, false)
+    await guard.settleRecovery(request, failureVerdict(err))
     throw err
   }
-  await guard.settleRecovery(request, res.statusCode >= 200 && res.statusCode < 300)
+  await guard.settleRecovery(request, answerVerdict(res.statusCode))
   if (sessionId !== undefined && res.statusCode >= 200 && res.statusCode < 300) res = await keepSessionState(ctx, request, sessionId, res)
   let recordSession = sessionId
   const issued = headerValue(res.headers['mcp-session-id'])

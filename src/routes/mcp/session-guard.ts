@@ -3,10 +3,10 @@ import { createHash } from 'node:crypto'
 import { JwtPrincipal } from '../../auth/jwt-principal.js'
 import { HeaderPrincipal, type Identity, type PrincipalResolver } from '../../auth/principal.js'
 import type { GatewayConfig } from '../../config/load.js'
-import { errors } from '../../errors.js'
+import { errors, GatewayError } from '../../errors.js'
 import type { GatewayMetrics } from '../../metrics/metrics.js'
 import { parseSessionId, SessionIdIssuer } from '../../protocol/session-id.js'
-import type { AdoptOptions, Adoption, EventStore, LeaseHold, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
+import type { AdoptOptions, Adoption, AdoptionVerdict, EventStore, LeaseHold, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
 import type { SessionCache } from './session-cache.js'
 
 export interface SessionGuardOptions {
@@ -24,6 +24,26 @@ export interface SessionGuardOptions {
  * request may have made it first): only that one is counted.
  */
 interface Recovery { readonly sessionId: string, readonly epoch: string, readonly intactSince: number, readonly created: boolean }
+
+/**
+ * The upstream's word on a request that recorded a lost session again, from
+ * its answer's status: a 2xx confirms the session, a 404 says the upstream
+ * does not know it; anything else says nothing of the session (a 5xx while it
+ * restarts, a 405 for a GET it does not serve).
+ */
+export function answerVerdict (statusCode: number): AdoptionVerdict {
+  if (statusCode >= 200 && statusCode < 300) return 'confirmed'
+  return statusCode === 404 ? 'refused' : 'unanswered'
+}
+
+/**
+ * The same, from the error that ended the request: the gateway's 404 (the
+ * upstream, or the endpoint that held the session, no longer knows it)
+ * refuses it; no answer, or a re-establishment not possible yet, says nothing.
+ */
+export function failureVerdict (err: unknown): AdoptionVerdict {
+  return err instanceof GatewayError && err.statusCode === 404 ? 'refused' : 'unanswered'
+}
 
 export function createPrincipalResolver (config: GatewayConfig): PrincipalResolver {
   return config.jwt === undefined ? new HeaderPrincipal(config.principalHeader) : new JwtPrincipal(config.jwt)
@@ -263,27 +283,29 @@ export class SessionGuard {
   }
 
   /**
-   * The upstream answered a request that recorded a lost session again: a 2xx
-   * confirms the session (counted, logged); anything else, or no answer at all,
-   * drops the record again, unless another request gave it a new life
-   * meanwhile, or another recovery of the same epoch, on any replica, was
-   * confirmed or still waits for its answer (the last of them to settle
-   * decides: EventStore.settleAdoption).
+   * The upstream's word on a request that recorded a lost session again
+   * (answerVerdict, failureVerdict): `confirmed`, the session is (counted,
+   * logged). Otherwise the record goes again, unless another request gave it
+   * a new life meanwhile, or another recovery of the same epoch, on any
+   * replica, was confirmed or still waits for its answer (the last of them to
+   * settle decides: EventStore.settleAdoption): marked deleted when the
+   * upstream said it does not know the session, else left lost, for the
+   * session's next request to record again.
    */
-  async settleRecovery (request: FastifyRequest, confirmed: boolean): Promise<void> {
+  async settleRecovery (request: FastifyRequest, verdict: AdoptionVerdict): Promise<void> {
     const recovery = this.#recovering.get(request)
     if (recovery === undefined) return
     this.#recovering.delete(request)
     const { sessionId, epoch, intactSince, created } = recovery
     let dropped: boolean
     try {
-      dropped = await this.#metrics.timeStore('settle_adoption', () => this.#store.settleAdoption(sessionId, epoch, confirmed))
+      dropped = await this.#metrics.timeStore('settle_adoption', () => this.#store.settleAdoption(sessionId, epoch, verdict))
     } catch (err) {
-      request.log.warn({ err, confirmed }, 'could not tell the store the upstream\'s word on a lost session recorded again (a record the upstream refused expires with its TTL)')
+      request.log.warn({ err, verdict }, 'could not tell the store the upstream\'s word on a lost session recorded again (a record the upstream refused expires with its TTL)')
       dropped = false
     }
     if (dropped) this.#sessions.delete(sessionId)
-    if (!confirmed || !created) return
+    if (verdict !== 'confirmed' || !created) return
     this.#metrics.sessionsRecovered.inc()
     request.log.warn({ sessionHash: sessionHash(sessionId), epoch, storeIntactSince: new Date(intactSince).toISOString() },
       'a session the event store had lost (it restarted empty, or evicted it) goes on under a new epoch; resuming clients are told of the gap')

@@ -16,7 +16,7 @@ import type { McpContext } from './context.js'
 import { enterReplay, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
 import { upstreamGetHeaders } from './request-headers.js'
 import { resumePoint } from './resume-point.js'
-import { sessionHash } from './session-guard.js'
+import { answerVerdict, failureVerdict, sessionHash } from './session-guard.js'
 
 /**
  * The session's upstream GET held (see SessionHub.ensurePump). When the
@@ -73,16 +73,16 @@ export async function attachStandalone (ctx: McpContext, request: FastifyRequest
     // replica, which tries the upstream GET again and, while it still fails, closes the
     // client stream, whose reconnect (a stream that opened counts as no failure) tries
     // the re-establishment again. A session the store had lost is not kept on that
-    // ground: the upstream never confirmed it.
+    // ground: the upstream never confirmed it (left lost, for the next request to try).
     if (!isSessionReestablishing(err) || guard.recovers(request)) {
-      await guard.settleRecovery(request, false)
+      await guard.settleRecovery(request, failureVerdict(err))
       throw err
     }
     log.info('the session\'s upstream is not back yet: the client\'s GET follows the store until its upstream GET can be opened')
     refusal = null
   }
   // null: the upstream GET runs (here, or on the replica that holds it).
-  await guard.settleRecovery(request, refusal === null)
+  await guard.settleRecovery(request, refusal === null ? 'confirmed' : answerVerdict(refusal.statusCode))
   if (refusal !== null) {
     // The upstream no longer knows the session: neither do we.
     if (refusal.statusCode === 404) await ctx.forgetSession(sessionId, log)

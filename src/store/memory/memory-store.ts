@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import type {
-  AdoptOptions, Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  AdoptOptions, Adoption, AdoptionVerdict, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecipe, SessionRecord, SessionStateChange, StoreUsage, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import { applyStateChange } from '../session-recipe.js'
@@ -114,21 +114,23 @@ export class MemoryEventStore implements EventStore {
     const session = live ?? this.#create(sessionId, principal, placement === undefined ? {} : { placement })
     if (!created) this.#sessions.touch(session)
     if (session.record.principal === principal) {
-      const adoptions = session.adoptions ??= { pending: 0, confirmed: false }
+      const adoptions = session.adoptions ??= { pending: 0, confirmed: false, refused: false }
       if (confirmation === 'confirmed') adoptions.confirmed = true
       else adoptions.pending++
     }
     return { record: session.record, created }
   }
 
-  async settleAdoption (sessionId: string, epoch: string, confirmed: boolean): Promise<boolean> {
+  async settleAdoption (sessionId: string, epoch: string, verdict: AdoptionVerdict): Promise<boolean> {
     const session = this.#sessions.live(sessionId)
     const adoptions = session?.adoptions
     if (session === undefined || adoptions === undefined || session.record.epoch !== epoch) return false
     adoptions.pending--
-    if (confirmed) adoptions.confirmed = true
-    if (confirmed || adoptions.confirmed || adoptions.pending !== 0) return false
-    await this.deleteSession(sessionId)
+    if (verdict === 'confirmed') adoptions.confirmed = true
+    if (verdict === 'refused') adoptions.refused = true
+    if (adoptions.confirmed || adoptions.pending !== 0) return false
+    if (adoptions.refused) await this.deleteSession(sessionId)
+    else this.#sessions.drop(sessionId)
     return true
   }
 

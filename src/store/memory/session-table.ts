@@ -13,8 +13,8 @@ export interface MemorySession {
   recipe: KeptRecipe | undefined
   readonly streams: Map<string, MemoryStream>
   expiresAt: number
-  /** Adoptions of the record (adoptSession): waiting for the upstream's word, and whether one was confirmed. */
-  adoptions?: { pending: number, confirmed: boolean }
+  /** Adoptions of the record (adoptSession): waiting for the upstream's word, and whether one was confirmed, or refused. */
+  adoptions?: { pending: number, confirmed: boolean, refused: boolean }
 }
 
 /** A session's recipe and the bytes it counts for, one value: they cannot disagree. */

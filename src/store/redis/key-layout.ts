@@ -8,7 +8,8 @@
  *                        f: (firstSeq), b: (bytes), e: (ended), c: (cursor),
  *                        u: (upstream's last id), h: (held under a lease), w: (recorder);
  *                        the session's upstream placement and recipe (RECORD_FIELDS);
- *                        after a store loss rp (adoptions pending), rc (one confirmed)
+ *                        after a store loss rp (adoptions pending), rc (one confirmed),
+ *                        rd (one refused)
  *   <tag>:b:<stream>     the stream: one entry per appended batch, id <first seq>-<count>,
  *                        fields s (size), l (layout), b (bytes)
  *   <tag>:z:<stream>     its ledger: "<entry id> <size>" per entry, oldest first

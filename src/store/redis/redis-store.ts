@@ -6,7 +6,7 @@ import { STANDALONE_STREAM, SUBSCRIPTIONS_MAX } from '../contract.js'
 import type { EventBatch } from '../batch/event-batch.js'
 import type { NumberedBatch } from '../batch/numbered-batch.js'
 import type {
-  AdoptOptions, Adoption, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  AdoptOptions, Adoption, AdoptionVerdict, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecipe, SessionRecord, SessionStateChange, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
@@ -187,7 +187,7 @@ export class RedisEventStore implements EventStore {
   }
 
   async deleteSession (sessionId: string): Promise<void> {
-    await this.#reset(sessionId, undefined, { listStreams: true })
+    await this.#reset(sessionId, undefined, { listStreams: true, mark: true })
   }
 
   /** The deletion mark reset.lua leaves for RETENTION_TTL_SECONDS. */
@@ -213,11 +213,12 @@ export class RedisEventStore implements EventStore {
     return { record: recordOf(sessionId, reply), created }
   }
 
-  async settleAdoption (sessionId: string, epoch: string, confirmed: boolean): Promise<boolean> {
+  async settleAdoption (sessionId: string, epoch: string, verdict: AdoptionVerdict): Promise<boolean> {
     const keys = this.#keys.session(sessionId)
-    if (await this.#redis.mcpgwSettleAdoption(keys.meta, epoch, confirmed ? '1' : '0') !== 1) return false
+    const settled = await this.#redis.mcpgwSettleAdoption(keys.meta, epoch, verdict)
+    if (settled === 0) return false
     // Dropped only if nothing changed since: reset.lua checks again, with the deletion.
-    return await this.#reset(sessionId, undefined, { listStreams: true, onlyIn: epoch })
+    return await this.#reset(sessionId, undefined, { listStreams: true, onlyIn: epoch, mark: settled === 1 })
   }
 
   /**
@@ -338,9 +339,10 @@ export class RedisEventStore implements EventStore {
    * `listStreams` (a new session, which has none but for a reused id) the
    * first try lists none without asking, a round trip less. `onlyIn`: only
    * while the record is in that epoch, with no adoption confirmed or
-   * pending (false when it was not).
+   * pending (false when it was not). `mark`: a deletion leaves the deletion
+   * mark (sessionDeleted).
    */
-  async #reset (sessionId: string, record: NewRecord | undefined, { listStreams, onlyIn }: { listStreams: boolean, onlyIn?: string }): Promise<boolean> {
+  async #reset (sessionId: string, record: NewRecord | undefined, { listStreams, onlyIn, mark = false }: { listStreams: boolean, onlyIn?: string, mark?: boolean }): Promise<boolean> {
     const keys = this.#keys.session(sessionId)
     // A conditional drop may keep the session: what is known of its writes stays until it does not.
     if (onlyIn === undefined) this.#appender.forget(sessionId)
@@ -351,7 +353,7 @@ export class RedisEventStore implements EventStore {
       const done = await this.#redis.mcpgwReset(4 + 2 * streamIds.length,
         keys.meta, keys.lease, keys.attached, keys.deleted, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
         record?.epoch ?? '', record?.principal ?? '', this.#retention.ttlMs,
-        record === undefined || Object.keys(record.fields).length === 0 ? '' : JSON.stringify(record.fields), onlyIn ?? '', ...streamIds)
+        record === undefined || Object.keys(record.fields).length === 0 ? '' : JSON.stringify(record.fields), onlyIn ?? '', mark ? '1' : '', ...streamIds)
       if (done === 2) return false
       if (done === 1) {
         this.#appender.forget(sessionId)

@@ -2,11 +2,12 @@
 -- every stream the caller found in the hash, then their ledgers.
 -- ARGV: new epoch ('' to only delete), principal, ttlMs, the record's other
 -- fields as a JSON object of strings ('' for none), an epoch to delete only
--- in ('' for any), then the ids of those streams.
+-- in ('' for any), '1' to leave the deletion mark ('' not to), then the ids
+-- of those streams.
 -- Deletes the session and, given an epoch, writes a fresh record; without one
--- (a deletion) leaves the deletion mark for ttlMs, so a replica still reading
--- one of the session's answers tells a deletion from a store that lost the
--- session (and does not record it again). Returns 0
+-- (a deletion) leaves, when asked, the deletion mark for ttlMs, so a replica
+-- still reading one of the session's answers tells a deletion from a store
+-- that lost the session (and does not record it again). Returns 0
 -- without touching anything when the hash lists other streams than the caller
 -- passed (a stream was opened meanwhile): the caller reads them again and
 -- retries, so every key stays declared in KEYS. Given an epoch to delete
@@ -24,8 +25,8 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     count = count + 1
   end
 end
-if count ~= #ARGV - 5 or #KEYS ~= 4 + 2 * count then return 0 end
-for i = 6, #ARGV do
+if count ~= #ARGV - 6 or #KEYS ~= 4 + 2 * count then return 0 end
+for i = 7, #ARGV do
   if not known[ARGV[i]] then return 0 end
 end
 for i = 1, #KEYS, 500 do
@@ -37,7 +38,7 @@ if ARGV[1] ~= '' then
     for field, value in pairs(cjson.decode(ARGV[4])) do redis.call('HSET', KEYS[1], field, value) end
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-else
+elseif ARGV[6] == '1' then
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
 end
 return 1
