@@ -179,6 +179,13 @@ export interface AdoptOptions {
  */
 export type AdoptionVerdict = 'confirmed' | 'refused' | 'unanswered'
 
+/**
+ * What settleAdoption did with the record: `kept` it, `dropped` it (the
+ * session as lost as before: its next request may record it again), or
+ * `deleted` it (marked deleted, as deleteSession does).
+ */
+export type AdoptionSettlement = 'kept' | 'dropped' | 'deleted'
+
 /** What adoptSession found or made. */
 export interface Adoption {
   readonly record: SessionRecord
@@ -225,10 +232,10 @@ export interface EventStore {
    * waits for its answer: as deleteSession does (marked deleted) when any of
    * them was `refused`; when all went `unanswered`, without the mark, so the
    * session is as lost as it was and its next request may record it again.
-   * True when this call dropped it. Nothing is done once the record is gone
-   * or in another epoch.
+   * A refusal counts for the epoch whichever settlement drops the record.
+   * Nothing is done (`kept`) once the record is gone or in another epoch.
    */
-  settleAdoption (sessionId: string, epoch: string, verdict: AdoptionVerdict): Promise<boolean>
+  settleAdoption (sessionId: string, epoch: string, verdict: AdoptionVerdict): Promise<AdoptionSettlement>
   /**
    * Move the session to a new upstream placement, only if its upstream id is
    * still `expected` (compare and set: a replica that re-established the

@@ -98,11 +98,17 @@ t.test('a restarted gateway picks up the sessions its store lost; the upstream d
 
 t.test('a recovery the upstream answers without a word on the session (405 to a GET, 503 while it restarts) leaves it lost, not deleted: its next request recovers it', async (t) => {
   const UPSTREAM_SESSION = 'restarting-upstream-session-0123'
+  const FORGOTTEN = 'forgotten-upstream-session-0123'
   let restarting = false
   const seen: string[] = []
-  // An upstream without a standalone stream (405 to every GET), restarting for a moment (503).
+  // An upstream without a standalone stream (405 to every GET), restarting for a moment (503),
+  // and which answers a session it does not know as the SDK's example servers do (400).
   const upstreamUrl = await listenUntilEnd(t, createServer(postsOnly((message, req, res) => {
     seen.push(`${message.method ?? 'answer'} ${String(req.headers['mcp-session-id'])}`)
+    if (req.headers['mcp-session-id'] === FORGOTTEN) {
+      res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32000, message: 'Bad Request: No valid session ID provided' }, id: null }))
+      return
+    }
     if (restarting) {
       res.writeHead(503, { 'retry-after': '1' }).end('restarting')
       return
@@ -132,6 +138,15 @@ t.test('a recovery the upstream answers without a word on the session (405 to a 
   t.ok(seen.includes(`tools/call ${UPSTREAM_SESSION}`), 'on the session the id names')
   t.not(await gw.store.getSession(sessionId), null, 'the session is recorded again')
   t.equal(metricSum(await metrics(gw.adminUrl), 'mcpgw_sessions_recovered_total'), 1, 'and counted as recovered once')
+
+  // An upstream that says it does not know the session, in its example servers' words: that is its word.
+  const forgottenId = new SessionIdIssuer(TEST_SESSION_BINDING_KEY).issue(anonymous, FORGOTTEN)
+  const forgotten = await post(gw.url, forgottenId, callTool(13, 'echo', { text: 'x' }))
+  t.equal(forgotten.status, 400, 'a session the upstream does not know: its 400, passed on')
+  t.equal(await gw.store.sessionDeleted(forgottenId), true, 'marked deleted, as for a 404')
+  const after400 = await post(gw.url, forgottenId, callTool(14, 'echo', { text: 'x' }))
+  t.equal(after400.status, 404, 'its next request: 404, which tells the client to start a new session')
+  t.match(jsonRpcError(after400.text), { code: -32001 }, 'the gateway\'s own: nothing reached the upstream')
 })
 
 t.test('RECOVER_LOST_SESSIONS=false: a session the store lost gets 404', async (t) => {

@@ -187,6 +187,18 @@ for (const appendWrite of ['zero-copy', 'ioredis'] as const) {
   })
 }
 
+t.test('redis: a lost session\'s record dropped by an unanswered settlement is marked deleted when another replica\'s adoption of its epoch was refused meanwhile', async (t) => {
+  const env = await useRedis(t, 'settle-race')
+  const store = await storeFor(t, env)
+  const adoption = await store.adoptSession('lost', 'p', { confirmation: 'pending' })
+  if (adoption === null) throw new Error('adopted expected')
+  // What another replica's adoption and refusal of the same epoch leave in the record when they land
+  // between this settlement's script and its drop (settle-adoption-1.lua, then reset.lua).
+  await env.redis.hset(`${env.prefix}{lost}:m`, 'rd', '1')
+  t.equal(await store.settleAdoption('lost', adoption.record.epoch, 'unanswered'), 'deleted', 'dropped, and marked: the upstream said elsewhere it does not know the session')
+  t.equal(await store.sessionDeleted('lost'), true, 'as the embedded store ends in the same order')
+})
+
 t.test('redis: a page of large entries is read past Lua (READ_PLAN, then a plain XRANGE); small ones in one round trip', async (t) => {
   const env = await useRedis(t, 'read-plan')
   const redis = new Redis(env.url)

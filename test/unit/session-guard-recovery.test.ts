@@ -27,3 +27,22 @@ async function twoRecoveries (): Promise<TwoRecoveries> {
 }
 
 settlementCases(t, 'one process', twoRecoveries)
+
+t.test('a recovery the upstream left unanswered keeps, for the next one, where the session lives upstream', async t => {
+  let now = Date.now()
+  const store = new MemoryEventStore({ retention, maxBytes: 1 << 26, now: () => now })
+  const sessions = new SessionCache({ freshMs: 2000, staleMs: retention.ttlMs, maxEntries: 100, now: () => now })
+  const guard = new SessionGuard({ config, store, metrics, sessions })
+  const id = guard.ids.issue('p', 'up1')
+  // Before the loss this replica knew the session established again: another upstream session, on another endpoint.
+  sessions.set(id, { epoch: 'before', principal: 'p', upstreamSessionId: 'up2', endpoint: 'http://b:1' })
+  now += 5000
+  const first = { log } as unknown as FastifyRequest
+  const recorded = await guard.requireSession(id, 'p', first)
+  t.match(recorded, { upstreamSessionId: 'up2', endpoint: 'http://b:1' }, 'recorded again where this replica knew it lives')
+  await guard.settleRecovery(first, 'unanswered')
+  t.equal(await store.getSession(id), null, 'the upstream said nothing of it: dropped')
+  const next = { log } as unknown as FastifyRequest
+  t.match(await guard.requireSession(id, 'p', next), { upstreamSessionId: 'up2', endpoint: 'http://b:1' }, 'the next request records it again at the same place, not at the upstream session its id names')
+  t.ok(guard.recovers(next), 'as a recovery of its own')
+})

@@ -10,7 +10,7 @@ import { sessionRequest } from '../../upstream/session-request.js'
 import { forwardTransparently, sendUpstreamResponse, upstreamHeadersFor } from '../forward.js'
 import type { McpContext } from './context.js'
 import { sessionIdOf } from './request-headers.js'
-import { answerVerdict, failureVerdict } from './session-guard.js'
+import { failureVerdict } from './session-guard.js'
 
 /** Whether the upstream's answer to a DELETE means the session is gone there. */
 export function sessionGone (statusCode: number): boolean {
@@ -56,8 +56,7 @@ async function deleteSession (ctx: McpContext, request: FastifyRequest, reply: F
   const gone = sessionGone(res.statusCode)
   if (!gone) {
     hub.deleteRefused(sessionId)
-    await guard.settleRecovery(request, answerVerdict(res.statusCode))
-    return sendUpstreamResponse(ctx.deps, reply, res)
+    return sendUpstreamResponse(ctx.deps, reply, await guard.settleAnswered(request, res))
   }
   try {
     await dropRecords(ctx, request, sessionId)

@@ -24,7 +24,7 @@ import { sendUpstreamResponse } from '../forward.js'
 import { STANDALONE_OPEN_WAIT_MS, type McpContext } from './context.js'
 import { admitIssuedSession } from './issued-session.js'
 import { isUpstreamSessionId, recordableHeaders, sessionIdOf, upstreamGetHeaders } from './request-headers.js'
-import { answerVerdict, failureVerdict, sessionHash } from './session-guard.js'
+import { failureVerdict, sessionHash } from './session-guard.js'
 
 export async function handlePost (ctx: McpContext, request: FastifyRequest, reply: FastifyReply, proto: ProtocolInfo): Promise<unknown> {
   const { guard } = ctx
@@ -49,7 +49,7 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
     await guard.settleRecovery(request, failureVerdict(err))
     throw err
   }
-  await guard.settleRecovery(request, answerVerdict(res.statusCode))
+  res = await guard.settleAnswered(request, res)
   if (sessionId !== undefined && res.statusCode >= 200 && res.statusCode < 300) res = await keepSessionState(ctx, request, sessionId, res)
   let recordSession = sessionId
   const issued = headerValue(res.headers['mcp-session-id'])

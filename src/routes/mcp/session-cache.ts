@@ -37,6 +37,16 @@ export class SessionCache {
     this.#entries.set(sessionId, { record, at: this.#now() })
   }
 
+  /**
+   * No longer fresh: the next request reads the store again (the store
+   * dropped the session, and may be given it again); what the record told
+   * stays for the stale window.
+   */
+  unverify (sessionId: string): void {
+    const entry = this.#entries.peek(sessionId)
+    if (entry !== undefined) entry.at = Math.min(entry.at, this.#now() - this.#fresh)
+  }
+
   delete (sessionId: string): void {
     this.#entries.delete(sessionId)
   }

@@ -6,8 +6,10 @@ import type { GatewayConfig } from '../../config/load.js'
 import { errors, GatewayError } from '../../errors.js'
 import type { GatewayMetrics } from '../../metrics/metrics.js'
 import { parseSessionId, SessionIdIssuer } from '../../protocol/session-id.js'
-import type { AdoptOptions, Adoption, AdoptionVerdict, EventStore, LeaseHold, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
+import type { AdoptOptions, Adoption, AdoptionSettlement, AdoptionVerdict, EventStore, LeaseHold, SessionRecord, UpstreamPlacement } from '../../store/contract.js'
 import type { SessionCache } from './session-cache.js'
+import { lostSession } from '../../sessions/reestablish.js'
+import type { UpstreamResponse } from '../../upstream/client.js'
 
 export interface SessionGuardOptions {
   readonly config: GatewayConfig
@@ -27,13 +29,16 @@ interface Recovery { readonly sessionId: string, readonly epoch: string, readonl
 
 /**
  * The upstream's word on a request that recorded a lost session again, from
- * its answer's status: a 2xx confirms the session, a 404 says the upstream
- * does not know it; anything else says nothing of the session (a 5xx while it
- * restarts, a 405 for a GET it does not serve).
+ * its answer: a 2xx confirms the session; an answer that says the upstream
+ * does not know it (lostSession: a 404, or the SDK example servers' 400)
+ * refuses it; anything else says nothing of the session (a 5xx while it
+ * restarts, a 405 for a GET it does not serve). With the answer to pass on
+ * (its start read, when it had to be).
  */
-export function answerVerdict (statusCode: number): AdoptionVerdict {
-  if (statusCode >= 200 && statusCode < 300) return 'confirmed'
-  return statusCode === 404 ? 'refused' : 'unanswered'
+export async function answerVerdict (answer: UpstreamResponse): Promise<{ readonly verdict: AdoptionVerdict, readonly res: UpstreamResponse }> {
+  if (answer.statusCode >= 200 && answer.statusCode < 300) return { verdict: 'confirmed', res: answer }
+  const { lost, res } = await lostSession(answer)
+  return { verdict: lost ? 'refused' : 'unanswered', res }
 }
 
 /**
@@ -283,6 +288,18 @@ export class SessionGuard {
   }
 
   /**
+   * settleRecovery by the upstream's answer to the request (answerVerdict);
+   * returns the answer to pass on. Nothing is read of an answer to a request
+   * that recorded nothing.
+   */
+  async settleAnswered (request: FastifyRequest, answer: UpstreamResponse): Promise<UpstreamResponse> {
+    if (!this.#recovering.has(request)) return answer
+    const { verdict, res } = await answerVerdict(answer)
+    await this.settleRecovery(request, verdict)
+    return res
+  }
+
+  /**
    * The upstream's word on a request that recorded a lost session again
    * (answerVerdict, failureVerdict): `confirmed`, the session is (counted,
    * logged). Otherwise the record goes again, unless another request gave it
@@ -297,14 +314,16 @@ export class SessionGuard {
     if (recovery === undefined) return
     this.#recovering.delete(request)
     const { sessionId, epoch, intactSince, created } = recovery
-    let dropped: boolean
+    let settled: AdoptionSettlement
     try {
-      dropped = await this.#metrics.timeStore('settle_adoption', () => this.#store.settleAdoption(sessionId, epoch, verdict))
+      settled = await this.#metrics.timeStore('settle_adoption', () => this.#store.settleAdoption(sessionId, epoch, verdict))
     } catch (err) {
       request.log.warn({ err, verdict }, 'could not tell the store the upstream\'s word on a lost session recorded again (a record the upstream refused expires with its TTL)')
-      dropped = false
+      settled = 'kept'
     }
-    if (dropped) this.#sessions.delete(sessionId)
+    if (settled === 'deleted') this.#sessions.delete(sessionId)
+    // Still lost: where it lives upstream stays known here, for its next recovery (#adoptLost).
+    if (settled === 'dropped') this.#sessions.unverify(sessionId)
     if (verdict !== 'confirmed' || !created) return
     this.#metrics.sessionsRecovered.inc()
     request.log.warn({ sessionHash: sessionHash(sessionId), epoch, storeIntactSince: new Date(intactSince).toISOString() },

@@ -16,7 +16,7 @@ import type { McpContext } from './context.js'
 import { enterReplay, observeReplay, openWithGap, readFirstPage, writeFirstPage } from './replay.js'
 import { upstreamGetHeaders } from './request-headers.js'
 import { resumePoint } from './resume-point.js'
-import { answerVerdict, failureVerdict, sessionHash } from './session-guard.js'
+import { failureVerdict, sessionHash } from './session-guard.js'
 
 /**
  * The session's upstream GET held (see SessionHub.ensurePump). When the
@@ -82,7 +82,8 @@ export async function attachStandalone (ctx: McpContext, request: FastifyRequest
     refusal = null
   }
   // null: the upstream GET runs (here, or on the replica that holds it).
-  await guard.settleRecovery(request, refusal === null ? 'confirmed' : answerVerdict(refusal.statusCode))
+  if (refusal === null) await guard.settleRecovery(request, 'confirmed')
+  else refusal = await guard.settleAnswered(request, refusal)
   if (refusal !== null) {
     // The upstream no longer knows the session: neither do we.
     if (refusal.statusCode === 404) await ctx.forgetSession(sessionId, log)

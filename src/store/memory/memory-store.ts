@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import type {
-  AdoptOptions, Adoption, AdoptionVerdict, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  AdoptOptions, Adoption, AdoptionSettlement, AdoptionVerdict, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecipe, SessionRecord, SessionStateChange, StoreUsage, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import { applyStateChange } from '../session-recipe.js'
@@ -121,17 +121,20 @@ export class MemoryEventStore implements EventStore {
     return { record: session.record, created }
   }
 
-  async settleAdoption (sessionId: string, epoch: string, verdict: AdoptionVerdict): Promise<boolean> {
+  async settleAdoption (sessionId: string, epoch: string, verdict: AdoptionVerdict): Promise<AdoptionSettlement> {
     const session = this.#sessions.live(sessionId)
     const adoptions = session?.adoptions
-    if (session === undefined || adoptions === undefined || session.record.epoch !== epoch) return false
+    if (session === undefined || adoptions === undefined || session.record.epoch !== epoch) return 'kept'
     adoptions.pending--
     if (verdict === 'confirmed') adoptions.confirmed = true
     if (verdict === 'refused') adoptions.refused = true
-    if (adoptions.confirmed || adoptions.pending !== 0) return false
-    if (adoptions.refused) await this.deleteSession(sessionId)
-    else this.#sessions.drop(sessionId)
-    return true
+    if (adoptions.confirmed || adoptions.pending !== 0) return 'kept'
+    if (adoptions.refused) {
+      await this.deleteSession(sessionId)
+      return 'deleted'
+    }
+    this.#sessions.drop(sessionId)
+    return 'dropped'
   }
 
   async movePlacement (sessionId: string, expected: string, next: UpstreamPlacement): Promise<SessionRecord | null> {

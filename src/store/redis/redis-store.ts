@@ -6,7 +6,7 @@ import { STANDALONE_STREAM, SUBSCRIPTIONS_MAX } from '../contract.js'
 import type { EventBatch } from '../batch/event-batch.js'
 import type { NumberedBatch } from '../batch/numbered-batch.js'
 import type {
-  AdoptOptions, Adoption, AdoptionVerdict, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
+  AdoptOptions, Adoption, AdoptionSettlement, AdoptionVerdict, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
   SessionRecipe, SessionRecord, SessionStateChange, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
@@ -213,12 +213,14 @@ export class RedisEventStore implements EventStore {
     return { record: recordOf(sessionId, reply), created }
   }
 
-  async settleAdoption (sessionId: string, epoch: string, verdict: AdoptionVerdict): Promise<boolean> {
+  async settleAdoption (sessionId: string, epoch: string, verdict: AdoptionVerdict): Promise<AdoptionSettlement> {
     const keys = this.#keys.session(sessionId)
     const settled = await this.#redis.mcpgwSettleAdoption(keys.meta, epoch, verdict)
-    if (settled === 0) return false
-    // Dropped only if nothing changed since: reset.lua checks again, with the deletion.
-    return await this.#reset(sessionId, undefined, { listStreams: true, onlyIn: epoch, mark: settled === 1 })
+    if (settled !== 1) return 'kept'
+    // Dropped only if nothing changed since: reset.lua checks again, with the deletion, and
+    // marks it when an adoption of the epoch was refused.
+    const reset = await this.#reset(sessionId, undefined, { listStreams: true, onlyIn: epoch })
+    return reset === 'reset' ? 'dropped' : reset
   }
 
   /**
@@ -339,10 +341,10 @@ export class RedisEventStore implements EventStore {
    * `listStreams` (a new session, which has none but for a reused id) the
    * first try lists none without asking, a round trip less. `onlyIn`: only
    * while the record is in that epoch, with no adoption confirmed or
-   * pending (false when it was not). `mark`: a deletion leaves the deletion
-   * mark (sessionDeleted).
+   * pending (`kept` when it was not). `mark`: a deletion leaves the deletion
+   * mark (sessionDeleted): `deleted`, else `reset`.
    */
-  async #reset (sessionId: string, record: NewRecord | undefined, { listStreams, onlyIn, mark = false }: { listStreams: boolean, onlyIn?: string, mark?: boolean }): Promise<boolean> {
+  async #reset (sessionId: string, record: NewRecord | undefined, { listStreams, onlyIn, mark = false }: { listStreams: boolean, onlyIn?: string, mark?: boolean }): Promise<'kept' | 'reset' | 'deleted'> {
     const keys = this.#keys.session(sessionId)
     // A conditional drop may keep the session: what is known of its writes stays until it does not.
     if (onlyIn === undefined) this.#appender.forget(sessionId)
@@ -354,10 +356,10 @@ export class RedisEventStore implements EventStore {
         keys.meta, keys.lease, keys.attached, keys.deleted, ...streamIds.map(id => keys.stream(id)), ...streamIds.map(id => keys.ledger(id)),
         record?.epoch ?? '', record?.principal ?? '', this.#retention.ttlMs,
         record === undefined || Object.keys(record.fields).length === 0 ? '' : JSON.stringify(record.fields), onlyIn ?? '', mark ? '1' : '', ...streamIds)
-      if (done === 2) return false
-      if (done === 1) {
+      if (done === 2) return 'kept'
+      if (done === 1 || done === 3) {
         this.#appender.forget(sessionId)
-        return true
+        return done === 3 ? 'deleted' : 'reset'
       }
     }
     throw new Error(`event store: the streams of session ${sessionId.slice(0, 8)}... kept changing during a reset`)

@@ -7,16 +7,20 @@
 -- Deletes the session and, given an epoch, writes a fresh record; without one
 -- (a deletion) leaves, when asked, the deletion mark for ttlMs, so a replica
 -- still reading one of the session's answers tells a deletion from a store
--- that lost the session (and does not record it again). Returns 0
+-- that lost the session (and does not record it again). Returns 1 when done,
+-- 3 when done with the deletion mark; 0
 -- without touching anything when the hash lists other streams than the caller
 -- passed (a stream was opened meanwhile): the caller reads them again and
 -- retries, so every key stays declared in KEYS. Given an epoch to delete
 -- only in, returns 2 without touching anything when the record is in another
 -- epoch (or gone), or an adoption of it was confirmed or is still pending
--- (adopt-6, settle-adoption-1).
+-- (adopt-6, settle-adoption-1); otherwise the deletion is marked also when
+-- an adoption of it was refused (whichever settlement asked for the drop).
+local mark = ARGV[6] == '1'
 if ARGV[5] ~= '' then
-  local rec = redis.call('HMGET', KEYS[1], 'epoch', 'rc', 'rp')
+  local rec = redis.call('HMGET', KEYS[1], 'epoch', 'rc', 'rp', 'rd')
   if rec[1] ~= ARGV[5] or rec[2] or tonumber(rec[3] or '0') ~= 0 then return 2 end
+  if rec[4] then mark = true end
 end
 local count, known = 0, {}
 for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
@@ -38,7 +42,8 @@ if ARGV[1] ~= '' then
     for field, value in pairs(cjson.decode(ARGV[4])) do redis.call('HSET', KEYS[1], field, value) end
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-elseif ARGV[6] == '1' then
+elseif mark then
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
+  return 3
 end
 return 1
