@@ -228,7 +228,10 @@ export class SessionHub {
     const standalone = client.streamId === STANDALONE_STREAM
     if (standalone) {
       if (s.pumping) s.pump?.clientsChanged()
-      else this.#holder.watchOnceOpened(s, sessionId, client)
+      // Not held here, or held by a pump whose GET is still on its way: should that opening
+      // end without a pump (the upstream refused the GET), the client watches the lease, free
+      // again, for the takeover to open the GET for it, instead of waiting on keep-alives.
+      if (!s.pumping || s.opening !== undefined) this.#holder.watchOnceOpened(s, sessionId, client)
     }
     client.onClose(() => {
       s.detachClient(client)
