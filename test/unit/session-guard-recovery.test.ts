@@ -5,10 +5,12 @@
 // refused drops it only when no other recovery of that epoch was confirmed
 // or still waits for its answer. Real guard, cache and embedded store.
 import t from 'tap'
+import { Readable } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
 import { SessionGuard } from '../../src/routes/mcp/session-guard.js'
 import { SessionCache } from '../../src/routes/mcp/session-cache.js'
 import { MemoryEventStore } from '../../src/store/memory/memory-store.js'
+import type { UpstreamResponse } from '../../src/upstream/client.js'
 import { config, log, metrics, retention, settlementCases, type TwoRecoveries } from '../fixtures/recovery-settlement.js'
 
 /** A guard over a store that lost everything a second ago, and two requests that both recorded session `id` again. */
@@ -45,4 +47,21 @@ t.test('a recovery the upstream left unanswered keeps, for the next one, where t
   const next = { log } as unknown as FastifyRequest
   t.match(await guard.requireSession(id, 'p', next), { upstreamSessionId: 'up2', endpoint: 'http://b:1' }, 'the next request records it again at the same place, not at the upstream session its id names')
   t.ok(guard.recovers(next), 'as a recovery of its own')
+})
+
+t.test('a recovering request whose answer breaks off before it says anything of the session is settled all the same', async t => {
+  let now = Date.now()
+  const store = new MemoryEventStore({ retention, maxBytes: 1 << 26, now: () => now })
+  now += 1000
+  const guard = new SessionGuard({ config, store, metrics, sessions: new SessionCache({ freshMs: 2000, staleMs: retention.ttlMs, maxEntries: 100 }) })
+  const id = guard.ids.issue('p', 'up1')
+  const request = { log } as unknown as FastifyRequest
+  await guard.requireSession(id, 'p', request)
+  t.ok(guard.recovers(request), 'the request recorded the session again')
+  // A 400 whose body the connection's reset cuts: the start read to tell a lost session fails.
+  const body = new Readable({ read () { this.destroy(new Error('connection reset')) } })
+  await t.rejects(guard.settleAnswered(request, { statusCode: 400, headers: { 'content-length': '50' }, body } as unknown as UpstreamResponse), /connection reset/, 'the read error goes on to the caller')
+  t.notOk(guard.recovers(request), 'settled')
+  t.equal(await store.getSession(id), null, 'as unanswered: the record dropped (a pending adoption left behind would hold it until its TTL)')
+  t.equal(await store.sessionDeleted(id), false, 'not marked deleted')
 })

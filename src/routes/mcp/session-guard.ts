@@ -294,9 +294,17 @@ export class SessionGuard {
    */
   async settleAnswered (request: FastifyRequest, answer: UpstreamResponse): Promise<UpstreamResponse> {
     if (!this.#recovering.has(request)) return answer
-    const { verdict, res } = await answerVerdict(answer)
-    await this.settleRecovery(request, verdict)
-    return res
+    let read: Awaited<ReturnType<typeof answerVerdict>>
+    try {
+      read = await answerVerdict(answer)
+    } catch (err) {
+      // The answer broke off before it said anything of the session: settled all the same,
+      // or the pending adoption would hold the record until its TTL.
+      await this.settleRecovery(request, 'unanswered')
+      throw err
+    }
+    await this.settleRecovery(request, read.verdict)
+    return read.res
   }
 
   /**
