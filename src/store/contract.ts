@@ -173,9 +173,10 @@ export interface AdoptOptions {
 /**
  * The upstream's word on a request that recorded a lost session again
  * (settleAdoption): `confirmed`, it answered with a 2xx; `refused`, it said it
- * does not know the session (404); `unanswered`, no answer, or one that says
- * nothing of the session (a 5xx while it restarts, a 405 for a GET it does not
- * serve, a 400 for a garbled body).
+ * does not know the session (a 404, or the SDK example servers' 400 that
+ * names it); `unanswered`, no answer, or one that says nothing of the session
+ * (a 5xx while it restarts, a 405 for a GET it does not serve, a 400 for a
+ * garbled body).
  */
 export type AdoptionVerdict = 'confirmed' | 'refused' | 'unanswered'
 
