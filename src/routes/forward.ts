@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Transform, type Readable } from 'node:stream'
 import { errors } from '../errors.js'
+import { clientKey } from '../net/client-address.js'
 import type { Authority } from '../net/request-authority.js'
 import { statusClass } from '../metrics/metrics.js'
 import type { UpstreamPlacement } from '../store/contract.js'
@@ -64,7 +65,7 @@ export function upstreamHeadersFor (request: FastifyRequest, keepContentLength: 
 export function sendUpstreamResponse (deps: RelayDeps, reply: FastifyReply, res: UpstreamResponse): FastifyReply {
   reply.code(res.statusCode)
   reply.headers(clientResponseHeaders(res.headers))
-  return reply.send(relayedBody(deps, reply.raw, reply.log, res.body))
+  return reply.send(relayedBody(deps, reply.raw, clientKey(reply.request.ip), reply.log, res.body))
 }
 
 /**

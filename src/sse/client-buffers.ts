@@ -1,7 +1,7 @@
 /**
  * What waits for clients, process-wide: every client connection makes
  * progress or is closed, and the bytes waiting in their send buffers share
- * one budget.
+ * one budget, of which one client address has at most a share.
  *
  * A connection is watched only while bytes wait in it (an idle stream, its
  * buffer empty, costs nothing here and is never cut). One timer looks at the
@@ -56,11 +56,24 @@ export interface ClientBuffersOptions {
 }
 
 /**
+ * The part of the budget the connections of one client address may have
+ * waiting: a quarter. One address whose clients barely read (each taking a
+ * byte before the write timeout, never cut) could otherwise fill the whole
+ * budget, and every other client's stream would be closed for it, and its
+ * relayed answers held, for as long as they keep it so. Its own writes past
+ * its share are refused instead: its streams close with a retry hint, its
+ * relayed answers wait.
+ */
+const ADDRESS_SHARE = 4
+
+/**
  * One gateway's client buffers (two gateways in one process, as in tests,
  * have their own).
  */
 export class ClientBuffers {
   readonly maxBytes: number
+  /** Bytes the connections of one client address may have waiting (see ADDRESS_SHARE). */
+  readonly maxBytesPerAddress: number
   readonly writeTimeoutMs: number
   /**
    * How often the timer looks: a quarter of the timeout, at most a second. A
@@ -72,11 +85,14 @@ export class ClientBuffers {
   readonly pages = new PageBuffers()
   readonly #now: () => number
   readonly #watched = new Set<ClientBuffer>()
+  /** Bytes waiting by client address: only addresses with some (an entry goes at 0). */
+  readonly #byAddress = new Map<string, number>()
   readonly #timer: NodeJS.Timeout | undefined
   #waiting = 0
 
   constructor (options: ClientBuffersOptions) {
     this.maxBytes = options.maxBytes
+    this.maxBytesPerAddress = Math.floor(options.maxBytes / ADDRESS_SHARE)
     this.writeTimeoutMs = options.writeTimeoutMs
     this.#now = options.now ?? Date.now
     this.lookIntervalMs = Math.max(50, Math.min(1000, Math.floor(options.writeTimeoutMs / 4)))
@@ -91,27 +107,38 @@ export class ClientBuffers {
   /** Connections with bytes waiting. */
   get watched (): number { return this.#watched.size }
 
-  /** The account of one client connection; `listener` hears when it is cut for want of progress. */
-  connection (raw: WaitingConnection, listener: StalledListener): ClientBuffer {
-    return new ClientBuffer(this, raw, listener)
+  /** Bytes waiting in the connections of one client address (clientKey), as last seen. */
+  waitingFor (address: string): number { return this.#byAddress.get(address) ?? 0 }
+
+  /**
+   * The account of one client connection, of the client at `address` (its
+   * clientKey); `listener` hears when it is cut for want of progress.
+   */
+  connection (raw: WaitingConnection, listener: StalledListener, address: string): ClientBuffer {
+    return new ClientBuffer(this, raw, listener, address)
   }
 
   /**
-   * May `bytes` more be written to the connection of `account`? Not when the
-   * process's bytes waiting would pass the budget (unless nothing waits
-   * anywhere: one write larger than the whole budget still goes, alone).
+   * May `bytes` more be written to a connection of the client at `address`
+   * (`account`: the connection's, if it has one)? Not when the process's
+   * bytes waiting would pass the budget, nor when that address's would pass
+   * its share (unless nothing waits anywhere, or for that address: one write
+   * larger than the whole budget, or share, still goes, alone).
    */
-  room (bytes: number, account: ClientBuffer | undefined): boolean {
+  room (bytes: number, address: string, account: ClientBuffer | undefined): boolean {
     account?.settle()
-    if (this.#fits(bytes)) return true
+    if (this.#fits(bytes, address)) return true
     // Others' charges are as of their last write or tick: bring them up to date
     // before refusing (a replay page drains in milliseconds to a client that reads).
     for (const buffer of this.#watched) buffer.settle()
-    return this.#fits(bytes)
+    return this.#fits(bytes, address)
   }
 
-  #fits (bytes: number): boolean {
-    return this.#waiting === 0 || this.#waiting + bytes <= this.maxBytes
+  #fits (bytes: number, address: string): boolean {
+    if (this.#waiting === 0) return true
+    if (this.#waiting + bytes > this.maxBytes) return false
+    const mine = this.#byAddress.get(address) ?? 0
+    return mine === 0 || mine + bytes <= this.maxBytesPerAddress
   }
 
   /** Look at every connection with bytes waiting: drained ones leave, stalled ones are cut. */
@@ -125,7 +152,13 @@ export class ClientBuffers {
   }
 
   /** @internal ClientBuffer's bookkeeping. */
-  charge (delta: number): void { this.#waiting += delta }
+  charge (delta: number, address: string): void {
+    this.#waiting += delta
+    const mine = (this.#byAddress.get(address) ?? 0) + delta
+    if (mine === 0) this.#byAddress.delete(address)
+    else this.#byAddress.set(address, mine)
+  }
+
   /** @internal */
   watch (buffer: ClientBuffer): void { this.#watched.add(buffer) }
   /** @internal */
@@ -149,6 +182,8 @@ export class ClientBuffer {
   readonly #buffers: ClientBuffers
   readonly #raw: WaitingConnection
   readonly #listener: StalledListener
+  /** The client's address (clientKey): whose share the bytes are charged to. */
+  readonly #address: string
   /** Bytes charged to the budget: writableLength when last seen. */
   #charged = 0
   #watched = false
@@ -160,10 +195,11 @@ export class ClientBuffer {
   #queuedSeen = 0
   #progressAt = 0
 
-  constructor (buffers: ClientBuffers, raw: WaitingConnection, listener: StalledListener) {
+  constructor (buffers: ClientBuffers, raw: WaitingConnection, listener: StalledListener, address: string) {
     this.#buffers = buffers
     this.#raw = raw
     this.#listener = listener
+    this.#address = address
   }
 
   /**
@@ -213,7 +249,7 @@ export class ClientBuffer {
       this.#release()
       return
     }
-    this.#buffers.charge(waiting - this.#charged)
+    this.#buffers.charge(waiting - this.#charged, this.#address)
     this.#charged = waiting
     if (this.#watched) return
     this.#watched = true
@@ -229,7 +265,7 @@ export class ClientBuffer {
   }
 
   #release (): void {
-    if (this.#charged !== 0) this.#buffers.charge(-this.#charged)
+    if (this.#charged !== 0) this.#buffers.charge(-this.#charged, this.#address)
     this.#charged = 0
     if (!this.#watched) return
     this.#watched = false

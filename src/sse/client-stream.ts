@@ -49,6 +49,8 @@ export interface ClientStreamOptions {
   readonly maxBufferBytes: number
   /** The process's client buffers: their budget, and the write timeout. */
   readonly buffers: ClientBuffers
+  /** The client's address (clientKey of the request's ip): its share of the budget. */
+  readonly address: string
   readonly metrics: GatewayMetrics
   readonly log: Logger
   /** Keeps the stream alive once its head is sent (none: no keep-alive comments). */
@@ -78,6 +80,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   readonly #log: Logger
   readonly #keepAlive: KeepAliveTicker | undefined
   readonly #buffers: ClientBuffers
+  readonly #address: string
   /** Made at the first write that leaves bytes waiting: most streams never need one. */
   #buffer: ClientBuffer | undefined
   /** The keep-alive ticker's tick at the last write. */
@@ -110,6 +113,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
     this.#log = options.log
     this.#keepAlive = options.keepAlive
     this.#buffers = options.buffers
+    this.#address = options.address
     options.metrics.streamsOpened.inc({ kind: this.kind })
     options.metrics.clientStreamsOpen.inc({ kind: this.kind })
     const sse = options.reply.sse
@@ -335,8 +339,10 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
       return false
     }
     // (A keep-alive comment is written only when nothing waits: not budgeted.)
-    if (budgeted && !this.#buffers.room(text.length, this.#buffer)) {
-      this.#log.warn({ streamId: this.streamId, bytes: text.length, waitingBytes: this.#buffers.waitingBytes, maxBytes: this.#buffers.maxBytes }, 'client buffers full (CLIENT_BUFFERS_MAX_BYTES): closing this stream with a retry hint; it resumes from the store')
+    if (budgeted && !this.#buffers.room(text.length, this.#address, this.#buffer)) {
+      const buffers = this.#buffers
+      this.#log.warn({ streamId: this.streamId, bytes: text.length, waitingBytes: buffers.waitingBytes, maxBytes: buffers.maxBytes, addressWaitingBytes: buffers.waitingFor(this.#address), maxBytesPerAddress: buffers.maxBytesPerAddress },
+        'client buffers full (CLIENT_BUFFERS_MAX_BYTES, or this client address\'s share of it): closing this stream with a retry hint; it resumes from the store')
       this.close('buffers_full')
       return false
     }
@@ -352,7 +358,7 @@ export class ClientStream implements KeepAliveTarget, StalledListener {
   #account (before: number): void {
     const after = this.#raw.writableLength
     if (this.#buffer === undefined && after === 0) return
-    this.#buffer ??= this.#buffers.connection(this.#raw, this)
+    this.#buffer ??= this.#buffers.connection(this.#raw, this, this.#address)
     this.#buffer.wrote(after - before)
   }
 

@@ -37,12 +37,13 @@ export interface RelayDeps {
 
 /**
  * What to send on `raw` for the upstream answer `body`: the body, passed on
- * under the budget and the write timeout. The two end together: the body's
+ * under the budget (and the share of it of the client at `address`, its
+ * clientKey) and the write timeout. The two end together: the body's
  * error reaches the reply, and the reply's end before the body's (the client
  * gone, or cut) destroys the body.
  */
-export function relayedBody (deps: RelayDeps, raw: ServerResponse, log: Logger, body: Readable): Readable {
-  const relay = new RelayedAnswer(deps, raw, log)
+export function relayedBody (deps: RelayDeps, raw: ServerResponse, address: string, log: Logger, body: Readable): Readable {
+  const relay = new RelayedAnswer(deps, raw, address, log)
   // Errors are the reply's to report (Fastify listens to the stream it sends).
   pipeline(body, relay, ignore)
   return relay
@@ -53,6 +54,7 @@ class RelayedAnswer extends Transform implements StalledListener {
   readonly #metrics: GatewayMetrics
   readonly #log: Logger
   readonly #raw: ServerResponse
+  readonly #address: string
   /** Made at the first write that leaves bytes waiting: a short answer read promptly needs none. */
   #account: ClientBuffer | undefined
   /** writableLength just before the pipe's write of the chunk being passed on. */
@@ -60,12 +62,13 @@ class RelayedAnswer extends Transform implements StalledListener {
   /** The next look for room in the budget, while a chunk waits for it. */
   #retry: NodeJS.Timeout | undefined
 
-  constructor (deps: RelayDeps, raw: ServerResponse, log: Logger) {
+  constructor (deps: RelayDeps, raw: ServerResponse, address: string, log: Logger) {
     super()
     this.#buffers = deps.buffers
     this.#metrics = deps.metrics
     this.#log = log
     this.#raw = raw
+    this.#address = address
     const onPipe = (source: unknown): void => {
       if (source !== this) return
       raw.off('pipe', onPipe)
@@ -78,15 +81,15 @@ class RelayedAnswer extends Transform implements StalledListener {
   }
 
   override _transform (chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
-    if (this.#buffers.room(chunk.length, this.#account)) {
+    if (this.#buffers.room(chunk.length, this.#address, this.#account)) {
       done(null, chunk)
       return
     }
     // Held until the budget has room: the body, then the upstream connection, wait.
-    this.#log.debug({ bytes: chunk.length, waitingBytes: this.#buffers.waitingBytes, maxBytes: this.#buffers.maxBytes }, 'client buffers full (CLIENT_BUFFERS_MAX_BYTES): a relayed answer waits for room')
+    this.#log.debug({ bytes: chunk.length, waitingBytes: this.#buffers.waitingBytes, maxBytes: this.#buffers.maxBytes, addressWaitingBytes: this.#buffers.waitingFor(this.#address) }, 'client buffers full (CLIENT_BUFFERS_MAX_BYTES, or this client address\'s share of it): a relayed answer waits for room')
     const retry = (): void => {
       this.#retry = undefined
-      if (this.#buffers.room(chunk.length, this.#account)) done(null, chunk)
+      if (this.#buffers.room(chunk.length, this.#address, this.#account)) done(null, chunk)
       else this.#wait(retry)
     }
     this.#wait(retry)
@@ -115,7 +118,7 @@ class RelayedAnswer extends Transform implements StalledListener {
   #wrote (): void {
     const after = this.#raw.writableLength
     if (this.#account === undefined && after === 0) return
-    this.#account ??= this.#buffers.connection(this.#raw, this)
+    this.#account ??= this.#buffers.connection(this.#raw, this, this.#address)
     this.#account.wrote(after - this.#before)
   }
 }

@@ -8,48 +8,20 @@
 // per connection on loopback, and the answer is larger than that.
 import t from 'tap'
 import type { Test } from 'tap'
-import { createServer, type ServerResponse } from 'node:http'
-import { connect, type AddressInfo, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { startGatewayWithLog, type LoggingGateway } from '../fixtures/gateway.js'
-import { answerInitialize, readMessage } from '../fixtures/hand-upstream.js'
+import { LARGE_ANSWER_BYTES, LARGE_ANSWER_EVENTS, startLargeAnswerUpstream, StuckReader } from '../fixtures/large-answer.js'
 import { metricSum, metrics, rawInitialize, rawRequest, RawSse, until, type RawSession } from '../fixtures/hardening.js'
 
 t.setTimeout(120_000)
 
-const EVENTS = 2000
-const EVENT_PAD = 4096
-/** About 8 MiB recorded: more than the kernel takes for a paused connection. */
-const ANSWER_BYTES = EVENTS * EVENT_PAD
+const EVENTS = LARGE_ANSWER_EVENTS
+const ANSWER_BYTES = LARGE_ANSWER_BYTES
 const CONNECTIONS = 60
 const WRITE_TIMEOUT_SECONDS = 2
 const BUDGET = 16 * 1024 * 1024
-
-/** An upstream whose tools/call answers with EVENTS notifications of EVENT_PAD bytes, then the result. */
-async function startLargeAnswerUpstream (t: Test): Promise<string> {
-  const upstream = createServer((req, res: ServerResponse) => {
-    if (req.method !== 'POST') { res.writeHead(405).end(); return }
-    readMessage(req).then(message => {
-      if (message.method === 'initialize') {
-        answerInitialize(res, message, 'large-1', '2025-06-18')
-        return
-      }
-      if (message.method !== 'tools/call') { res.writeHead(202).end(); return }
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      const pad = 'p'.repeat(EVENT_PAD)
-      for (let i = 0; i < EVENTS; i++) res.write(`data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":{"seq":${i},"pad":"${pad}"}}}\n\n`)
-      res.end(`data: {"jsonrpc":"2.0","id":${String(message.id)},"result":{"content":[]}}\n\n`)
-    }, () => res.writeHead(400).end())
-  })
-  await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
-  t.teardown(async () => {
-    upstream.closeAllConnections()
-    await new Promise(resolve => upstream.close(resolve))
-  })
-  return `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`
-}
 
 /** A gateway with the answer recorded; the id of its first event (a resume from there replays the rest). */
 async function recordedAnswer (t: Test, env: Record<string, string>): Promise<{ gw: LoggingGateway, session: RawSession, firstId: string }> {
@@ -60,33 +32,6 @@ async function recordedAnswer (t: Test, env: Record<string, string>): Promise<{ 
   t.ok(await call.waitFor(s => s.ended, 30_000), 'the large answer is read in full through the gateway')
   t.equal(call.events.length, EVENTS + 1, `${EVENTS} notifications and the result, about ${ANSWER_BYTES >> 20} MiB`)
   return { gw, session, firstId: call.events[0]?.id as string }
-}
-
-/**
- * A client that sends its request and never reads (a paused socket). It
- * keeps nothing of what it reads later: this process's memory is the gateway's.
- */
-class StuckReader {
-  readonly socket: Socket
-  closed = false
-  /** The last bytes read: whether the stream ended (chunked body's last chunk) and how. */
-  tail = ''
-  constructor (port: number, request: Buffer) {
-    this.socket = connect(port, '127.0.0.1')
-    this.socket.pause()
-    this.socket.on('error', () => {})
-    this.socket.on('close', () => { this.closed = true })
-    this.socket.write(request)
-  }
-
-  /** The stream ended cleanly, with a retry hint. */
-  get endedWithRetry (): boolean { return this.tail.endsWith('\r\n0\r\n\r\n') && this.tail.includes('retry: ') }
-
-  /** Read (and drop) what waits, until the gateway's end of the connection. */
-  readAgain (): void {
-    this.socket.on('data', (chunk: Buffer) => { this.tail = (this.tail + chunk.toString('latin1')).slice(-256) })
-    this.socket.resume()
-  }
 }
 
 /** Process memory (this process holds the gateway), in MiB, after a collection when exposed. */

@@ -45,17 +45,27 @@ class FakeConnection implements WaitingConnection {
 
 const TIMEOUT = 10_000
 
-function setup (maxBytes = 1000): { buffers: ClientBuffers, clock: { now: number }, connection: (queuedOn?: FakeSocket) => { raw: FakeConnection, cut: number[], account: ReturnType<ClientBuffers['connection']>, write: (bytes: number) => void } } {
+interface Connection {
+  raw: FakeConnection
+  cut: number[]
+  address: string
+  account: ReturnType<ClientBuffers['connection']>
+  write: (bytes: number) => void
+}
+
+/** `connection()`: a client connection, of an address of its own unless one is given. */
+function setup (maxBytes = 1000): { buffers: ClientBuffers, clock: { now: number }, connection: (queuedOn?: FakeSocket, address?: string) => Connection } {
   const clock = { now: 0 }
   const buffers = new ClientBuffers({ maxBytes, writeTimeoutMs: TIMEOUT, now: () => clock.now, timer: false })
+  let clients = 0
   return {
     buffers,
     clock,
-    connection: (queuedOn?: FakeSocket) => {
+    connection: (queuedOn?: FakeSocket, address = `192.0.2.${++clients}`) => {
       const raw = new FakeConnection(queuedOn)
       const cut: number[] = []
-      const account = buffers.connection(raw, { writeTimedOut: waiting => { cut.push(waiting) } })
-      return { raw, cut, account, write: (bytes: number) => { raw.writableLength += bytes; account.wrote(bytes) } }
+      const account = buffers.connection(raw, { writeTimedOut: waiting => { cut.push(waiting) } }, address)
+      return { raw, cut, address, account, write: (bytes: number) => { raw.writableLength += bytes; account.wrote(bytes) } }
     }
   }
 }
@@ -179,17 +189,41 @@ t.test('the budget: a write that would pass it is refused; one alone always goes
   const { buffers, connection } = setup(1000)
   const a = connection()
   const b = connection()
-  t.ok(buffers.room(5000, undefined), 'nothing waits anywhere: one write larger than the budget goes')
+  t.ok(buffers.room(5000, a.address, undefined), 'nothing waits anywhere: one write larger than the budget goes')
   a.write(700)
-  t.ok(buffers.room(300, b.account), 'up to the budget')
-  t.notOk(buffers.room(301, b.account), 'not past it')
+  t.ok(buffers.room(300, b.address, b.account), 'up to the budget')
+  t.notOk(buffers.room(301, b.address, b.account), 'not past it')
   // a's client reads some: seen at a's next write or the next tick, or when a write would be refused.
   a.raw.writableLength = 200
   t.equal(buffers.waitingBytes, 700, 'not seen yet')
-  t.ok(buffers.room(800, b.account), 'seen before refusing')
+  t.ok(buffers.room(800, b.address, b.account), 'seen before refusing')
   t.equal(buffers.waitingBytes, 200)
-  t.notOk(buffers.room(801, b.account))
+  t.notOk(buffers.room(801, b.address, b.account))
   // A connection's own charge is brought up to date before its write is judged.
   a.raw.writableLength = 0
-  t.ok(buffers.room(1000, a.account))
+  t.ok(buffers.room(1000, a.address, a.account))
+})
+
+t.test('an address\'s share: its connections together have at most a quarter of the budget waiting; another address has the rest', async t => {
+  const { buffers, connection } = setup(1000)
+  t.equal(buffers.maxBytesPerAddress, 250)
+  const x1 = connection(undefined, '198.51.100.7')
+  const x2 = connection(undefined, '198.51.100.7')
+  const y = connection(undefined, '203.0.113.9')
+  t.ok(buffers.room(600, x1.address, undefined), 'nothing waits for the address: one write larger than its share goes')
+  x1.write(200)
+  t.equal(buffers.waitingFor(x1.address), 200)
+  t.ok(buffers.room(50, x2.address, x2.account), 'its other connection: up to the share')
+  t.notOk(buffers.room(51, x2.address, x2.account), 'not past it, whichever connection of the address writes')
+  t.notOk(buffers.room(51, x1.address, undefined), 'nor a connection with no account yet')
+  t.ok(buffers.room(800, y.address, y.account), 'another address: up to the budget')
+  t.notOk(buffers.room(801, y.address, y.account), 'and not past the budget')
+  // x1's client reads: seen before refusing, as for the budget.
+  x1.raw.writableLength = 0
+  t.ok(buffers.room(250, x2.address, x2.account), 'the share comes back as its clients read')
+  t.equal(buffers.waitingFor(x1.address), 0)
+  x2.write(240)
+  x2.raw.destroy()
+  t.equal(buffers.waitingFor(x2.address), 0, 'a connection gone takes its bytes off its address')
+  t.equal(buffers.waitingBytes, 0, 'and off the budget')
 })

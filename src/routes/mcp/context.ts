@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { clientKey } from '../../net/client-address.js'
 import type { FastifyBaseLogger as Logger, FastifyReply } from 'fastify'
 import type { LeaseCoordinator } from '../../cluster/coordinator.js'
 import type { GatewayConfig } from '../../config/load.js'
@@ -128,6 +129,7 @@ export class McpContext {
       retryMs: this.deps.config.sseRetryMs,
       maxBufferBytes: this.deps.config.clientBufferMaxBytes,
       buffers: this.deps.buffers,
+      address: clientKey(reply.request.ip),
       metrics: this.deps.metrics,
       log,
       keepAlive: this.#keepAlive
