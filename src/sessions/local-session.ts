@@ -98,9 +98,17 @@ export class LocalSession implements PumpClients {
   get headers (): Record<string, string | string[]> | undefined { return this.#headers }
   get log (): Logger | undefined { return this.#log }
 
-  /** A client asked for the standalone stream here, with these headers. */
+  /**
+   * A client asked for the standalone stream here, with these headers: they
+   * are the session's unless it has some already. Those came from a request
+   * verified here (requestVerified), this GET's own verification included, so
+   * they are at least as new as the GET's: a GET that attaches after waiting
+   * for its upstream GET must not put back a token that a request verified
+   * meanwhile refreshed. A session made here after the GET was verified has
+   * none: the GET's fill in.
+   */
   standaloneGet (headers: Record<string, string | string[]>, log: Logger): void {
-    this.#headers = headers
+    this.#headers ??= headers
     this.#log = log
   }
 

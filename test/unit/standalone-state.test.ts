@@ -245,15 +245,19 @@ t.test('a DELETE on its way is noted in any state and leaves the state alone', a
   }
 })
 
-t.test('the latest standalone GET\'s headers and logger are kept for a takeover', async t => {
+t.test('the headers kept for a takeover: a standalone GET\'s fill in, a later verified request\'s replace them, a GET attaching late puts none back', async t => {
   const s = new LocalSession()
   const log = { info () {} } as never
   s.standaloneGet({ accept: 'text/event-stream' }, log)
-  t.same(s.headers, { accept: 'text/event-stream' })
+  t.same(s.headers, { accept: 'text/event-stream' }, 'a session with none takes the GET\'s')
   t.equal(s.log, log)
   s.requestVerified({ accept: 'text/event-stream', authorization: 'Bearer refreshed' })
   t.same(s.headers, { accept: 'text/event-stream', authorization: 'Bearer refreshed' }, 'a later verified request\'s headers replace them')
   t.equal(s.log, log, 'the GET\'s logger stays')
+  const later = { info () {} } as never
+  s.standaloneGet({ accept: 'text/event-stream', authorization: 'Bearer old' }, later)
+  t.same(s.headers, { accept: 'text/event-stream', authorization: 'Bearer refreshed' }, 'a GET verified before that request, attaching now, does not put its headers back')
+  t.equal(s.log, later, 'its logger is the stream\'s')
 })
 
 t.test('LocalSessions forgets a session only when nothing is held for it, stopping its watch', async t => {
