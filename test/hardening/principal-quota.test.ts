@@ -103,8 +103,14 @@ t.test('an initialize flood, anonymous or with rotating credentials, leaves a to
   t.ok(gw.gateway.hub.pumpCount <= 2, `anonymous sessions hold ${gw.gateway.hub.pumpCount} upstream GETs (MAX_SESSIONS_PER_PRINCIPAL: 2)`)
 
   // Many addresses, a new Authorization each: every place of MAX_SESSIONS taken, for a while.
+  // The most held at once, read while the flood goes on: on a loaded machine the first
+  // sessions' early hold (a second) can pass before the last initialize is answered.
+  let peak = 0
+  const watch = setInterval(() => { peak = Math.max(peak, gw.gateway.hub.pumpCount) }, 5)
   await Promise.all(Array.from({ length: 40 }, async (_, i) => await initialize(from(`192.0.2.${i + 1}`, { authorization: `Bearer rotating-${i}` }))))
-  t.equal(gw.gateway.hub.pumpCount, 20, 'the flood holds every upstream GET MAX_SESSIONS allows')
+  clearInterval(watch)
+  peak = Math.max(peak, gw.gateway.hub.pumpCount)
+  t.equal(peak, 20, 'the flood holds every upstream GET MAX_SESSIONS allows, and no more')
   // Nobody opened those streams: released after STANDALONE_EARLY_HOLD_SECONDS, not STANDALONE_HOLD_SECONDS (120 s).
   const deadline = Date.now() + 5000
   while (gw.gateway.hub.pumpCount > 0 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 100))
