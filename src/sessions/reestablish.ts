@@ -52,6 +52,12 @@ class NoTurn extends Error {
 
 /** The longest 400 answer read to tell whether it speaks of the session id. */
 const LOST_SESSION_BODY_BYTES = 4096
+/**
+ * How long such an answer is read: one whose short body has not ended by
+ * then is passed on as it is (not read as a lost session), rather than hold
+ * the request and its upstream connection for as long as it stalls.
+ */
+const LOST_SESSION_WAIT_MS = 1000
 /** What a 400 that means the session is unknown speaks of (see lostSession). */
 const LOST_SESSION_400 = /session|not initialized/i
 
@@ -70,7 +76,7 @@ export async function lostSession (answer: UpstreamResponse): Promise<{ readonly
   if (answer.statusCode === 404) return { lost: true, res: answer }
   const length = Number(headerValue(answer.headers['content-length']) ?? 0)
   if (answer.statusCode !== 400 || length > LOST_SESSION_BODY_BYTES) return { lost: false, res: answer }
-  const start = await readAnswerStart(answer.body, LOST_SESSION_BODY_BYTES)
+  const start = await readAnswerStart(answer.body, LOST_SESSION_BODY_BYTES, undefined, LOST_SESSION_WAIT_MS)
   const lost = start.ended && LOST_SESSION_400.test(Buffer.concat(start.chunks).toString('utf8'))
   return { lost, res: { ...answer, body: start.body } }
 }

@@ -90,7 +90,7 @@ async function createSession (ctx: McpContext, request: FastifyRequest, principa
   const requestId = requestIdOfBody(body)
   const kind = answerKind(res)
   if (ok && body !== undefined && requestId !== undefined && kind !== undefined) {
-    const answer = await readJsonRpcAnswer(res.body, kind, requestId, config.maxEventBytes)
+    const answer = await readJsonRpcAnswer(res.body, kind, requestId, config.maxEventBytes, INITIALIZE_ANSWER_WAIT_MS)
     res = { ...res, body: answer.body }
     const promised = initializePromise(answer.response?.result)
     if (promised !== undefined && body.length <= RECIPE_INITIALIZE_MAX_BYTES) recipe = { initialize: body.toString('utf8'), initializeResult: promised }
@@ -106,6 +106,16 @@ async function createSession (ctx: McpContext, request: FastifyRequest, principa
   request.log.debug({ sessionHash: sessionHash(sessionId), recipe: recipe !== undefined }, 'session created')
   return { sessionId, res }
 }
+
+/**
+ * How long an initialize's answer is read for its result before it is passed
+ * on without it (the session then has no recipe: it cannot be established
+ * again should the upstream forget it). A server sends that result at once;
+ * one whose answer stalls before it would otherwise hold the request, its
+ * body and an upstream connection for as long as it stalls, the client long
+ * gone, since nothing is passed on to it meanwhile.
+ */
+const INITIALIZE_ANSWER_WAIT_MS = 10_000
 
 /**
  * How long the answer to a state request is read for its response before it

@@ -1,0 +1,61 @@
+// Upstream answers the gateway reads the start of before passing them on, and
+// which stall part way: an initialize's answer before its result, and a short
+// 400 (read to tell whether it says the session is unknown) before its end.
+// Each is passed on within a bound, so that neither the client waits on
+// nothing nor the gateway holds the request and the upstream connection for as
+// long as the upstream stalls. Hand-written upstream (node:http), gateway on
+// the embedded store, raw HTTP.
+import t from 'tap'
+import { createServer } from 'node:http'
+import { startGateway } from '../fixtures/gateway.js'
+import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
+import { ACCEPT_BOTH, rawInitialize, RawSse, rawRequest } from '../fixtures/hardening.js'
+
+t.setTimeout(60_000)
+
+const VERSION = '2025-06-18'
+const INIT = JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: VERSION, capabilities: {}, clientInfo: { name: 'stalls', version: '0' } } })
+const POST_HEADERS = { accept: ACCEPT_BOTH, 'content-type': 'application/json', 'mcp-protocol-version': VERSION }
+
+t.test('an initialize whose answer stalls before its result: passed on within the wait, the session without a recipe', async t => {
+  const upstreamUrl = await listenUntilEnd(t, createServer(postsOnly((message, _req, res) => {
+    // The head, and the start of a body that never ends.
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': '400', 'mcp-session-id': 'stalled-initialize-01' })
+    res.write('{"jsonrpc":"2.0",')
+  })))
+  const gw = await startGateway(t, 'memory', upstreamUrl)
+  const started = Date.now()
+  const init = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(POST_HEADERS), INIT))
+  t.teardown(() => init.close())
+  t.ok(await init.waitFor(s => s.status !== undefined, 20_000), 'the client gets the answer\'s head')
+  t.comment(`after ${Date.now() - started} ms`)
+  t.equal(init.status, 200, 'the upstream\'s')
+  const sessionId = init.headers['mcp-session-id'] as string
+  t.type(sessionId, 'string', 'with the gateway\'s session id')
+  t.not(await gw.store.getSession(sessionId), null, 'the session is recorded')
+  t.equal(await gw.store.recipe(sessionId), null, 'without a recipe: its result never came')
+})
+
+t.test('a 400 whose short body stalls: passed on within a second, not read as a lost session', async t => {
+  const upstreamUrl = await listenUntilEnd(t, createServer(postsOnly((message, _req, res) => {
+    if (message.method === 'initialize') {
+      answerInitialize(res, message, 'stalled-400-session-01', VERSION)
+      return
+    }
+    if (message.id === undefined) {
+      res.writeHead(202).end()
+      return
+    }
+    res.writeHead(400, { 'content-type': 'text/plain', 'content-length': '100' })
+    res.write('Bad Reque')
+  })))
+  const gw = await startGateway(t, 'memory', upstreamUrl)
+  const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
+  const started = Date.now()
+  const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'x', arguments: {} } })))
+  t.teardown(() => call.close())
+  t.ok(await call.waitFor(s => s.status !== undefined, 10_000), 'the client gets the answer\'s head')
+  t.comment(`after ${Date.now() - started} ms`)
+  t.equal(call.status, 400, 'the upstream\'s 400')
+  t.not(await gw.store.getSession(session.sessionId), null, 'the session is kept: nothing said it was unknown')
+})
