@@ -190,17 +190,40 @@ export class UpstreamClient {
 
   async #send (key: EndpointKey, route: EndpointRoute, req: UpstreamRequest): Promise<UpstreamResponse> {
     if (route.servername !== undefined) this.#servernames.set(route.origin, route.servername)
-    const res = await this.#dispatcher.request({
-      origin: route.origin,
-      path: req.path,
-      method: req.method as Dispatcher.HttpMethod,
-      headers: route.host === undefined ? req.headers : { ...req.headers, host: route.host },
-      body: req.body ?? null,
-      signal: req.signal,
-      headersTimeout: this.#headersTimeoutMs,
-      bodyTimeout: 0,
-      highWaterMark: BODY_BUFFER_BYTES
-    })
+    // undici's headersTimeout starts again at each interim (1xx) answer, so an upstream
+    // sending 102 Processing every few seconds would hold a request for as long as it
+    // keeps on: a POST with its body, which is not tied to its client. For requests that
+    // bring no abort of their own, the wait for the final head is bounded here too, on
+    // the clock, by the same timeout (an UpstreamAbort: the request may be a stream's).
+    let timer: NodeJS.Timeout | undefined
+    let timedOut = false
+    let signal = req.signal
+    if (signal === undefined) {
+      const deadline = new UpstreamAbort()
+      timer = setTimeout(() => {
+        timedOut = true
+        deadline.abort()
+      }, this.#headersTimeoutMs)
+      signal = deadline
+    }
+    let res: Dispatcher.ResponseData
+    try {
+      res = await this.#dispatcher.request({
+        origin: route.origin,
+        path: req.path,
+        method: req.method as Dispatcher.HttpMethod,
+        headers: route.host === undefined ? req.headers : { ...req.headers, host: route.host },
+        body: req.body ?? null,
+        signal,
+        headersTimeout: this.#headersTimeoutMs,
+        bodyTimeout: 0,
+        highWaterMark: BODY_BUFFER_BYTES
+      })
+    } catch (err) {
+      throw timedOut ? new undiciErrors.HeadersTimeoutError() : err
+    } finally {
+      clearTimeout(timer)
+    }
     this.endpoints.reportAnswer(key)
     return { statusCode: res.statusCode, headers: res.headers, body: res.body, endpoint: key }
   }

@@ -9,7 +9,7 @@ import t from 'tap'
 import { createServer } from 'node:http'
 import { startGateway } from '../fixtures/gateway.js'
 import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
-import { ACCEPT_BOTH, rawInitialize, RawSse, rawRequest } from '../fixtures/hardening.js'
+import { ACCEPT_BOTH, rawInitialize, RawSse, rawRequest, until } from '../fixtures/hardening.js'
 
 t.setTimeout(60_000)
 
@@ -58,4 +58,34 @@ t.test('a 400 whose short body stalls: passed on within a second, not read as a 
   t.comment(`after ${Date.now() - started} ms`)
   t.equal(call.status, 400, 'the upstream\'s 400')
   t.not(await gw.store.getSession(session.sessionId), null, 'the session is kept: nothing said it was unknown')
+})
+
+t.test('interim answers (102 Processing) do not hold a request past UPSTREAM_HEADERS_TIMEOUT_SECONDS', async t => {
+  let upstreamClosed = false
+  const upstreamUrl = await listenUntilEnd(t, createServer(postsOnly((message, req, res) => {
+    if (message.method === 'initialize') {
+      answerInitialize(res, message, 'interim-session-01', VERSION)
+      return
+    }
+    if (message.id === undefined) {
+      res.writeHead(202).end()
+      return
+    }
+    // "Still processing", over and over, and never the answer.
+    const interim = setInterval(() => { res.writeProcessing() }, 200)
+    res.on('close', () => {
+      clearInterval(interim)
+      upstreamClosed = true
+    })
+  })))
+  const gw = await startGateway(t, 'memory', upstreamUrl, { UPSTREAM_HEADERS_TIMEOUT_SECONDS: '1' })
+  const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
+  const started = Date.now()
+  const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name: 'x', arguments: {} } })))
+  t.teardown(() => call.close())
+  t.ok(await call.waitFor(s => s.status !== undefined, 8000), 'the client gets an answer')
+  const waited = Date.now() - started
+  t.equal(call.status, 504, `the gateway's timeout (after ${waited} ms)`)
+  t.ok(waited < 4000, 'within the headers timeout, interim answers or not')
+  t.ok(await until(() => upstreamClosed, 3000), 'and the upstream request is ended')
 })
