@@ -70,6 +70,13 @@ class Recording implements ReadAheadSink {
   #eventsSinceOpen = false
   #settle: (outcome: RecordOutcome) => void = ignore
   #abandon: (err: unknown) => void = ignore
+  /**
+   * Ends the resumed answer being read once a request stream's resumes have
+   * run out (UPSTREAM_RESUME_MAX_SECONDS): the check is made when an answer
+   * ends, and an answer held open, events or not, would never come back to it.
+   */
+  #expiry: NodeJS.Timeout | undefined
+  #expired = false
 
   constructor (o: RecordOptions) {
     this.#o = o
@@ -85,8 +92,14 @@ class Recording implements ReadAheadSink {
    */
   run (): Promise<RecordOutcome> {
     return new Promise<RecordOutcome>((resolve, reject) => {
-      this.#settle = resolve
-      this.#abandon = reject
+      this.#settle = outcome => {
+        clearTimeout(this.#expiry)
+        resolve(outcome)
+      }
+      this.#abandon = err => {
+        clearTimeout(this.#expiry)
+        reject(err)
+      }
       readAhead(this.#body, this.#decoder, this, this.#o.readAhead)
     })
   }
@@ -109,7 +122,18 @@ class Recording implements ReadAheadSink {
 
   /** ReadAheadSink: reading stopped (the upstream broke off, an event too large, the store refused for good). */
   fail (err: unknown): void {
+    // Cut here for the deadline: over as an answer that ended, which the deadline then concludes.
+    if (this.#expired) {
+      this.end()
+      return
+    }
     this.#concludeBroken(err).then(this.#settle, this.#abandon)
+  }
+
+  /** The deadline passed while an answer is read (or asked for): it is ended, and the stream concluded. */
+  #expire (): void {
+    this.#expired = true
+    discardBody(this.#body)
   }
 
   /**
@@ -138,11 +162,7 @@ class Recording implements ReadAheadSink {
         return await this.#concludeEnded()
       case 'stalled':
       case 'expired':
-        o.metrics.upstreamErrors.inc({ kind: `resume_${verdict}` })
-        o.log.warn({ streamId: o.streamId, answersWithoutEvents: resumes.withoutProgress }, verdict === 'stalled'
-          ? 'upstream ended its stream again and again without an event: stopped resuming it (UPSTREAM_RESUMES_WITHOUT_PROGRESS)'
-          : 'upstream stream resumed for UPSTREAM_RESUME_MAX_SECONDS already: stopped resuming it')
-        return await this.#concludeEnded()
+        return await this.#gaveUp(verdict)
       case 'resume':
         break
       default:
@@ -162,6 +182,11 @@ class Recording implements ReadAheadSink {
       o.log.info({ streamId: o.streamId }, 'upstream stream not resumed (the upstream refused, or its session is going): concluding it')
       return await this.#concludeEnded()
     }
+    // The deadline passed while the upstream was asked: the answer is not read.
+    if (this.#expired) {
+      discardBody(body)
+      return await this.#gaveUp('expired')
+    }
     o.log.debug({ streamId: o.streamId }, 'upstream ended its stream early: resumed it with its Last-Event-ID')
     this.#body = body
     this.#decoder = new SseDecoder(o.maxEventBytes)
@@ -171,7 +196,19 @@ class Recording implements ReadAheadSink {
     // every resume's promise and frame until the stream ends (never, for a standalone
     // stream whose upstream polls).
     readAhead(this.#body, this.#decoder, this, o.readAhead)
+    const left = resumes.msUntilExpired
+    if (left !== undefined) this.#expiry ??= setTimeout(() => { this.#expire() }, left).unref()
     return RESUMED
+  }
+
+  /** The resumes' bounds are reached: counted, logged, the answer concluded. */
+  async #gaveUp (verdict: 'stalled' | 'expired'): Promise<RecordOutcome> {
+    const o = this.#o
+    o.metrics.upstreamErrors.inc({ kind: `resume_${verdict}` })
+    o.log.warn({ streamId: o.streamId, answersWithoutEvents: this.#resumes.withoutProgress }, verdict === 'stalled'
+      ? 'upstream ended its stream again and again without an event: stopped resuming it (UPSTREAM_RESUMES_WITHOUT_PROGRESS)'
+      : 'upstream stream resumed for UPSTREAM_RESUME_MAX_SECONDS already: stopped resuming it')
+    return await this.#concludeEnded()
   }
 
   /** Was the session deleted (DELETE, upstream 404) meanwhile? When the store cannot tell, the upstream decides. */

@@ -79,6 +79,16 @@ export class UpstreamResumes {
   get withoutProgress (): number { return this.#withoutProgress }
 
   /**
+   * Milliseconds until verdict() says `expired` whatever the next answer
+   * does; undefined without a deadline (the standalone stream), or before the
+   * first early end.
+   */
+  get msUntilExpired (): number | undefined {
+    if (!this.#deadline || this.#firstEndAt === undefined) return undefined
+    return Math.max(0, this.#firstEndAt + this.#bounds.maxMs - this.#now()) + 1
+  }
+
+  /**
    * The wait before resuming: at least the upstream's retry hint, counted
    * from the answer's end as SSE has it; at least the backoff, counted from
    * the answer's start, so an answer held open long is resumed at once.

@@ -89,3 +89,46 @@ t.test('interim answers (102 Processing) do not hold a request past UPSTREAM_HEA
   t.ok(waited < 4000, 'within the headers timeout, interim answers or not')
   t.ok(await until(() => upstreamClosed, 3000), 'and the upstream request is ended')
 })
+
+t.test('a call\'s answer resumed upstream and held open, events or not, ends at UPSTREAM_RESUME_MAX_SECONDS with the gateway\'s error', async t => {
+  let resumedClosed = false
+  const upstreamUrl = await listenUntilEnd(t, createServer((req, res) => {
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.flushHeaders()
+      if (req.headers['last-event-id'] === undefined) return // the standalone stream: silent
+      // The resumed answer: a notification now and then, never the response.
+      let n = 0
+      const notices = setInterval(() => { res.write(`id: e${++n}\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":${n}}}\n\n`) }, 300)
+      res.on('close', () => {
+        clearInterval(notices)
+        resumedClosed = true
+      })
+      return
+    }
+    postsOnly((message, _req, res) => {
+      if (message.method === 'initialize') {
+        answerInitialize(res, message, 'resume-expiry-session-01', VERSION)
+        return
+      }
+      if (message.id === undefined) {
+        res.writeHead(202).end()
+        return
+      }
+      // The call's answer ends early, after its priming event (SEP-1699): the gateway resumes it.
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.end('id: p0\nretry: 100\ndata:\n\n')
+    })(req, res)
+  }))
+  const gw = await startGateway(t, 'memory', upstreamUrl, { UPSTREAM_RESUME_MAX_SECONDS: '2' })
+  const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
+  const started = Date.now()
+  const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'x', arguments: {} } })))
+  t.teardown(() => call.close())
+  t.ok(await call.waitFor(s => s.ended || s.closed, 10_000), 'the call\'s stream ends')
+  const waited = Date.now() - started
+  t.ok(waited >= 2000 && waited < 4000, `at the deadline, not before (after ${waited} ms)`)
+  t.ok(call.events.some(e => e.data.includes('notifications/message')), 'what the resumed answer brought was passed on meanwhile')
+  t.match(JSON.parse(call.events.at(-1)?.data ?? '{}'), { id: 7, error: { code: -32000 } }, 'then the gateway\'s error in place of the response')
+  t.ok(await until(() => resumedClosed, 3000), 'and the resumed upstream answer is ended')
+})

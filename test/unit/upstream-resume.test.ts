@@ -92,6 +92,24 @@ t.test('request streams: resumed for maxMs at most, events or not; the standalon
   t.equal(standalone.verdict(), 'resume')
 })
 
+t.test('how long until a request stream\'s resumes run out, whatever its next answer does', async t => {
+  const c = clock()
+  const request = new UpstreamResumes(BOUNDS, true, c.now)
+  const standalone = new UpstreamResumes(BOUNDS, false, c.now)
+  t.equal(request.msUntilExpired, undefined, 'nothing before the first early end')
+  for (const r of [request, standalone]) r.answerEnded('a', 0, true, 10)
+  t.equal(standalone.msUntilExpired, undefined, 'the standalone stream has no deadline')
+  c.advance(1000)
+  const left = request.msUntilExpired as number
+  t.equal(left, BOUNDS.maxMs - 1000 + 1, 'maxMs from the first early end, and a millisecond past it')
+  // An answer held open until then, with events all along, ends: the verdict is expired.
+  c.advance(left)
+  request.answerEnded('b', 0, true, left)
+  t.equal(request.delayMs, 0, 'even with nothing to wait before resuming')
+  t.equal(request.verdict(), 'expired')
+  t.equal(request.msUntilExpired, 1, 'past it: at once')
+})
+
 t.test('an id no header can carry is not resumable', async t => {
   const resumes = new UpstreamResumes(BOUNDS, true, clock().now)
   resumes.answerEnded('bad\nid', undefined, true, 10)
