@@ -6,7 +6,7 @@ import type { EventBatch } from '../store/batch/event-batch.js'
 import { SseDecoder } from '../sse/decoder.js'
 import { keptUpstreamId } from '../protocol/upstream-event-id.js'
 import { SessionGoneError, unreachable } from '../errors.js'
-import { discardBody } from '../upstream/client.js'
+import { discardBody, MAX_TIMER_MS } from '../upstream/client.js'
 import { eventTooLargeGap } from './gap-markers.js'
 import { readAhead, type ReadAheadBudget, type ReadAheadSink } from './read-ahead.js'
 import { failureOutcome, type RecordOutcome } from './record-outcome.js'
@@ -74,9 +74,9 @@ class Recording implements ReadAheadSink {
    * Ends the resumed answer being read once a request stream's resumes have
    * run out (UPSTREAM_RESUME_MAX_SECONDS): the check is made when an answer
    * ends, and an answer held open, events or not, would never come back to it.
+   * Then 'expired'. An answer asked for when it passes is not read.
    */
-  #expiry: NodeJS.Timeout | undefined
-  #expired = false
+  #expiry: NodeJS.Timeout | 'expired' | undefined
 
   constructor (o: RecordOptions) {
     this.#o = o
@@ -93,11 +93,11 @@ class Recording implements ReadAheadSink {
   run (): Promise<RecordOutcome> {
     return new Promise<RecordOutcome>((resolve, reject) => {
       this.#settle = outcome => {
-        clearTimeout(this.#expiry)
+        this.#stopExpiry()
         resolve(outcome)
       }
       this.#abandon = err => {
-        clearTimeout(this.#expiry)
+        this.#stopExpiry()
         reject(err)
       }
       readAhead(this.#body, this.#decoder, this, this.#o.readAhead)
@@ -123,17 +123,23 @@ class Recording implements ReadAheadSink {
   /** ReadAheadSink: reading stopped (the upstream broke off, an event too large, the store refused for good). */
   fail (err: unknown): void {
     // Cut here for the deadline: over as an answer that ended, which the deadline then concludes.
-    if (this.#expired) {
+    if (err instanceof ResumesExpiredError) {
       this.end()
       return
     }
     this.#concludeBroken(err).then(this.#settle, this.#abandon)
   }
 
-  /** The deadline passed while an answer is read (or asked for): it is ended, and the stream concluded. */
+  /** The deadline passed: the answer being read, if any, is ended (fail, then end, conclude it). */
   #expire (): void {
-    this.#expired = true
-    discardBody(this.#body)
+    this.#expiry = 'expired'
+    const body = this.#body
+    body.on('error', ignore)
+    body.destroy(new ResumesExpiredError())
+  }
+
+  #stopExpiry (): void {
+    if (this.#expiry !== 'expired') clearTimeout(this.#expiry)
   }
 
   /**
@@ -182,8 +188,8 @@ class Recording implements ReadAheadSink {
       o.log.info({ streamId: o.streamId }, 'upstream stream not resumed (the upstream refused, or its session is going): concluding it')
       return await this.#concludeEnded()
     }
-    // The deadline passed while the upstream was asked: the answer is not read.
-    if (this.#expired) {
+    // The deadline passed while the upstream was asked (within UPSTREAM_HEADERS_TIMEOUT_SECONDS): the answer is not read.
+    if (this.#expiry === 'expired') {
       discardBody(body)
       return await this.#gaveUp('expired')
     }
@@ -197,7 +203,8 @@ class Recording implements ReadAheadSink {
     // stream whose upstream polls).
     readAhead(this.#body, this.#decoder, this, o.readAhead)
     const left = resumes.msUntilExpired
-    if (left !== undefined) this.#expiry ??= setTimeout(() => { this.#expire() }, left).unref()
+    // (A deadline past what a timer takes is left to the check at each answer's end.)
+    if (left !== undefined && left <= MAX_TIMER_MS) this.#expiry ??= setTimeout(() => { this.#expire() }, left).unref()
     return RESUMED
   }
 
@@ -272,5 +279,12 @@ class Recording implements ReadAheadSink {
     }
     await this.#appender.settleEnd(outcome)
     return outcome
+  }
+}
+
+/** The answer a request stream's expired resumes cut (Recording's expiry): not a failure of the upstream's. */
+class ResumesExpiredError extends Error {
+  constructor () {
+    super('UPSTREAM_RESUME_MAX_SECONDS passed: the resumed answer is ended')
   }
 }

@@ -42,6 +42,9 @@ export interface UpstreamRequest {
 
 const NO_LISTENERS: ReadonlyArray<() => void> = []
 
+/** The longest delay setTimeout keeps (a longer one fires at once). */
+export const MAX_TIMER_MS = 2 ** 31 - 1
+
 /**
  * Aborts an upstream request, like an AbortController, for requests that
  * may stay open for a stream's whole life. undici takes an EventEmitter as a
@@ -198,7 +201,7 @@ export class UpstreamClient {
     let timer: NodeJS.Timeout | undefined
     let timedOut = false
     let signal = req.signal
-    if (signal === undefined) {
+    if (signal === undefined && this.#headersTimeoutMs <= MAX_TIMER_MS) {
       const deadline = new UpstreamAbort()
       timer = setTimeout(() => {
         timedOut = true
@@ -220,7 +223,10 @@ export class UpstreamClient {
         highWaterMark: BODY_BUFFER_BYTES
       })
     } catch (err) {
-      throw timedOut ? new undiciErrors.HeadersTimeoutError() : err
+      // The abort's own error only: undici cannot abort a connection being made, and a
+      // connect that fails after the deadline must still read as one (the endpoint set
+      // aside, the request tried elsewhere, the session established again).
+      throw timedOut && (err as { code?: unknown }).code === 'UND_ERR_ABORTED' ? new undiciErrors.HeadersTimeoutError() : err
     } finally {
       clearTimeout(timer)
     }

@@ -107,8 +107,11 @@ t.test('an initialize flood, anonymous or with rotating credentials, leaves a to
   // sessions' early hold (a second) can pass before the last initialize is answered.
   let peak = 0
   const watch = setInterval(() => { peak = Math.max(peak, gw.gateway.hub.pumpCount) }, 5)
-  await Promise.all(Array.from({ length: 40 }, async (_, i) => await initialize(from(`192.0.2.${i + 1}`, { authorization: `Bearer rotating-${i}` }))))
-  clearInterval(watch)
+  try {
+    await Promise.all(Array.from({ length: 40 }, async (_, i) => await initialize(from(`192.0.2.${i + 1}`, { authorization: `Bearer rotating-${i}` }))))
+  } finally {
+    clearInterval(watch)
+  }
   peak = Math.max(peak, gw.gateway.hub.pumpCount)
   t.equal(peak, 20, 'the flood holds every upstream GET MAX_SESSIONS allows, and no more')
   // Nobody opened those streams: released after STANDALONE_EARLY_HOLD_SECONDS, not STANDALONE_HOLD_SECONDS (120 s).

@@ -9,7 +9,7 @@ import t from 'tap'
 import { createServer } from 'node:http'
 import { startGateway } from '../fixtures/gateway.js'
 import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
-import { ACCEPT_BOTH, rawInitialize, RawSse, rawRequest, until } from '../fixtures/hardening.js'
+import { ACCEPT_BOTH, metricSum, metrics, rawInitialize, RawSse, rawRequest, until } from '../fixtures/hardening.js'
 
 t.setTimeout(60_000)
 
@@ -131,4 +131,7 @@ t.test('a call\'s answer resumed upstream and held open, events or not, ends at 
   t.ok(call.events.some(e => e.data.includes('notifications/message')), 'what the resumed answer brought was passed on meanwhile')
   t.match(JSON.parse(call.events.at(-1)?.data ?? '{}'), { id: 7, error: { code: -32000 } }, 'then the gateway\'s error in place of the response')
   t.ok(await until(() => resumedClosed, 3000), 'and the resumed upstream answer is ended')
+  const text = await metrics(gw.adminUrl)
+  t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'resume_expired' }), 1, 'counted as resumes run out')
+  t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'stream_broken' }), 0, 'not as an answer that broke off')
 })

@@ -203,3 +203,37 @@ t.test('an answer whose reader is paused buffers BODY_BUFFER_BYTES before the up
   t.ok(res.body.readableLength < BODY_BUFFER_BYTES + 256 * 1024, `and not much more: ${res.body.readableLength}`)
   discardBody(res.body)
 })
+
+t.test('a connection refused after the wait for a head ran out still reads as a refusal: the request goes on to the next endpoint', async t => {
+  const { Agent, buildConnector } = await import('undici')
+  const { EndpointSet } = await import('../../src/upstream/endpoint-set.js')
+  const { targetOfUrl } = await import('../../src/upstream/upstream-url.js')
+  const { freePort } = await import('../fixtures/net.js')
+  const server = createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/plain' }).end('served'))
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => server.close())
+  const alive = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const deadPort = await freePort()
+  const dead = `http://127.0.0.1:${deadPort}`
+  // The dead endpoint's connect is refused only after the head's wait (100 ms) ran out, as
+  // a host that does not answer ARP is: undici cannot abort a connection being made.
+  const connect = buildConnector({})
+  const dispatcher = new Agent({
+    connect: (options, callback) => {
+      if (Number(options.port) !== deadPort) {
+        connect(options, callback)
+        return
+      }
+      setTimeout(() => { callback(Object.assign(new Error(`connect ECONNREFUSED 127.0.0.1:${deadPort}`), { code: 'ECONNREFUSED' }), null) }, 300)
+    }
+  })
+  t.teardown(() => dispatcher.close())
+  const endpoints = new EndpointSet([dead, alive].map(o => targetOfUrl(new URL(`${o}/mcp`))), { setAsideMs: 60_000, random: () => 0 })
+  const client = new UpstreamClient({ endpoints, headersTimeoutMs: 100, dispatcher })
+  const res = await client.request({ method: 'POST', path: '/mcp', headers: {}, body: Buffer.from('{}'), newSession: true })
+  t.equal(res.statusCode, 200, 'served by the next endpoint, not 504')
+  t.equal(res.endpoint, alive)
+  discardBody(res.body)
+  t.equal(endpoints.snapshot().find(v => v.endpoint === dead)?.state, 'set_aside', 'the refusing endpoint is set aside')
+})
