@@ -8,7 +8,7 @@ import t from 'tap'
 import { createServer, type ServerResponse } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startGateway } from '../fixtures/gateway.js'
-import { answerInitialize, listenUntilEnd, readMessage } from '../fixtures/hand-upstream.js'
+import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
 import { exchange, rawInitialize, RawSse, rawRequest, until } from '../fixtures/hardening.js'
 
 const VERSION = '2025-06-18'
@@ -18,6 +18,11 @@ const CLIENT_GET_DELAY_MS = 800
 t.test('a client GET that attaches after a later request was verified leaves that request\'s headers for the upstream GETs', async t => {
   const tags: Array<string | undefined> = []
   const open: ServerResponse[] = []
+  const posts = postsOnly((message, _req, res) => {
+    if (message.method === 'initialize') answerInitialize(res, message, 'headers-order-session-01', VERSION)
+    else if (message.id === undefined) res.writeHead(202).end()
+    else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: {} }))
+  })
   const upstreamUrl = await listenUntilEnd(t, createServer((req, res) => {
     if (req.method === 'GET') {
       const tag = req.headers['x-client-tag']
@@ -33,15 +38,7 @@ t.test('a client GET that attaches after a later request was verified leaves tha
       else answer()
       return
     }
-    if (req.method !== 'POST') {
-      res.writeHead(405).end()
-      return
-    }
-    readMessage(req).then(message => {
-      if (message.method === 'initialize') answerInitialize(res, message, 'headers-order-session-01', VERSION)
-      else if (message.id === undefined) res.writeHead(202).end()
-      else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result: {} }))
-    }, () => res.writeHead(400).end())
+    posts(req, res)
   }))
   const gw = await startGateway(t, 'memory', upstreamUrl)
   const mcpUrl = `${gw.url}/mcp`

@@ -6,7 +6,7 @@
 // long as the upstream stalls. Hand-written upstream (node:http), gateway on
 // the embedded store, raw HTTP.
 import t from 'tap'
-import { createServer } from 'node:http'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { startGateway } from '../fixtures/gateway.js'
 import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
 import { ACCEPT_BOTH, metricSum, metrics, rawInitialize, RawSse, rawRequest, until } from '../fixtures/hardening.js'
@@ -16,6 +16,18 @@ t.setTimeout(60_000)
 const VERSION = '2025-06-18'
 const INIT = JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: VERSION, capabilities: {}, clientInfo: { name: 'stalls', version: '0' } } })
 const POST_HEADERS = { accept: ACCEPT_BOTH, 'content-type': 'application/json', 'mcp-protocol-version': VERSION }
+
+/**
+ * A POST-only upstream whose sessions answer initialize and notifications as
+ * usual; each request of the session (a call) goes to `onCall`.
+ */
+function sessionPosts (upstreamSessionId: string, onCall: (res: ServerResponse) => void): (req: IncomingMessage, res: ServerResponse) => void {
+  return postsOnly((message, _req, res) => {
+    if (message.method === 'initialize') answerInitialize(res, message, upstreamSessionId, VERSION)
+    else if (message.id === undefined) res.writeHead(202).end()
+    else onCall(res)
+  })
+}
 
 t.test('an initialize whose answer stalls before its result: passed on within the wait, the session without a recipe', async t => {
   const upstreamUrl = await listenUntilEnd(t, createServer(postsOnly((message, _req, res) => {
@@ -37,15 +49,7 @@ t.test('an initialize whose answer stalls before its result: passed on within th
 })
 
 t.test('a 400 whose short body stalls: passed on within a second, not read as a lost session', async t => {
-  const upstreamUrl = await listenUntilEnd(t, createServer(postsOnly((message, _req, res) => {
-    if (message.method === 'initialize') {
-      answerInitialize(res, message, 'stalled-400-session-01', VERSION)
-      return
-    }
-    if (message.id === undefined) {
-      res.writeHead(202).end()
-      return
-    }
+  const upstreamUrl = await listenUntilEnd(t, createServer(sessionPosts('stalled-400-session-01', res => {
     res.writeHead(400, { 'content-type': 'text/plain', 'content-length': '100' })
     res.write('Bad Reque')
   })))
@@ -62,15 +66,7 @@ t.test('a 400 whose short body stalls: passed on within a second, not read as a 
 
 t.test('interim answers (102 Processing) do not hold a request past UPSTREAM_HEADERS_TIMEOUT_SECONDS', async t => {
   let upstreamClosed = false
-  const upstreamUrl = await listenUntilEnd(t, createServer(postsOnly((message, req, res) => {
-    if (message.method === 'initialize') {
-      answerInitialize(res, message, 'interim-session-01', VERSION)
-      return
-    }
-    if (message.id === undefined) {
-      res.writeHead(202).end()
-      return
-    }
+  const upstreamUrl = await listenUntilEnd(t, createServer(sessionPosts('interim-session-01', res => {
     // "Still processing", over and over, and never the answer.
     const interim = setInterval(() => { res.writeProcessing() }, 200)
     res.on('close', () => {
@@ -106,15 +102,7 @@ t.test('a call\'s answer resumed upstream and held open, events or not, ends at 
       })
       return
     }
-    postsOnly((message, _req, res) => {
-      if (message.method === 'initialize') {
-        answerInitialize(res, message, 'resume-expiry-session-01', VERSION)
-        return
-      }
-      if (message.id === undefined) {
-        res.writeHead(202).end()
-        return
-      }
+    sessionPosts('resume-expiry-session-01', res => {
       // The call's answer ends early, after its priming event (SEP-1699): the gateway resumes it.
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       res.end('id: p0\nretry: 100\ndata:\n\n')
