@@ -88,6 +88,56 @@ export class UpstreamAbort {
   }
 }
 
+/**
+ * An UpstreamAbort that also aborts when the caller's does, for a request that
+ * brings its own (a pump's, a client's) and gets the head deadline besides. It
+ * listens to the caller's only while undici listens to it, from the request's
+ * start until its body closes, so a caller's abort that outlives many requests
+ * (a pump's, over its GETs) keeps nothing of those that ended. The caller's
+ * reason, if any, is the one undici reports.
+ */
+class FollowingAbort extends UpstreamAbort {
+  readonly #caller: AbortSignal | UpstreamAbort
+  readonly #follow = (): void => { this.abort() }
+
+  constructor (caller: AbortSignal | UpstreamAbort) {
+    super()
+    this.#caller = caller
+    if (caller.aborted) this.aborted = true
+  }
+
+  get reason (): unknown {
+    return this.#caller instanceof UpstreamAbort ? undefined : this.#caller.reason
+  }
+
+  override once (event: 'abort', listener: () => void): this {
+    const first = this.listenerCount(event) === 0
+    super.once(event, listener)
+    if (first && this.listenerCount(event) > 0) {
+      if (this.#caller instanceof UpstreamAbort) this.#caller.once('abort', this.#follow)
+      else this.#caller.addEventListener('abort', this.#follow, { once: true })
+    }
+    return this
+  }
+
+  override removeListener (event: 'abort', listener: () => void): this {
+    const had = this.listenerCount(event) > 0
+    super.removeListener(event, listener)
+    if (had && this.listenerCount(event) === 0) this.#unfollow()
+    return this
+  }
+
+  override abort (): void {
+    this.#unfollow()
+    super.abort()
+  }
+
+  #unfollow (): void {
+    if (this.#caller instanceof UpstreamAbort) this.#caller.removeListener('abort', this.#follow)
+    else this.#caller.removeEventListener('abort', this.#follow)
+  }
+}
+
 export interface UpstreamResponse {
   readonly statusCode: number
   readonly headers: Record<string, string | string[] | undefined>
@@ -195,14 +245,16 @@ export class UpstreamClient {
     if (route.servername !== undefined) this.#servernames.set(route.origin, route.servername)
     // undici's headersTimeout starts again at each interim (1xx) answer, so an upstream
     // sending 102 Processing every few seconds would hold a request for as long as it
-    // keeps on: a POST with its body, which is not tied to its client. For requests that
-    // bring no abort of their own, the wait for the final head is bounded here too, on
-    // the clock, by the same timeout (an UpstreamAbort: the request may be a stream's).
+    // keeps on: a POST with its body, or the session's standalone GET. The wait for the
+    // final head is bounded here too, on the clock, by the same timeout (an
+    // UpstreamAbort: the request may be a stream's), following the request's own abort
+    // when it brings one. Not for a body streamed from a client, whose upload may
+    // outlast the timeout: that request ends with its client.
     let timer: NodeJS.Timeout | undefined
     let timedOut = false
     let signal = req.signal
-    if (signal === undefined && this.#headersTimeoutMs <= MAX_TIMER_MS) {
-      const deadline = new UpstreamAbort()
+    if ((req.body === undefined || Buffer.isBuffer(req.body)) && this.#headersTimeoutMs <= MAX_TIMER_MS) {
+      const deadline = req.signal === undefined ? new UpstreamAbort() : new FollowingAbort(req.signal)
       timer = setTimeout(() => {
         timedOut = true
         deadline.abort()

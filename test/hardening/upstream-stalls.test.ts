@@ -123,3 +123,36 @@ t.test('a call\'s answer resumed upstream and held open, events or not, ends at 
   t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'resume_expired' }), 1, 'counted as resumes run out')
   t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'stream_broken' }), 0, 'not as an answer that broke off')
 })
+
+t.test('interim answers to the session\'s standalone GET: it ends at UPSTREAM_HEADERS_TIMEOUT_SECONDS and is asked again', async t => {
+  const gets: Array<{ opened: number, closed?: number }> = []
+  const posts = sessionPosts('interim-get-session-01', res => {
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+  })
+  const upstreamUrl = await listenUntilEnd(t, createServer((req, res) => {
+    if (req.method !== 'GET') return posts(req, res)
+    const get: { opened: number, closed?: number } = { opened: Date.now() }
+    gets.push(get)
+    if (gets.length === 1) {
+      // The first GET: "still processing", over and over, and never its head.
+      const interim = setInterval(() => { res.writeProcessing() }, 200)
+      res.on('close', () => {
+        clearInterval(interim)
+        get.closed = Date.now()
+      })
+      return
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.write('data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"after the stall"}}\n\n')
+  }))
+  const gw = await startGateway(t, 'memory', upstreamUrl, { UPSTREAM_HEADERS_TIMEOUT_SECONDS: '1' })
+  const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
+  const get = new RawSse(gw.port, rawRequest('GET', '/mcp', Object.entries(session.getHeaders())))
+  t.teardown(() => get.close())
+  t.ok(await until(() => gets[0]?.closed !== undefined, 8000), 'the stalled upstream GET is ended')
+  const stalled = gets[0] as { opened: number, closed?: number }
+  const held = (stalled.closed ?? Infinity) - stalled.opened
+  t.ok(held < 4000, `within the headers timeout, interim answers or not (held ${held} ms)`)
+  t.ok(await get.waitFor(s => s.events.some(e => e.data.includes('after the stall')), 10_000), 'the client gets what the GET asked again brings')
+  t.equal(get.status, 200)
+})

@@ -100,6 +100,44 @@ t.test('UpstreamAbort ends a request before its answer and a stream in the middl
   t.equal(late.listenerCount('abort'), 0, 'undici let go of the signal')
 })
 
+t.test('a request with an abort of its own: its head waited for on the clock too, its caller\'s reason reported, nothing left on that abort', async t => {
+  const server = createServer((req, res) => {
+    if (req.url === '/interim') {
+      // "Still processing", over and over: undici starts its headers timeout again at each.
+      const interim = setInterval(() => { res.writeProcessing() }, 50)
+      res.on('close', () => clearInterval(interim))
+      return
+    }
+    if (req.url === '/silent') return
+    res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: {"n":1}\n\n')
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  const client = new UpstreamClient({ origin: new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`), headersTimeoutMs: 300 })
+  t.teardown(() => client.close())
+
+  const own = new UpstreamAbort()
+  const started = Date.now()
+  await t.rejects(client.request({ method: 'GET', path: '/interim', headers: {}, signal: own }), { code: 'MCPGW_UPSTREAM_TIMEOUT' }, 'interim answers do not hold it past the timeout')
+  t.ok(Date.now() - started < 2000, `ended at the timeout (${Date.now() - started} ms)`)
+  t.notOk(own.aborted, 'the caller\'s own abort is left as it was')
+  t.equal(own.listenerCount('abort'), 0, 'and nothing listens to it any more')
+
+  for (let i = 0; i < 3; i++) {
+    const res = await client.request({ method: 'GET', path: '/done', headers: {}, signal: own })
+    for await (const chunk of res.body) t.ok(chunk.length > 0)
+  }
+  t.equal(own.listenerCount('abort'), 0, 'answers read to their end leave nothing on an abort that outlives them')
+
+  const reason = new Error('the caller\'s own reason')
+  const controller = new AbortController()
+  const pending = client.request({ method: 'GET', path: '/silent', headers: {}, signal: controller.signal })
+  await sleep(50)
+  controller.abort(reason)
+  await t.rejects(pending, { cause: reason }, 'an AbortSignal\'s reason is what the request fails with (as undici reports it)')
+})
+
 t.test('several endpoints: a request naming its session\'s endpoint goes there, or fails with upstreamEndpointGone; a request without a session goes past a refusing endpoint', async t => {
   const { EndpointSet } = await import('../../src/upstream/endpoint-set.js')
   const { targetOfUrl } = await import('../../src/upstream/upstream-url.js')
