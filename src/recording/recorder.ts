@@ -6,7 +6,7 @@ import type { EventBatch } from '../store/batch/event-batch.js'
 import { SseDecoder } from '../sse/decoder.js'
 import { keptUpstreamId } from '../protocol/upstream-event-id.js'
 import { SessionGoneError, unreachable } from '../errors.js'
-import { discardBody, MAX_TIMER_MS } from '../upstream/client.js'
+import { discardBody, MAX_TIMER_MS, UpstreamAbort } from '../upstream/client.js'
 import { eventTooLargeGap } from './gap-markers.js'
 import { readAhead, type ReadAheadBudget, type ReadAheadSink } from './read-ahead.js'
 import { failureOutcome, type RecordOutcome } from './record-outcome.js'
@@ -28,7 +28,7 @@ export interface RecordOptions extends AppenderOptions {
    * (SEP-1699 polling, a restart): a GET with the upstream's Last-Event-ID.
    * Resolves with the new SSE body, or undefined when the upstream refuses.
    */
-  readonly resumeUpstream?: (lastEventId: string | undefined) => Promise<Readable | undefined>
+  readonly resumeUpstream?: (lastEventId: string | undefined, abort: UpstreamAbort) => Promise<Readable | undefined>
   /** How far resumeUpstream is used: answers without events in a row, and (request streams) for how long. */
   readonly resumeBounds: ResumeBounds
 }
@@ -74,9 +74,11 @@ class Recording implements ReadAheadSink {
    * Ends the resumed answer being read once a request stream's resumes have
    * run out (UPSTREAM_RESUME_MAX_SECONDS): the check is made when an answer
    * ends, and an answer held open, events or not, would never come back to it.
-   * Then 'expired'. An answer asked for when it passes is not read.
+   * Then 'expired'. A resume being asked for when it passes is aborted.
    */
   #expiry: NodeJS.Timeout | 'expired' | undefined
+  /** Aborts the resume being asked of the upstream, while one is (resumeUpstream's abort). */
+  #asking: UpstreamAbort | undefined
 
   constructor (o: RecordOptions) {
     this.#o = o
@@ -133,9 +135,15 @@ class Recording implements ReadAheadSink {
   /** The deadline passed: the answer being read, if any, is ended (fail, then end, conclude it). */
   #expire (): void {
     this.#expiry = 'expired'
+    this.#asking?.abort()
     const body = this.#body
     body.on('error', ignore)
     body.destroy(new ResumesExpiredError())
+  }
+
+  /** A method, not a field's test: the deadline passes while an await is on its way. */
+  #expired (): boolean {
+    return this.#expiry === 'expired'
   }
 
   #stopExpiry (): void {
@@ -178,18 +186,25 @@ class Recording implements ReadAheadSink {
     await sleep(resumes.delayMs)
     // A deleted session stays deleted: nothing more is asked of the upstream for it.
     if (await this.#sessionDeleted()) return await this.#concludeBroken(new SessionGoneError(o.sessionId))
+    // The deadline passed during the wait: nothing more is asked.
+    if (this.#expired()) return await this.#gaveUp('expired')
     let body: Readable | undefined
+    const asking = this.#asking = new UpstreamAbort()
     try {
-      body = await (o.resumeUpstream as (id: string | undefined) => Promise<Readable | undefined>)(lastId)
+      body = await (o.resumeUpstream as NonNullable<RecordOptions['resumeUpstream']>)(lastId, asking)
     } catch (err) {
+      // Aborted for the deadline: the resumes ran out, the upstream did not fail.
+      if (this.#expired()) return await this.#gaveUp('expired')
       return await this.#concludeBroken(err)
+    } finally {
+      this.#asking = undefined
     }
     if (body === undefined) {
       o.log.info({ streamId: o.streamId }, 'upstream stream not resumed (the upstream refused, or its session is going): concluding it')
       return await this.#concludeEnded()
     }
-    // The deadline passed while the upstream was asked (within UPSTREAM_HEADERS_TIMEOUT_SECONDS): the answer is not read.
-    if (this.#expiry === 'expired') {
+    // The deadline passed as the answer came: it is not read.
+    if (this.#expired()) {
       discardBody(body)
       return await this.#gaveUp('expired')
     }

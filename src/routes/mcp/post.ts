@@ -5,14 +5,13 @@
  * gateway's own id for the session the upstream issues, bound to the
  * request's principal, and opens the session's upstream GET at once.
  */
-import type { Readable } from 'node:stream'
 import type { FastifyBaseLogger as Logger, FastifyReply, FastifyRequest } from 'fastify'
 import { errors, SessionGoneError } from '../../errors.js'
 import type { ProtocolInfo } from '../../protocol/era.js'
 import { randomToken } from '../../protocol/event-id.js'
 import { lostResponseError, makeRequestStreamId, requestIdOfBody } from '../../protocol/request-stream.js'
 import { StreamFollower } from '../../sessions/follower.js'
-import { confirmWindow, recordUpstreamStream } from '../../recording/recorder.js'
+import { confirmWindow, recordUpstreamStream, type RecordOptions } from '../../recording/recorder.js'
 import { initializePromise } from '../../protocol/initialize.js'
 import { RECIPE_INITIALIZE_MAX_BYTES, STANDALONE_STREAM, type CreateSessionOptions, type SessionRecord, type StreamState } from '../../store/contract.js'
 import { discardBody, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
@@ -251,15 +250,15 @@ async function serveRequestStream (ctx: McpContext, request: FastifyRequest, rep
  * (SessionHub.upstreamHeaders), else the POST's: a long call's answer may
  * outlive the token the POST came with, which the client has refreshed since.
  */
-function resumeRequestUpstream (ctx: McpContext, request: FastifyRequest, sessionId: string): (lastEventId: string | undefined) => Promise<Readable | undefined> {
+function resumeRequestUpstream (ctx: McpContext, request: FastifyRequest, sessionId: string): NonNullable<RecordOptions['resumeUpstream']> {
   const posted = upstreamGetHeaders(request, 'keep')
-  return async lastEventId => {
+  return async (lastEventId, abort) => {
     if (lastEventId === undefined) return undefined
     // Under the session's upstream id as it is now (the record, shared by every replica).
     const record = await ctx.deps.store.getSession(sessionId)
     if (record === null) return undefined
     const headers = ctx.deps.hub.upstreamHeaders(sessionId) ?? posted
-    const get: UpstreamRequest = { method: 'GET', path: request.url, headers: { ...headers, 'last-event-id': lastEventId } }
+    const get: UpstreamRequest = { method: 'GET', path: request.url, headers: { ...headers, 'last-event-id': lastEventId }, signal: abort }
     const res = await ctx.timedUpstream('GET', () => ctx.deps.upstream.request(sessionRequest(record, get)))
     if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
     discardBody(res.body)
