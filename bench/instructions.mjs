@@ -38,12 +38,17 @@
 // (socket writes are a fifth to a third of the gateway's CPU time, see
 // bench/profile.mjs), waits, and anything the machine's load does to caches, so
 // a lower count is a smaller cost of the gateway's own code, not a figure in
-// microseconds. Nor, in practice, V8's full collections: in the measured window
-// of a one-session flood, callgrind's profile (--keep) held young-generation
-// collections only (0.6% of the instructions), where the same flood run natively
-// makes 10-12 full collections a second and spends about 40% of the gateway's CPU
-// collecting (docs/performance.md, Where an event's CPU goes). A change to what
-// the gateway allocates is judged with bench/collections.mjs instead. Needs
+// microseconds. Nor V8's full collections: a flood run natively makes 10-12 a
+// second and spends about 40% of the gateway's CPU collecting (docs/performance.md,
+// Where an event's CPU goes), but under --predictable a measured window of
+// 100,000 events holds one or none, by where V8's allocation counts happen to
+// fall: a build that allocates a little more at start-up can have one land in its
+// window and read 15% more per event, for the same hot path. So each count is
+// split: the instructions of full collections (inclusive, from callgrind_annotate:
+// V8's incremental marking steps and its mark-compact) are shown apart, and the
+// builds are compared on the rest, which keeps young-generation collections (a
+// cost per event). A change to what the gateway allocates is judged with
+// bench/collections.mjs instead. Needs
 // valgrind (Debian's package, installed when missing and root). The bench
 // upstream and the client run natively.
 import { execFileSync } from 'node:child_process'
@@ -171,13 +176,28 @@ function control (dir, pid, ...cmd) {
   if (!/\bOK\b/.test(said)) throw new Error(`callgrind_control ${cmd.join(' ')}: ${said.trim()}`)
 }
 
-async function totalOfDump (dir, pid, index) {
+/**
+ * The functions whose inclusive counts make up V8's full collections: marking
+ * steps (incremental, run on the main thread under --predictable) and the
+ * mark-compact that ends them. Neither calls the other.
+ */
+const FULL_COLLECTION_FUNCTIONS = ['v8::internal::IncrementalMarking::Step(', 'v8::internal::Heap::MarkCompact()']
+
+/** All instructions of a dump, and those of V8's full collections within them. */
+async function countsOfDump (dir, pid, index) {
   const file = join(dir, `cg.${pid}.${index}`)
   for (let i = 0; i < 600 && !existsSync(file); i++) await sleep(100)
   const text = readFileSync(file, 'utf8')
   const m = /^totals:\s+(\d+)/m.exec(text) ?? /^summary:\s+(\d+)/m.exec(text)
   if (m === null) throw new Error(`no totals in ${file}`)
-  return Number(m[1])
+  const annotated = execFileSync('callgrind_annotate', ['--inclusive=yes', '--threshold=100', file], { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 })
+  let full = 0
+  for (const line of annotated.split('\n')) {
+    if (!FULL_COLLECTION_FUNCTIONS.some(name => line.includes(name))) continue
+    const count = /^\s*([\d,]+)\s/.exec(line)
+    if (count !== null) full += Number(count[1].replaceAll(',', ''))
+  }
+  return { total: Number(m[1]), full }
 }
 
 async function measure (build, store, ctx, redis) {
@@ -223,7 +243,8 @@ async function measure (build, store, ctx, redis) {
         delivered = await counted(async () => await callWorkload(gw.port, ids))
         agent.destroy()
       }
-      out[n] = await totalOfDump(dir, gw.pid, ++dumps) / delivered
+      const { total, full } = await countsOfDump(dir, gw.pid, ++dumps)
+      out[n] = { perEvent: (total - full) / delivered, fullPerEvent: full / delivered }
     }
   } finally {
     await stop(gw.proc, 60_000)
@@ -245,10 +266,10 @@ try {
     for (let r = 0; r < rounds; r++) {
       for (const build of r % 2 === 0 ? builds : [...builds].reverse()) {
         const counts = await measure(build, store, ctx, store === 'redis' ? redis : undefined)
-        for (const [n, perEvent] of Object.entries(counts)) {
+        for (const [n, count] of Object.entries(counts)) {
           ((results[store] ??= {})[n] ??= {})[build.id] ??= []
-          results[store][n][build.id].push(perEvent)
-          log(`${store}, ${n} session(s), build ${build.id}, round ${r + 1}: ${Math.round(perEvent)} instructions per event`)
+          results[store][n][build.id].push(count)
+          log(`${store}, ${n} session(s), build ${build.id}, round ${r + 1}: ${Math.round(count.perEvent)} instructions per event, and ${Math.round(count.fullPerEvent)} in full collections`)
         }
       }
     }
@@ -259,15 +280,18 @@ try {
   ctx.controlAgent.destroy()
 }
 
-const lines = [`Gateway instructions per event (callgrind, workload ${workloadKind}, ${events} events per measurement, ${rounds} fresh process(es) per build; Node ${process.version})`]
+const lines = [`Gateway instructions per event (callgrind, workload ${workloadKind}, ${events} events per measurement, ${rounds} fresh process(es) per build; Node ${process.version}),`,
+  'outside V8\'s full collections; in brackets, those of the full collections that fell in the window (by chance: see the script\'s header)']
 for (const build of builds) lines.push(`  build ${build.id}: ${build.main}`)
 lines.push('', '| store | sessions | ' + builds.map(b => `build ${b.id}, by round`).join(' | ') + (builds.length > 1 ? ' | B / A (medians) |' : ' |'))
 lines.push('|---|---|' + builds.map(() => '---|').join('') + (builds.length > 1 ? '---|' : ''))
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 === 1 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2 }
 for (const [store, byN] of Object.entries(results)) {
   for (const [n, byBuild] of Object.entries(byN)) {
-    const cells = builds.map(b => byBuild[b.id].map(x => Math.round(x).toLocaleString('en-US')).join(', '))
-    const ratio = builds.length > 1 ? ` | ${(median(byBuild.B) / median(byBuild.A)).toFixed(3)}` : ''
+    const figure = (x) => Math.round(x).toLocaleString('en-US')
+    const cells = builds.map(b => byBuild[b.id].map(c => c.fullPerEvent >= 0.5 ? `${figure(c.perEvent)} (+${figure(c.fullPerEvent)})` : figure(c.perEvent)).join(', '))
+    const medianOf = (id) => median(byBuild[id].map(c => c.perEvent))
+    const ratio = builds.length > 1 ? ` | ${(medianOf('B') / medianOf('A')).toFixed(3)}` : ''
     lines.push(`| ${store} | ${n} | ${cells.join(' | ')}${ratio} |`)
   }
 }
