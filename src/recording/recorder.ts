@@ -183,6 +183,10 @@ class Recording implements ReadAheadSink {
         unreachable(verdict)
     }
     if (lastId !== undefined && lastId !== before) o.upstreamIds?.noteUpstreamId(keptUpstreamId(lastId))
+    // From the first early end on: the wait, the resume asked for and the answer read are all under it.
+    const left = resumes.msUntilExpired
+    // (A deadline past what a timer takes is left to the check at each answer's end.)
+    if (left !== undefined && left <= MAX_TIMER_MS) this.#expiry ??= setTimeout(() => { this.#expire() }, left).unref()
     await sleep(resumes.delayMs)
     // A deleted session stays deleted: nothing more is asked of the upstream for it.
     if (await this.#sessionDeleted()) return await this.#concludeBroken(new SessionGoneError(o.sessionId))
@@ -199,14 +203,14 @@ class Recording implements ReadAheadSink {
     } finally {
       this.#asking = undefined
     }
+    // The deadline passed as the answer came: it is not read.
+    if (this.#expired()) {
+      if (body !== undefined) discardBody(body)
+      return await this.#gaveUp('expired')
+    }
     if (body === undefined) {
       o.log.info({ streamId: o.streamId }, 'upstream stream not resumed (the upstream refused, or its session is going): concluding it')
       return await this.#concludeEnded()
-    }
-    // The deadline passed as the answer came: it is not read.
-    if (this.#expired()) {
-      discardBody(body)
-      return await this.#gaveUp('expired')
     }
     o.log.debug({ streamId: o.streamId }, 'upstream ended its stream early: resumed it with its Last-Event-ID')
     this.#body = body
@@ -217,9 +221,6 @@ class Recording implements ReadAheadSink {
     // every resume's promise and frame until the stream ends (never, for a standalone
     // stream whose upstream polls).
     readAhead(this.#body, this.#decoder, this, o.readAhead)
-    const left = resumes.msUntilExpired
-    // (A deadline past what a timer takes is left to the check at each answer's end.)
-    if (left !== undefined && left <= MAX_TIMER_MS) this.#expiry ??= setTimeout(() => { this.#expire() }, left).unref()
     return RESUMED
   }
 

@@ -201,6 +201,8 @@ export class UpstreamClient {
   }
 
   async request (req: UpstreamRequest): Promise<UpstreamResponse> {
+    // Aborted already: nothing is sent (undici would still take a connection, and close it).
+    if (req.signal?.aborted === true) throw toGatewayError((req.signal instanceof UpstreamAbort ? undefined : req.signal.reason) ?? new undiciErrors.RequestAbortedError())
     if (req.endpoint !== undefined) return await this.#toSessionEndpoint(req.endpoint, req)
     return await this.#balanced(req, req.headers['mcp-session-id'] === undefined)
   }
@@ -256,6 +258,8 @@ export class UpstreamClient {
     if ((req.body === undefined || Buffer.isBuffer(req.body)) && this.#headersTimeoutMs <= MAX_TIMER_MS) {
       const deadline = req.signal === undefined ? new UpstreamAbort() : new FollowingAbort(req.signal)
       timer = setTimeout(() => {
+        // The caller's abort came first: its error is the one to report.
+        if (deadline.aborted) return
         timedOut = true
         deadline.abort()
       }, this.#headersTimeoutMs)

@@ -157,42 +157,45 @@ t.test('interim answers to the session\'s standalone GET: it ends at UPSTREAM_HE
   t.equal(get.status, 200)
 })
 
-t.test('a resume the upstream never answers when UPSTREAM_RESUME_MAX_SECONDS passes is aborted then, not waited for', async t => {
-  const resumes: Array<{ closed: boolean }> = []
-  const upstreamUrl = await listenUntilEnd(t, createServer((req, res) => {
-    if (req.method === 'GET') {
-      if (req.headers['last-event-id'] === undefined) {
-        res.writeHead(200, { 'content-type': 'text/event-stream' })
-        res.flushHeaders()
-        return // the standalone stream: silent
+for (const answered of [0, 1]) {
+  t.test(`a resume the upstream never answers when UPSTREAM_RESUME_MAX_SECONDS passes is aborted then, not waited for (${answered} answered before it)`, async t => {
+    const resumes: Array<{ closed: boolean }> = []
+    const upstreamUrl = await listenUntilEnd(t, createServer((req, res) => {
+      if (req.method === 'GET') {
+        if (req.headers['last-event-id'] === undefined) {
+          res.writeHead(200, { 'content-type': 'text/event-stream' })
+          res.flushHeaders()
+          return // the standalone stream: silent
+        }
+        const resume = { closed: false }
+        resumes.push(resume)
+        res.on('close', () => { resume.closed = true })
+        // The first `answered` resumes bring a notification and end early again; the next is never answered.
+        if (resumes.length <= answered) {
+          res.writeHead(200, { 'content-type': 'text/event-stream' })
+          res.end('id: e1\nretry: 100\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":1}}\n\n')
+        }
+        return
       }
-      const resume = { closed: false }
-      resumes.push(resume)
-      res.on('close', () => { resume.closed = true })
-      // The first resume brings a notification and ends early again; the next is never answered.
-      if (resumes.length === 1) {
+      sessionPosts('resume-asked-expiry-session-01', res => {
         res.writeHead(200, { 'content-type': 'text/event-stream' })
-        res.end('id: e1\nretry: 100\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":1}}\n\n')
-      }
-      return
-    }
-    sessionPosts('resume-asked-expiry-session-01', res => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      res.end('id: p0\nretry: 100\ndata:\n\n')
-    })(req, res)
-  }))
-  const gw = await startGateway(t, 'memory', upstreamUrl, { UPSTREAM_RESUME_MAX_SECONDS: '2', UPSTREAM_HEADERS_TIMEOUT_SECONDS: '20' })
-  const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
-  const started = Date.now()
-  const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call', params: { name: 'x', arguments: {} } })))
-  t.teardown(() => call.close())
-  t.ok(await call.waitFor(s => s.ended || s.closed, 15_000), 'the call\'s stream ends')
-  const waited = Date.now() - started
-  t.equal(resumes.length, 2, 'a second resume was asked for')
-  t.ok(waited >= 2000 && waited < 5000, `at the deadline, not at the headers timeout (after ${waited} ms)`)
-  t.match(JSON.parse(call.events.at(-1)?.data ?? '{}'), { id: 8, error: { code: -32000 } }, 'with the gateway\'s error in place of the response')
-  t.ok(await until(() => resumes[1]?.closed === true, 3000), 'and the resume asked for is ended upstream')
-  const text = await metrics(gw.adminUrl)
-  t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'resume_expired' }), 1, 'counted as resumes run out')
-  t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'stream_broken' }), 0, 'not as an answer that broke off')
-})
+        res.end('id: p0\nretry: 100\ndata:\n\n')
+      })(req, res)
+    }))
+    const gw = await startGateway(t, 'memory', upstreamUrl, { UPSTREAM_RESUME_MAX_SECONDS: '2', UPSTREAM_HEADERS_TIMEOUT_SECONDS: '20' })
+    const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
+    const started = Date.now()
+    const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call', params: { name: 'x', arguments: {} } })))
+    t.teardown(() => call.close())
+    t.ok(await call.waitFor(s => s.ended || s.closed, 15_000), 'the call\'s stream ends')
+    const waited = Date.now() - started
+    t.equal(resumes.length, answered + 1, 'the unanswered resume was asked for')
+    t.ok(waited >= 2000 && waited < 5000, `at the deadline, not at the headers timeout (after ${waited} ms)`)
+    t.match(JSON.parse(call.events.at(-1)?.data ?? '{}'), { id: 8, error: { code: -32000 } }, 'with the gateway\'s error in place of the response')
+    t.ok(await until(() => resumes[answered]?.closed === true, 3000), 'and the resume asked for is ended upstream')
+    const text = await metrics(gw.adminUrl)
+    t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'resume_expired' }), 1, 'counted as resumes run out')
+    t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'stream_broken' }), 0, 'not as an answer that broke off')
+    t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'request' }), 0, 'nor as a failed upstream request: the gateway aborted it')
+  })
+}

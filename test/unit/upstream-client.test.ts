@@ -138,6 +138,47 @@ t.test('a request with an abort of its own: its head waited for on the clock too
   await t.rejects(pending, { cause: reason }, 'an AbortSignal\'s reason is what the request fails with (as undici reports it)')
 })
 
+t.test('an abort that came first: the caller\'s error, not a timeout; already aborted, nothing is sent', async t => {
+  const { Agent, buildConnector } = await import('undici')
+  let requests = 0
+  let connectionsClosed = 0
+  const server = createServer((_req, res) => {
+    requests++
+    res.writeHead(200).end('ok')
+  })
+  server.on('connection', socket => socket.on('close', () => connectionsClosed++))
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  const origin = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)
+
+  // Connections made slowly: the caller aborts while one is made, and the deadline passes before it is.
+  const connect = buildConnector({})
+  const slow = new Agent({ connect: (opts, callback) => { setTimeout(() => connect(opts, callback), 500) } })
+  t.teardown(() => slow.close())
+  const slowClient = new UpstreamClient({ origin, headersTimeoutMs: 200, dispatcher: slow })
+  const own = new UpstreamAbort()
+  const pending = slowClient.request({ method: 'GET', path: '/', headers: {}, signal: own })
+  await sleep(50)
+  own.abort()
+  await t.rejects(pending, { name: 'AbortError' }, 'the caller\'s abort, though its request ended after the deadline')
+
+  const client = new UpstreamClient({ origin, headersTimeoutMs: 5000 })
+  t.teardown(() => client.close())
+  const first = await client.request({ method: 'GET', path: '/', headers: {} })
+  for await (const chunk of first.body) t.ok(chunk.length > 0)
+  const before = requests
+  const closedBefore = connectionsClosed
+  const aborted = new UpstreamAbort()
+  aborted.abort()
+  await t.rejects(client.request({ method: 'GET', path: '/', headers: {}, signal: aborted }), { name: 'AbortError' }, 'a request whose abort came before it fails at once')
+  const reason = new Error('gone before it started')
+  await t.rejects(client.request({ method: 'GET', path: '/', headers: {}, signal: AbortSignal.abort(reason) }), { cause: reason }, 'with an AbortSignal\'s reason (as a request aborted under way reports it)')
+  await sleep(50)
+  t.equal(requests, before, 'neither reached the upstream')
+  t.equal(connectionsClosed, closedBefore, 'and the idle upstream connection is kept')
+})
+
 t.test('several endpoints: a request naming its session\'s endpoint goes there, or fails with upstreamEndpointGone; a request without a session goes past a refusing endpoint', async t => {
   const { EndpointSet } = await import('../../src/upstream/endpoint-set.js')
   const { targetOfUrl } = await import('../../src/upstream/upstream-url.js')

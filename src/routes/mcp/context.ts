@@ -159,8 +159,11 @@ export class McpContext {
       end({ status_class: statusClass(res.statusCode) })
       return res
     } catch (err) {
-      end({ status_class: 'error' })
-      this.deps.metrics.upstreamErrors.inc({ kind: 'request' })
+      // Aborted by the gateway itself (a resume at its deadline): no outcome of the upstream's.
+      if (!(err instanceof Error && err.name === 'AbortError')) {
+        end({ status_class: 'error' })
+        this.deps.metrics.upstreamErrors.inc({ kind: 'request' })
+      }
       throw err
     }
   }
