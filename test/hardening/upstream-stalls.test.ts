@@ -6,10 +6,11 @@
 // long as the upstream stalls. Hand-written upstream (node:http), gateway on
 // the embedded store, raw HTTP.
 import t from 'tap'
+import type { Test } from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { startGateway } from '../fixtures/gateway.js'
 import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
-import { ACCEPT_BOTH, metricSum, metrics, rawInitialize, RawSse, rawRequest, until } from '../fixtures/hardening.js'
+import { ACCEPT_BOTH, metricSum, metrics, rawInitialize, RawSse, rawRequest, until, type RawSession } from '../fixtures/hardening.js'
 
 t.setTimeout(60_000)
 
@@ -27,6 +28,19 @@ function sessionPosts (upstreamSessionId: string, onCall: (res: ServerResponse) 
     else if (message.id === undefined) res.writeHead(202).end()
     else onCall(res)
   })
+}
+
+/** A call's answer that ends early, after its priming event (SEP-1699): the gateway resumes it. */
+function endEarly (res: ServerResponse): void {
+  res.writeHead(200, { 'content-type': 'text/event-stream' })
+  res.end('id: p0\nretry: 100\ndata:\n\n')
+}
+
+/** A tools/call of the session, raw, read as it comes. */
+function callTool (t: Test, port: number, session: RawSession, id: number): RawSse {
+  const call = new RawSse(port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'x', arguments: {} } })))
+  t.teardown(() => call.close())
+  return call
 }
 
 t.test('an initialize whose answer stalls before its result: passed on within the wait, the session without a recipe', async t => {
@@ -56,8 +70,7 @@ t.test('a 400 whose short body stalls: passed on within a second, not read as a 
   const gw = await startGateway(t, 'memory', upstreamUrl)
   const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
   const started = Date.now()
-  const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'x', arguments: {} } })))
-  t.teardown(() => call.close())
+  const call = callTool(t, gw.port, session, 3)
   t.ok(await call.waitFor(s => s.status !== undefined, 10_000), 'the client gets the answer\'s head')
   t.comment(`after ${Date.now() - started} ms`)
   t.equal(call.status, 400, 'the upstream\'s 400')
@@ -77,8 +90,7 @@ t.test('interim answers (102 Processing) do not hold a request past UPSTREAM_HEA
   const gw = await startGateway(t, 'memory', upstreamUrl, { UPSTREAM_HEADERS_TIMEOUT_SECONDS: '1' })
   const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
   const started = Date.now()
-  const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name: 'x', arguments: {} } })))
-  t.teardown(() => call.close())
+  const call = callTool(t, gw.port, session, 4)
   t.ok(await call.waitFor(s => s.status !== undefined, 8000), 'the client gets an answer')
   const waited = Date.now() - started
   t.equal(call.status, 504, `the gateway's timeout (after ${waited} ms)`)
@@ -102,17 +114,12 @@ t.test('a call\'s answer resumed upstream and held open, events or not, ends at 
       })
       return
     }
-    sessionPosts('resume-expiry-session-01', res => {
-      // The call's answer ends early, after its priming event (SEP-1699): the gateway resumes it.
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      res.end('id: p0\nretry: 100\ndata:\n\n')
-    })(req, res)
+    sessionPosts('resume-expiry-session-01', endEarly)(req, res)
   }))
   const gw = await startGateway(t, 'memory', upstreamUrl, { UPSTREAM_RESUME_MAX_SECONDS: '2' })
   const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
   const started = Date.now()
-  const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'x', arguments: {} } })))
-  t.teardown(() => call.close())
+  const call = callTool(t, gw.port, session, 7)
   t.ok(await call.waitFor(s => s.ended || s.closed, 10_000), 'the call\'s stream ends')
   const waited = Date.now() - started
   t.ok(waited >= 2000 && waited < 4000, `at the deadline, not before (after ${waited} ms)`)
@@ -177,16 +184,12 @@ for (const answered of [0, 1]) {
         }
         return
       }
-      sessionPosts('resume-asked-expiry-session-01', res => {
-        res.writeHead(200, { 'content-type': 'text/event-stream' })
-        res.end('id: p0\nretry: 100\ndata:\n\n')
-      })(req, res)
+      sessionPosts('resume-asked-expiry-session-01', endEarly)(req, res)
     }))
     const gw = await startGateway(t, 'memory', upstreamUrl, { UPSTREAM_RESUME_MAX_SECONDS: '2', UPSTREAM_HEADERS_TIMEOUT_SECONDS: '20' })
     const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
     const started = Date.now()
-    const call = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call', params: { name: 'x', arguments: {} } })))
-    t.teardown(() => call.close())
+    const call = callTool(t, gw.port, session, 8)
     t.ok(await call.waitFor(s => s.ended || s.closed, 15_000), 'the call\'s stream ends')
     const waited = Date.now() - started
     t.equal(resumes.length, answered + 1, 'the unanswered resume was asked for')

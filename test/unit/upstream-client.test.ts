@@ -1,11 +1,20 @@
 // The upstream HTTP client (src/upstream/client.ts) against a real socket: an
 // answer the gateway stops reading is dropped without an uncaught error.
 import t from 'tap'
-import { createServer, type ServerResponse } from 'node:http'
+import type { Test } from 'tap'
+import { createServer, type Server, type ServerResponse } from 'node:http'
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AddressInfo } from 'node:net'
 import { discardBody, BODY_BUFFER_BYTES, UpstreamAbort, UpstreamClient } from '../../src/upstream/client.js'
+
+/** Listens on a free port of 127.0.0.1 until the test ends; the origin to send to. */
+async function listening (t: Test, server: Server): Promise<URL> {
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  return new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)
+}
 
 for (const answer of ['refused', 'streaming'] as const) {
   t.test(`discardBody: an answer dropped unread (${answer}) is released, its abort not uncaught`, async t => {
@@ -65,10 +74,7 @@ t.test('UpstreamAbort ends a request before its answer and a stream in the middl
     res.writeHead(200, { 'content-type': 'text/event-stream' })
     res.write('data: {"n":1}\n\n')
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.closeAllConnections(); server.close() })
-  const client = new UpstreamClient({ origin: new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`), headersTimeoutMs: 10_000 })
+  const client = new UpstreamClient({ origin: await listening(t, server), headersTimeoutMs: 10_000 })
   t.teardown(() => client.close())
 
   const early = new UpstreamAbort()
@@ -111,10 +117,7 @@ t.test('a request with an abort of its own: its head waited for on the clock too
     if (req.url === '/silent') return
     res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: {"n":1}\n\n')
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.closeAllConnections(); server.close() })
-  const client = new UpstreamClient({ origin: new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`), headersTimeoutMs: 300 })
+  const client = new UpstreamClient({ origin: await listening(t, server), headersTimeoutMs: 300 })
   t.teardown(() => client.close())
 
   const own = new UpstreamAbort()
@@ -147,10 +150,7 @@ t.test('an abort that came first: the caller\'s error, not a timeout; already ab
     res.writeHead(200).end('ok')
   })
   server.on('connection', socket => socket.on('close', () => connectionsClosed++))
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.closeAllConnections(); server.close() })
-  const origin = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)
+  const origin = await listening(t, server)
 
   // Connections made slowly: the caller aborts while one is made, and the deadline passes before it is.
   const connect = buildConnector({})
@@ -262,10 +262,7 @@ t.test('an answer whose reader is paused buffers BODY_BUFFER_BYTES before the up
     }
     more()
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.closeAllConnections(); server.close() })
-  const client = new UpstreamClient({ origin: new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`), headersTimeoutMs: 2000 })
+  const client = new UpstreamClient({ origin: await listening(t, server), headersTimeoutMs: 2000 })
   t.teardown(() => client.destroy())
 
   const res = await client.request({ method: 'GET', path: '/mcp', headers: {} })
