@@ -306,6 +306,27 @@ export class GatewayMetrics {
     this.#tracer = tracer
   }
 
+  /**
+   * Time an upstream request by its answer's status class, counting failures
+   * (`upstreamErrors{kind="request"}`). One the gateway aborted itself
+   * (`abort`: a client gone, a pump stopped, a resume past its deadline) has
+   * no outcome of the upstream's: neither timed nor counted.
+   */
+  async timeUpstream<T extends { readonly statusCode: number }> (method: string, send: () => Promise<T>, abort?: { readonly aborted: boolean }): Promise<T> {
+    const end = this.upstreamRequestDuration.startTimer({ method })
+    try {
+      const res = await send()
+      end({ status_class: statusClass(res.statusCode) })
+      return res
+    } catch (err) {
+      if (abort?.aborted !== true) {
+        end({ status_class: 'error' })
+        this.upstreamErrors.inc({ kind: 'request' })
+      }
+      throw err
+    }
+  }
+
   /** Time a store operation, counting failures (and trace it, tracing on). */
   timeStore<T> (op: StoreOp, fn: () => Promise<T>): Promise<T> {
     if (this.#tracer === undefined) return this.#timed(op, fn)

@@ -3,7 +3,6 @@ import { Transform, type Readable } from 'node:stream'
 import { errors } from '../errors.js'
 import { clientKey } from '../net/client-address.js'
 import type { Authority } from '../net/request-authority.js'
-import { statusClass } from '../metrics/metrics.js'
 import type { UpstreamPlacement } from '../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamRequest, type UpstreamResponse } from '../upstream/client.js'
 import { sessionRequest } from '../upstream/session-request.js'
@@ -85,23 +84,14 @@ export async function forwardTransparently (deps: ForwardDeps, request: FastifyR
     if (declared > deps.maxBodyBytes) throw errors.bodyTooLarge(deps.maxBodyBytes)
     body = bounded(body, deps.maxBodyBytes)
   }
-  const end = deps.metrics.upstreamRequestDuration.startTimer({ method })
-  let res: UpstreamResponse
-  try {
-    const upstreamRequest: UpstreamRequest = {
-      method,
-      path: request.url,
-      headers: upstreamHeadersFor(request, !Buffer.isBuffer(body)),
-      body: method === 'GET' || method === 'HEAD' ? undefined : body,
-      signal: abort.signal
-    }
-    res = await deps.upstream.request(session === undefined ? upstreamRequest : sessionRequest(session, upstreamRequest))
-  } catch (err) {
-    end({ status_class: 'error' })
-    deps.metrics.upstreamErrors.inc({ kind: 'request' })
-    throw err
+  const upstreamRequest: UpstreamRequest = {
+    method,
+    path: request.url,
+    headers: upstreamHeadersFor(request, !Buffer.isBuffer(body)),
+    body: method === 'GET' || method === 'HEAD' ? undefined : body,
+    signal: abort.signal
   }
-  end({ status_class: statusClass(res.statusCode) })
+  const res = await deps.metrics.timeUpstream(method, () => deps.upstream.request(session === undefined ? upstreamRequest : sessionRequest(session, upstreamRequest)), abort.signal)
   try {
     admit?.(res)
   } catch (err) {

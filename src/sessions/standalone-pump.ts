@@ -6,7 +6,7 @@ import type { EventStore, SessionRecord, StreamState, UpstreamPlacement } from '
 import { errors, unreachable } from '../errors.js'
 import { sameUpstreamSession, sessionRequest } from '../upstream/session-request.js'
 import { STANDALONE_STREAM } from '../store/contract.js'
-import { statusClass, type GatewayMetrics } from '../metrics/metrics.js'
+import type { GatewayMetrics } from '../metrics/metrics.js'
 import { discardBody, UpstreamAbort, type UpstreamClient, type UpstreamResponse } from '../upstream/client.js'
 import { mediaType } from '../upstream/headers.js'
 import type { ReadAheadBudget } from '../recording/read-ahead.js'
@@ -274,16 +274,7 @@ export class StandalonePump {
   /** The upstream GET at `placement`, timed and its failure counted (both ways it is opened: #request and #resume). */
   async #get (placement: SessionRecord, headers: Record<string, string | string[]>): Promise<UpstreamResponse> {
     const { upstream, metrics } = this.#o
-    const end = metrics.upstreamRequestDuration.startTimer({ method: 'GET' })
-    try {
-      const res = await upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort }))
-      end({ status_class: statusClass(res.statusCode) })
-      return res
-    } catch (err) {
-      end({ status_class: 'error' })
-      metrics.upstreamErrors.inc({ kind: 'request' })
-      throw err
-    }
+    return await metrics.timeUpstream('GET', () => upstream.request(sessionRequest(placement, { method: 'GET', path: this.#o.path, headers, signal: this.#abort })), this.#abort)
   }
 
   async #start (res: UpstreamResponse, resuming: boolean): Promise<null> {

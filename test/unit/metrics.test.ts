@@ -39,6 +39,25 @@ t.test('timeStore: each operation its own series, its time in seconds, failures 
   t.equal((await histogram(metrics, 'read')).count, 1, 'after a reset, counted from zero again')
 })
 
+t.test('timeUpstream: timed by status class, failures counted, but not a request the gateway aborted itself', async t => {
+  const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
+  const timed = async (): Promise<Array<[string, number]>> => (await metrics.upstreamRequestDuration.get()).values
+    .filter(v => v.metricName?.endsWith('_count') === true && v.value > 0).map(v => [`${String(v.labels.method)} ${String(v.labels.status_class)}`, v.value])
+  const failed = async (): Promise<number | undefined> => sample(await scrape(metrics), 'mcpgw_upstream_errors_total', { kind: 'request' })
+  t.match(await metrics.timeUpstream('POST', async () => ({ statusCode: 202 })), { statusCode: 202 }, 'the answer is the caller\'s')
+  await metrics.timeUpstream('GET', async () => ({ statusCode: 404 }))
+  await t.rejects(metrics.timeUpstream('GET', async () => { throw new Error('refused') }), /refused/, 'a failure is the caller\'s')
+  t.same(await timed(), [['POST 2xx', 1], ['GET 4xx', 1], ['GET error', 1]], 'each by method and status class')
+  t.equal(await failed(), 1, 'the failure counted')
+  const abort = new AbortController()
+  abort.abort()
+  await t.rejects(metrics.timeUpstream('GET', async () => { throw new Error('aborted') }, abort.signal), /aborted/, 'an aborted one fails for its caller')
+  const stillOpen = new AbortController()
+  await t.rejects(metrics.timeUpstream('GET', async () => { throw new Error('refused again') }, stillOpen.signal), /refused again/)
+  t.equal(await failed(), 2, 'counted only when its abort did not fire')
+  t.same(await timed(), [['POST 2xx', 1], ['GET 4xx', 1], ['GET error', 2]], 'and timed likewise')
+})
+
 async function scrape (metrics: GatewayMetrics): Promise<string> {
   return await metrics.registry.metrics()
 }

@@ -4,7 +4,6 @@ import type { FastifyBaseLogger as Logger, FastifyReply } from 'fastify'
 import type { LeaseCoordinator } from '../../cluster/coordinator.js'
 import type { GatewayConfig } from '../../config/load.js'
 import type { GatewayMetrics, StreamKind } from '../../metrics/metrics.js'
-import { statusClass } from '../../metrics/metrics.js'
 import type { ProtocolInfo } from '../../protocol/era.js'
 import type { InFlight } from '../../recording/inflight.js'
 import type { SessionHub } from '../../sessions/session-hub.js'
@@ -151,23 +150,6 @@ export class McpContext {
     return record
   }
 
-  /** An upstream request, timed and counted by method and status class. */
-  async timedUpstream (method: string, fn: () => Promise<UpstreamResponse>): Promise<UpstreamResponse> {
-    const end = this.deps.metrics.upstreamRequestDuration.startTimer({ method })
-    try {
-      const res = await fn()
-      end({ status_class: statusClass(res.statusCode) })
-      return res
-    } catch (err) {
-      // Aborted by the gateway itself (a resume at its deadline): no outcome of the upstream's.
-      if (!(err instanceof Error && err.name === 'AbortError')) {
-        end({ status_class: 'error' })
-        this.deps.metrics.upstreamErrors.inc({ kind: 'request' })
-      }
-      throw err
-    }
-  }
-
   /**
    * A request of a session, sent upstream where the session lives. When the
    * upstream lost the session (lostSession, or no connection at all: its
@@ -181,7 +163,7 @@ export class McpContext {
    */
   async sessionUpstream (request: FastifyRequest, sessionId: string, record: SessionRecord, method: string, upstreamRequest: UpstreamRequest): Promise<UpstreamResponse> {
     const send = async (at: SessionRecord): Promise<UpstreamResponse> =>
-      await this.timedUpstream(method, () => this.deps.upstream.request(sessionRequest(at, upstreamRequest)))
+      await this.deps.metrics.timeUpstream(method, () => this.deps.upstream.request(sessionRequest(at, upstreamRequest)))
     let first: UpstreamResponse
     try {
       first = await send(record)

@@ -38,7 +38,7 @@ async function deleteSession (ctx: McpContext, request: FastifyRequest, reply: F
   let res: UpstreamResponse
   hub.deleteForwarded(sessionId)
   try {
-    res = await ctx.timedUpstream('DELETE', () => ctx.deps.upstream.request(sessionRequest(record, {
+    res = await ctx.deps.metrics.timeUpstream('DELETE', () => ctx.deps.upstream.request(sessionRequest(record, {
       method: 'DELETE', path: request.url, headers: upstreamHeadersFor(request, false)
     })))
   } catch (err) {

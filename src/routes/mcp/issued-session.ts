@@ -29,7 +29,7 @@ export function admitIssuedSession (ctx: McpContext, request: FastifyRequest, pl
   if (wait === 0) return
   const headers = upstreamGetHeaders(request, 'keep')
   delete headers.accept
-  abandonUpstreamSession(async end => await ctx.timedUpstream('DELETE', () => ctx.deps.upstream.request(end)), placement, request.url, headers, REFUSED_DELETE_TIMEOUT_MS)
+  abandonUpstreamSession(async end => await ctx.deps.metrics.timeUpstream('DELETE', () => ctx.deps.upstream.request(end)), placement, request.url, headers, REFUSED_DELETE_TIMEOUT_MS)
   request.log.debug({ retryAfter: wait }, 'a session the upstream issued past INITIALIZES_PER_MINUTE_PER_ADDRESS: ended upstream, the client refused')
   throw errors.initializeRateLimited(wait)
 }

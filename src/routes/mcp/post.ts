@@ -42,7 +42,7 @@ export async function handlePost (ctx: McpContext, request: FastifyRequest, repl
   try {
     const post: UpstreamRequest = { method: 'POST', path: request.url, headers: recordableHeaders(request), body: request.body as Buffer | undefined }
     res = sessionId === undefined || record === undefined
-      ? await ctx.timedUpstream('POST', () => ctx.deps.upstream.request({ ...post, newSession: sessionId === undefined }))
+      ? await ctx.deps.metrics.timeUpstream('POST', () => ctx.deps.upstream.request({ ...post, newSession: sessionId === undefined }))
       : await ctx.sessionUpstream(request, sessionId, record, 'POST', post)
   } catch (err) {
     await guard.settleRecovery(request, failureVerdict(err))
@@ -259,7 +259,7 @@ function resumeRequestUpstream (ctx: McpContext, request: FastifyRequest, sessio
     if (record === null) return undefined
     const headers = ctx.deps.hub.upstreamHeaders(sessionId) ?? posted
     const get: UpstreamRequest = { method: 'GET', path: request.url, headers: { ...headers, 'last-event-id': lastEventId }, signal: abort }
-    const res = await ctx.timedUpstream('GET', () => ctx.deps.upstream.request(sessionRequest(record, get)))
+    const res = await ctx.deps.metrics.timeUpstream('GET', () => ctx.deps.upstream.request(sessionRequest(record, get)), abort)
     if (res.statusCode === 200 && mediaType(res.headers['content-type']) === 'text/event-stream') return res.body
     discardBody(res.body)
     return undefined
