@@ -75,6 +75,11 @@ export class UpstreamAbort {
     return this
   }
 
+  /** What undici reports for an abort without one: its own RequestAbortedError. (A getter: nothing per instance.) */
+  get reason (): unknown {
+    return undefined
+  }
+
   listenerCount (_event: 'abort'): number {
     return this.#listeners.length
   }
@@ -106,8 +111,8 @@ class FollowingAbort extends UpstreamAbort {
     if (caller.aborted) this.aborted = true
   }
 
-  get reason (): unknown {
-    return this.#caller instanceof UpstreamAbort ? undefined : this.#caller.reason
+  override get reason (): unknown {
+    return this.#caller.reason
   }
 
   override once (event: 'abort', listener: () => void): this {
@@ -202,7 +207,7 @@ export class UpstreamClient {
 
   async request (req: UpstreamRequest): Promise<UpstreamResponse> {
     // Aborted already: nothing is sent (undici would still take a connection, and close it).
-    if (req.signal?.aborted === true) throw toGatewayError((req.signal instanceof UpstreamAbort ? undefined : req.signal.reason) ?? new undiciErrors.RequestAbortedError())
+    if (req.signal?.aborted === true) throw toGatewayError(req.signal.reason ?? new undiciErrors.RequestAbortedError())
     if (req.endpoint !== undefined) return await this.#toSessionEndpoint(req.endpoint, req)
     return await this.#balanced(req, req.headers['mcp-session-id'] === undefined)
   }
