@@ -26,6 +26,7 @@ export const ConfigSchema = Type.Object({
   REDIS_PASSWORD: Type.Optional(Type.String({ description: 'Password for Redis Cluster nodes or the Sentinel-managed master, and for REDIS_URL when the URL carries none (a password in REDIS_URL wins; a warning says so).' })),
   REDIS_TLS: Type.Boolean({ default: false, description: 'Use TLS for REDIS_CLUSTER_NODES / REDIS_SENTINELS connections (REDIS_URL uses rediss:// instead).' }),
   REDIS_KEY_PREFIX: Type.String({ default: 'mcpgw:', description: 'Prefix of every Redis key the gateway writes.' }),
+  REDIS_SOCKET_TIMEOUT_MS: Type.Integer({ default: 5000, minimum: 500, description: 'A Redis connection with commands waiting that receives nothing for this long is taken as dead (a frozen Redis, a host gone without closing its connections, a network cut): it is closed and opened again (with Sentinels, to the master they name now), and the commands waiting on it fail. The subscriber connection is pinged this often so that it is checked too. Above the longest a healthy Redis takes to answer.' }),
 
   RETENTION_MAX_EVENTS: Type.Integer({ default: 10000, minimum: 1, description: 'Events kept per stream; older events are trimmed and a client resuming before them is told about the gap.' }),
   RETENTION_MAX_BYTES: Type.Integer({ default: 16777216, minimum: 1024, description: 'Bytes of event data kept per stream (16 MiB). The embedded store counts the memory they hold: their bytes and the unused room of the buffers it keeps them in (less than as much again).' }),

@@ -13,6 +13,7 @@ export interface StoreConfig {
   readonly redisPassword: string | undefined
   readonly redisTls: boolean
   readonly redisKeyPrefix: string
+  readonly redisSocketTimeoutMs: number
   readonly retention: RetentionLimits
   readonly memoryStoreMaxBytes: number
 }
@@ -28,7 +29,7 @@ export async function createStore (config: StoreConfig, log: FastifyBaseLogger):
     log.warn({ maxBytes: config.memoryStoreMaxBytes }, 'REDIS_URL is not set: using the embedded in-memory event store (single process, not durable: events are lost on restart and replicas cannot share sessions)')
     return new MemoryEventStore({ retention: config.retention, maxBytes: config.memoryStoreMaxBytes })
   }
-  const store = await RedisEventStore.connect({ ...target, keyPrefix: config.redisKeyPrefix, retention: config.retention, logger: log })
+  const store = await RedisEventStore.connect({ ...target, keyPrefix: config.redisKeyPrefix, socketTimeoutMs: config.redisSocketTimeoutMs, retention: config.retention, logger: log })
   log.info({ redis: describeTarget(target), replicaId: store.replicaId }, 'event store: Redis Streams')
   return store
 }

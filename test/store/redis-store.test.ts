@@ -829,6 +829,57 @@ t.test('redis: a batch past Lua whose transaction ran but whose reply was lost: 
   t.equal(await env.redis.exists(`${env.prefix}{sess}:aside`), 0, 'no stream left aside')
 })
 
+/** A store behind a relay whose open connections can be stalled, with ioredis's socket timeout at `timeoutMs`. */
+async function storeBehindStall (t: Test, name: string, timeoutMs: number): Promise<{ env: TestRedis, cut: RedisCut, store: RedisEventStore }> {
+  const env = await useRedis(t, name)
+  const cut = await startRedisCut(env.url)
+  t.teardown(() => cut.close())
+  const store = await RedisEventStore.connect({ url: cut.url, keyPrefix: env.prefix, retention: RETENTION, socketTimeoutMs: timeoutMs })
+  t.teardown(() => store.close())
+  return { env, cut, store }
+}
+
+/** What `work` came to within `ms`: its value, its error, or `hung`. */
+async function within<T> (ms: number, work: Promise<T>): Promise<{ value: T } | { error: unknown } | 'hung'> {
+  return await Promise.race([work.then((value) => ({ value }), (error: unknown) => ({ error })), sleep(ms).then(() => 'hung' as const)])
+}
+
+t.test('redis: a command connection that stops answering is closed and opened again after the socket timeout', async (t) => {
+  const { cut, store } = await storeBehindStall(t, 'stalled-commands', 500)
+  await store.createSession('sess', 'p')
+  await store.append('sess', 's', [{ data: 'a' }])
+  t.equal(cut.stall(), 2, 'both connections stall, open')
+  const started = Date.now()
+  const outcome = await within(5000, store.read('sess', 's', 0, 10))
+  const tookMs = Date.now() - started
+  t.comment(`the command waiting: ${outcome === 'hung' ? 'hung' : 'value' in outcome ? 'answered (resent over the new connection)' : `failed: ${String(outcome.error)}`}`)
+  t.not(outcome, 'hung', 'a command waiting on the stalled connection is settled')
+  t.ok(tookMs >= 400 && tookMs < 4000, `after the timeout, not at once (${tookMs} ms)`)
+  t.same(await within(5000, store.read('sess', 's', 0, 10).then((r) => r?.events.map((e) => e.data))), { value: ['a'] }, 'the store answers over a new connection')
+})
+
+t.test('redis: a subscriber connection that stops answering is found by its ping, and what was published meanwhile is caught up', async (t) => {
+  const { env, cut, store: reader } = await storeBehindStall(t, 'stalled-subscriber', 500)
+  const writer = await storeFor(t, env)
+  await writer.createSession('sess', 'p')
+  const heard: number[] = []
+  reader.subscribe('sess', 's', (n) => heard.push(n.toSeq))
+  await eventually('the first notice', async () => {
+    if (heard.length === 0) await writer.append('sess', 's', [{ data: 'first' }])
+    await sleep(50)
+    return heard.length > 0
+  })
+  const before = Math.max(...heard)
+  t.equal(cut.stall(), 2, 'both connections stall, open')
+  // Nothing waits on the reader's connections now: only the ping finds the subscriber dead.
+  const stored = await writer.append('sess', 's', [{ data: 'while stalled' }])
+  const seq = stored[0]?.seq ?? 0
+  t.ok(seq > before, 'appended after the last notice heard')
+  await eventually('the notice of the append made while the subscriber was stalled', () => heard.some((s) => s >= seq), 6000)
+  await writer.append('sess', 's', [{ data: 'after' }])
+  await eventually('notices over the new connection', () => heard.some((s) => s > seq), 3000)
+})
+
 t.test('redis: intactSince moves to the moment a replica finds Redis without its mark (restarted empty)', async (t) => {
   const env = await useRedis(t, 'intact')
   const store = await storeFor(t, env)

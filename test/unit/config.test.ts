@@ -32,6 +32,7 @@ t.test('defaults', async (t) => {
   t.equal(config.redisPassword, undefined)
   t.equal(config.redisTls, false)
   t.equal(config.redisKeyPrefix, 'mcpgw:')
+  t.equal(config.redisSocketTimeoutMs, 5000, 'a stalled Redis connection is replaced within 5 s')
   t.same(config.retention, { maxEvents: 10000, maxBytes: 16777216, ttlMs: 3600 * 1000 })
   t.equal(config.memoryStoreMaxBytes, 268435456)
   t.equal(config.maxEventBytes, 4194304)

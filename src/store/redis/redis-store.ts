@@ -42,12 +42,24 @@ export interface RedisStoreOptions {
   readonly audienceRefreshMs?: number
   /** How appends reach Redis (append-writes.ts); `zero-copy` when absent. */
   readonly appendWrite?: AppendWrite
+  /**
+   * Ping the subscriber connection this often (one Redis only, see
+   * StoreConnections.pingSubscriber), so that ioredis's `socketTimeout` also
+   * finds that connection dead; not pinged when absent.
+   */
+  readonly subscriberPingMs?: number
 }
 
 /** Where Redis is, and the store's own options (every one but its two connections, which connect() opens). */
 export type RedisStoreConnectOptions = RedisTarget & Omit<RedisStoreOptions, 'redis' | 'subscriber'> & {
   /** Extra ioredis options for both connections. */
   readonly redisOptions?: RedisOptions
+  /**
+   * REDIS_SOCKET_TIMEOUT_MS: ioredis's `socketTimeout` on both connections (a
+   * connection with commands waiting that receives nothing this long is
+   * closed and opened again), and the subscriber's ping period.
+   */
+  readonly socketTimeoutMs?: number
 }
 
 /** The session's stream set changing under a reset this often in a row means something is wrong. */
@@ -97,6 +109,7 @@ export class RedisEventStore implements EventStore {
       replicaId: this.replicaId,
       logger: options.logger,
       audienceRefreshMs: options.audienceRefreshMs ?? AUDIENCE_REFRESH_MS,
+      subscriberPingMs: options.subscriberPingMs,
       standing: async (sessionId, streamId) => await this.#reader.standing(sessionId, streamId)
     })
     this.#appender = new Appender({ connections: this.#connections, write: appendWrite, keys: this.#keys, retention: this.#retention, replicaId: this.replicaId, bus: this.#bus })
@@ -116,10 +129,12 @@ export class RedisEventStore implements EventStore {
       const auth = { ...(options.password !== undefined && { password: options.password }), ...(options.tls === true && { tls: {} }) }
       await waitForClusterReady(options.cluster, { ...options.redisOptions, ...auth }, options.logger)
     }
-    const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, options.redisOptions, options.logger)
-    const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, options.redisOptions, options.logger)
+    const timeout = options.socketTimeoutMs
+    const redisOptions: RedisOptions = { ...(timeout !== undefined && { socketTimeout: timeout }), ...options.redisOptions }
+    const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, redisOptions, options.logger)
+    const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, redisOptions, options.logger)
     // The store's options pass through whole: one added to RedisStoreOptions reaches the store.
-    const store = new RedisEventStore({ ...options, redis, subscriber, replicaId, random })
+    const store = new RedisEventStore({ subscriberPingMs: timeout, ...options, redis, subscriber, replicaId, random })
     try {
       await store.ping()
     } catch (err) {
