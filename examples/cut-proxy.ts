@@ -43,7 +43,8 @@ function reset (socket: Socket): void {
   else socket.destroy()
 }
 
-export async function startCutProxy (targetPort: number, targetHost = '127.0.0.1'): Promise<CutProxy> {
+/** `listenPort`: 0 (the default) picks a free port; a port given is listened on again after close(). */
+export async function startCutProxy (targetPort: number, targetHost = '127.0.0.1', listenPort = 0): Promise<CutProxy> {
   const pairs = new Set<SocketPair>()
   const halfOpen = new Set<Socket>()
   let accepted = 0
@@ -71,7 +72,7 @@ export async function startCutProxy (targetPort: number, targetHost = '127.0.0.1
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
+    server.listen(listenPort, '127.0.0.1', () => {
       server.off('error', reject)
       resolve()
     })

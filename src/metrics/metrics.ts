@@ -39,6 +39,14 @@ export type ReestablishOutcome = typeof REESTABLISH_OUTCOMES[number]
  */
 const REESTABLISHED_COUNTED = [...REESTABLISH_OUTCOMES, 'relapsed'] as const
 export type ReestablishedCounted = typeof REESTABLISHED_COUNTED[number]
+/**
+ * How an upstream session left behind by a move was settled (sessions/left-behind.ts):
+ * `answered` (its endpoint answered the DELETE, whatever the status),
+ * `endpoint_gone` (the endpoint left the set first), `expired` (not reachable
+ * in time), `dropped` (given up, past the bound on those waiting).
+ */
+const LEFT_BEHIND_OUTCOMES = ['answered', 'endpoint_gone', 'expired', 'dropped'] as const
+export type LeftBehindOutcome = typeof LEFT_BEHIND_OUTCOMES[number]
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const
 /** Upstream answers being read: the client stream kinds that have one (a resume reads the store). */
@@ -122,6 +130,7 @@ export class GatewayMetrics {
   readonly storeOperationDuration: Histogram<'op'>
   readonly storeErrors: Counter<'op'>
   readonly appendResends: ClosedCounter<{ outcome: ResendOutcome }>
+  readonly upstreamSessionsLeftBehind: ClosedCounter<{ outcome: LeftBehindOutcome }>
   readonly upstreamRequestDuration: Histogram<'method' | 'status_class'>
   readonly upstreamErrors: ClosedCounter<{ kind: UpstreamErrorKind }>
   readonly upstreamStreamsOpen: ClosedGauge<{ kind: UpstreamStreamKind }>
@@ -169,6 +178,7 @@ export class GatewayMetrics {
     this.storeOperationDuration = new Histogram({ name: `${p}store_operation_duration_seconds`, help: 'Event store operation latency, by operation.', labelNames: ['op'], buckets: [...STORE_SECONDS_BUCKETS], registers })
     this.storeErrors = new Counter({ name: `${p}store_errors_total`, help: 'Event store operations that failed, by operation.', labelNames: ['op'], registers })
     this.appendResends = new Counter({ name: `${p}append_resends_total`, help: 'Failed appends resent before their events were passed on unrecorded, by outcome: recorded (applied, or found applied already) or unrecorded (the confirm window ran out).', labelNames: ['outcome'], registers })
+    this.upstreamSessionsLeftBehind = new Counter({ name: `${p}upstream_sessions_left_behind_total`, help: 'Upstream sessions a re-establishment moved away from while their endpoint could not be reached, each sent a DELETE, by how that ended: answered, endpoint_gone, expired, dropped.', labelNames: ['outcome'], registers })
     this.upstreamRequestDuration = new Histogram({ name: `${p}upstream_request_duration_seconds`, help: 'Time to upstream response headers, by method and status class.', labelNames: ['method', 'status_class'], buckets: [...UPSTREAM_SECONDS_BUCKETS], registers })
     this.upstreamErrors = new Counter({ name: `${p}upstream_errors_total`, help: 'Upstream requests or streams that failed, by kind.', labelNames: ['kind'], registers })
     this.upstreamStreamsOpen = new Gauge({ name: `${p}upstream_streams_open`, help: 'Upstream SSE answers being read, by kind.', labelNames: ['kind'], registers })
@@ -205,6 +215,7 @@ export class GatewayMetrics {
       this.storeOperationDuration.zero({ op })
     }
     for (const outcome of RESEND_OUTCOMES) this.appendResends.inc({ outcome }, 0)
+    for (const outcome of LEFT_BEHIND_OUTCOMES) this.upstreamSessionsLeftBehind.inc({ outcome }, 0)
     for (const outcome of REESTABLISHED_COUNTED) this.upstreamSessionsReestablished.inc({ outcome }, 0)
     for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.inc({ kind }, 0)
     for (const kind of UPSTREAM_STREAM_KINDS) this.upstreamStreamsOpen.set({ kind }, 0)

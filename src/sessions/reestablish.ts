@@ -21,6 +21,7 @@ import { readAnswerStart } from '../upstream/answer-start.js'
 import { isConnectFailure } from '../upstream/connect-failure.js'
 import { readJsonRpcAnswer, type JsonRpcResponse } from '../upstream/json-rpc-answer.js'
 import { abandonUpstreamSession, samePlacement, sessionRequest } from '../upstream/session-request.js'
+import type { LeftBehind } from './left-behind.js'
 
 export interface ReestablishOptions {
   readonly store: EventStore
@@ -33,7 +34,17 @@ export interface ReestablishOptions {
   readonly fenceMs?: number
   /** Re-establishments talking to the upstream at once in this process (REESTABLISH_CONCURRENCY); the others wait their turn. */
   readonly concurrency: number
+  /** Where an upstream session moved away from on another endpoint goes to be deleted, when its loss was not answered. */
+  readonly leftBehind?: LeftBehind
 }
+
+/**
+ * What said the session's upstream session may be lost: the upstream's
+ * answer (`answered`: 404, or the SDK example servers' 400), or no answer at
+ * all (`unanswered`: the connection refused or reset, the endpoint set aside
+ * or gone), after which the old upstream session may still live.
+ */
+export type LossSign = 'answered' | 'unanswered'
 
 /** How a re-establishment ended: the record to go on with, or why there is none. */
 export type Reestablished =
@@ -130,12 +141,14 @@ export class SessionReestablisher {
   /**
    * Establish the session upstream again, if `stale` (the record the failed
    * request was sent under) is still where the session lives; else the
-   * record it moved to. `headers`: the failed request's (its auth).
+   * record it moved to. `headers`: the failed request's (its auth). `sign`:
+   * what said the upstream session may be lost (the one of a request that
+   * joins a re-establishment under way is not looked at).
    */
-  async reestablish (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
+  async reestablish (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, sign: LossSign, log: Logger): Promise<Reestablished> {
     let running = this.#running.get(sessionId)
     if (running === undefined) {
-      running = this.#run(sessionId, stale, headers, log).finally(() => this.#running.delete(sessionId))
+      running = this.#run(sessionId, stale, headers, sign, log).finally(() => this.#running.delete(sessionId))
       this.#running.set(sessionId, running)
       return await running
     }
@@ -180,16 +193,16 @@ export class SessionReestablisher {
     }
   }
 
-  async #run (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
+  async #run (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, sign: LossSign, log: Logger): Promise<Reestablished> {
     const { metrics } = this.#o
     const startedAt = performance.now()
     const token = randomBytes(12).toString('base64url')
     let result: Reestablished
     const deadline = Date.now() + this.#fenceMs
     try {
-      result = await this.#fenced(sessionId, token, stale, headers, log, deadline) ??
+      result = await this.#fenced(sessionId, token, stale, headers, sign, log, deadline) ??
         // Another replica holds the fence: wait for the record to move, or for the fence to go.
-        await this.#awaitOther(sessionId, token, stale, headers, log, deadline)
+        await this.#awaitOther(sessionId, token, stale, headers, sign, log, deadline)
     } catch (err) {
       if (err instanceof NoTurn) {
         log.warn({ running: this.#turns.pending, waiting: this.#turns.size }, 'too many sessions being established upstream again at once (REESTABLISH_CONCURRENCY): this one waited too long for its turn; the session is kept')
@@ -212,7 +225,7 @@ export class SessionReestablisher {
    * holds none); undefined when another holds the fence. Throws NoTurn when
    * the turn did not come before `deadline`.
    */
-  async #fenced (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger, deadline: number): Promise<Reestablished | undefined> {
+  async #fenced (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, sign: LossSign, log: Logger, deadline: number): Promise<Reestablished | undefined> {
     const { store, metrics } = this.#o
     const waited = new AbortController()
     const timer = setTimeout(() => waited.abort(new NoTurn()), Math.max(0, deadline - Date.now())).unref()
@@ -223,7 +236,7 @@ export class SessionReestablisher {
         clearTimeout(timer)
         if (!await metrics.timeStore('session_fence', () => store.acquireSessionFence(sessionId, token, this.#fenceMs))) return undefined
         try {
-          return await this.#underFence(sessionId, stale, headers, log)
+          return await this.#underFence(sessionId, stale, headers, sign, log)
         } finally {
           await store.releaseSessionFence(sessionId, token).catch(() => {})
         }
@@ -238,20 +251,20 @@ export class SessionReestablisher {
    * fence go without it moving (that replica could not reach the upstream, or
    * died), this one tries in turn.
    */
-  async #awaitOther (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger, deadline: number): Promise<Reestablished> {
+  async #awaitOther (sessionId: string, token: string, stale: SessionRecord, headers: Record<string, string | string[]>, sign: LossSign, log: Logger, deadline: number): Promise<Reestablished> {
     const { store, metrics } = this.#o
     while (Date.now() < deadline) {
       await sleep(WAIT_STEP_MS)
       const record = await metrics.timeStore('get_session', () => store.getSession(sessionId))
       if (record === null) return { outcome: 'gone' }
       if (!samePlacement(record, stale)) return { outcome: 'joined', record }
-      const mine = await this.#fenced(sessionId, token, stale, headers, log, deadline)
+      const mine = await this.#fenced(sessionId, token, stale, headers, sign, log, deadline)
       if (mine !== undefined) return mine
     }
     return { outcome: 'timed_out' }
   }
 
-  async #underFence (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, log: Logger): Promise<Reestablished> {
+  async #underFence (sessionId: string, stale: SessionRecord, headers: Record<string, string | string[]>, sign: LossSign, log: Logger): Promise<Reestablished> {
     const { store, metrics } = this.#o
     const [current, recipe] = await Promise.all([
       metrics.timeStore('get_session', () => store.getSession(sessionId)),
@@ -289,7 +302,14 @@ export class SessionReestablisher {
     }
     if (moved?.upstreamSessionId !== upstreamSessionId) this.#abandon(placement, sessionHeaders)
     if (moved === null) return { outcome: 'gone' }
-    return moved.upstreamSessionId === upstreamSessionId ? { outcome: 'reestablished', record: moved } : { outcome: 'joined', record: moved }
+    if (moved.upstreamSessionId !== upstreamSessionId) return { outcome: 'joined', record: moved }
+    // Moved to another endpoint while the old one could not be reached: it may come back holding the old session.
+    const left = current.endpoint
+    if (sign === 'unanswered' && left !== undefined && left !== endpoint) {
+      this.#o.leftBehind?.add({ upstreamSessionId: current.upstreamSessionId, endpoint: left }, sessionHeaders)
+      log.info({ endpoint: left }, 'the session moved away from an endpoint that could not be reached: its old upstream session is deleted there once it can be')
+    }
+    return { outcome: 'reestablished', record: moved }
   }
 
   /**

@@ -38,7 +38,7 @@ t.test('an upstream that never answers the new initialize: unavailable within th
 
   const started = Date.now()
   const result = await Promise.race([
-    reestablisher.reestablish('session-1', stale, {}, pino({ level: 'silent' })),
+    reestablisher.reestablish('session-1', stale, {}, 'answered', pino({ level: 'silent' })),
     new Promise<{ outcome: string }>(resolve => setTimeout(() => resolve({ outcome: 'still waiting after 5 s' }), 5000).unref())
   ])
   const took = Date.now() - started
@@ -110,7 +110,7 @@ t.test('REESTABLISH_CONCURRENCY: at most that many sessions are established upst
   const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
   const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: 10_000, concurrency: 2 })
   const log = pino({ level: 'silent' })
-  const results = stale.map(async (record, i) => await reestablisher.reestablish(`session-${i}`, record, {}, log))
+  const results = stale.map(async (record, i) => await reestablisher.reestablish(`session-${i}`, record, {}, 'answered', log))
   await new Promise(resolve => setTimeout(resolve, 300))
   t.equal(initializes.count, 2, 'two initializes reached the upstream')
   t.same(reestablisher.load, { running: 2, waiting: 3 }, 'three wait their turn')
@@ -130,7 +130,7 @@ t.test('REESTABLISH_CONCURRENCY: a turn that does not come within the fence\'s t
   const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: FENCE_MS, concurrency: 1 })
   const log = pino({ level: 'silent' })
   // The first holds the one turn until its own bound (the upstream never answers it): the third cannot get it in time.
-  const outcomes = (await Promise.all(stale.map(async (record, i) => await reestablisher.reestablish(`session-${i}`, record, {}, log)))).map(r => r.outcome)
+  const outcomes = (await Promise.all(stale.map(async (record, i) => await reestablisher.reestablish(`session-${i}`, record, {}, 'answered', log)))).map(r => r.outcome)
   t.comment(`outcomes: ${outcomes.join(', ')}`)
   t.equal(outcomes[0], 'unavailable', 'the first: its upstream never answered')
   t.equal(outcomes[2], 'busy', 'the last: no turn in time')
@@ -145,7 +145,7 @@ t.test('a session deleted while it is being established again: gone, and the ups
   const { store, stale } = await sessionsToEstablish(1)
   const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
   const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: 10_000, concurrency: 2 })
-  const result = reestablisher.reestablish('session-0', stale[0] as NonNullable<typeof stale[0]>, {}, pino({ level: 'silent' }))
+  const result = reestablisher.reestablish('session-0', stale[0] as NonNullable<typeof stale[0]>, {}, 'answered', pino({ level: 'silent' }))
   for (let i = 0; i < 100 && waiting.length === 0; i++) await new Promise(resolve => setTimeout(resolve, 10))
   t.equal(waiting.length, 1, 'the upstream got the initialize')
   await store.deleteSession('session-0')
@@ -162,7 +162,7 @@ t.test('a session deleted while another replica holds its fence: gone, nothing s
   const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
   const reestablisher = new SessionReestablisher({ store, upstream: client, metrics, mcpPath: '/mcp', maxAnswerBytes: 1 << 20, fenceMs: 10_000, concurrency: 2 })
   t.ok(await store.acquireSessionFence('session-0', 'another replica', 10_000), 'another replica establishes it')
-  const result = reestablisher.reestablish('session-0', stale[0] as NonNullable<typeof stale[0]>, {}, pino({ level: 'silent' }))
+  const result = reestablisher.reestablish('session-0', stale[0] as NonNullable<typeof stale[0]>, {}, 'answered', pino({ level: 'silent' }))
   await store.deleteSession('session-0')
   t.equal((await result).outcome, 'gone', 'the wait ends as soon as the record is gone')
   t.equal(initializes.count, 0, 'nothing was sent upstream')

@@ -14,7 +14,7 @@ import type { EventStore } from '../../store/contract.js'
 import type { InitializeRate } from './initialize-rate.js'
 import type { ReplayLimiter } from './replay-limit.js'
 import type { AnsweredHolds } from './answered-holds.js'
-import type { SessionReestablisher } from '../../sessions/reestablish.js'
+import type { LossSign, SessionReestablisher } from '../../sessions/reestablish.js'
 import { lostSession, upstreamNeverReached } from '../../sessions/reestablish.js'
 import type { SessionRecord } from '../../store/contract.js'
 import { discardBody, type UpstreamClient, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
@@ -169,7 +169,7 @@ export class McpContext {
       first = await send(record)
     } catch (err) {
       if (!upstreamNeverReached(err)) throw err
-      const moved = await this.reestablish(request, sessionId, record)
+      const moved = await this.reestablish(request, sessionId, record, 'unanswered')
       if (moved === undefined) {
         await this.endedWith(err, sessionId, request.log)
         throw err
@@ -181,7 +181,7 @@ export class McpContext {
       await this.#pinEndpoint(sessionId, record, told.res, request.log)
       return told.res
     }
-    const moved = await this.reestablish(request, sessionId, record)
+    const moved = await this.reestablish(request, sessionId, record, 'answered')
     if (moved === undefined) return told.res
     discardBody(told.res.body)
     return await this.sentAgain(request, sessionId, moved, await send(moved))
@@ -214,11 +214,11 @@ export class McpContext {
    * carry over, and 503 (the session kept) when it could not be established
    * for now.
    */
-  async reestablish (request: FastifyRequest, sessionId: string, record: SessionRecord): Promise<SessionRecord | undefined> {
+  async reestablish (request: FastifyRequest, sessionId: string, record: SessionRecord, sign: LossSign): Promise<SessionRecord | undefined> {
     const reestablisher = this.deps.reestablisher
     if (reestablisher === undefined) return undefined
     const log = request.log.child({ sessionHash: sessionHash(sessionId) })
-    const result = await reestablisher.reestablish(sessionId, record, recordableHeaders(request), log)
+    const result = await reestablisher.reestablish(sessionId, record, recordableHeaders(request), sign, log)
     switch (result.outcome) {
       case 'reestablished':
       case 'joined':

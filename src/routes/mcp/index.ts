@@ -10,6 +10,8 @@ import { errors } from '../../errors.js'
 import { protocolInfo, type ProtocolInfo } from '../../protocol/era.js'
 import { KeepAliveTicker } from '../../sse/keep-alive.js'
 import { SessionReestablisher } from '../../sessions/reestablish.js'
+import { LEFT_BEHIND_MAX, LEFT_BEHIND_TIMEOUT_MS, LeftBehind } from '../../sessions/left-behind.js'
+import { LEAVING_MAX_MS } from '../../upstream/endpoint-state.js'
 import { forwardTransparently, ROUTED_METHODS } from '../forward.js'
 import { McpContext, type McpRouteDeps } from './context.js'
 import { handleDelete } from './delete.js'
@@ -38,13 +40,28 @@ export async function registerMcpEndpoint (app: FastifyInstance, deps: Omit<McpR
   await app.register(async mcp => {
     mcp.removeAllContentTypeParsers()
     mcp.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => { done(null, body) })
-    const reestablisher = config.reestablishUpstreamSessions
-      ? new SessionReestablisher({ store: deps.store, upstream: deps.upstream, metrics: deps.metrics, mcpPath: config.mcpPath, maxAnswerBytes: config.maxEventBytes, concurrency: config.reestablishConcurrency })
-      : undefined
+    const reestablisher = config.reestablishUpstreamSessions ? sessionReestablisher(mcp, deps) : undefined
     if (reestablisher !== undefined) deps.metrics.watchReestablishments(reestablisher)
     guard = registerMcpRoute(mcp, { ...deps, maxBodyBytes: config.maxBodyBytes, reestablisher })
   })
   return guard as SessionGuard
+}
+
+/** Re-establishments, and the upstream sessions they move away from to be deleted, stopped with `scope`. */
+function sessionReestablisher (scope: FastifyInstance, deps: Omit<McpRouteDeps, 'maxBodyBytes' | 'reestablisher'>): SessionReestablisher {
+  const { config, upstream, metrics } = deps
+  const leftBehind = new LeftBehind({
+    send: async request => await upstream.request(request),
+    listed: endpoint => upstream.endpoints.routeOf(endpoint) !== undefined,
+    path: config.mcpPath,
+    retryMs: config.upstreamSetAsideMs,
+    maxAgeMs: LEAVING_MAX_MS,
+    max: LEFT_BEHIND_MAX,
+    requestTimeoutMs: LEFT_BEHIND_TIMEOUT_MS,
+    settled: outcome => { metrics.upstreamSessionsLeftBehind.inc({ outcome }) }
+  })
+  scope.addHook('onClose', async () => { leftBehind.close() })
+  return new SessionReestablisher({ store: deps.store, upstream, metrics, mcpPath: config.mcpPath, maxAnswerBytes: config.maxEventBytes, concurrency: config.reestablishConcurrency, leftBehind })
 }
 
 /**

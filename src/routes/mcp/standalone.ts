@@ -31,7 +31,7 @@ async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: 
     refusal = await hub.ensurePump(sessionId, headers, log)
   } catch (err) {
     if (!upstreamUnreachable(err)) throw err
-    const moved = await ctx.reestablish(request, sessionId, record)
+    const moved = await ctx.reestablish(request, sessionId, record, 'unanswered')
     if (moved === undefined) {
       await ctx.endedWith(err, sessionId, log)
       throw err
@@ -40,7 +40,7 @@ async function ensurePump (ctx: McpContext, request: FastifyRequest, sessionId: 
   }
   if (refusal === null) return null
   const told = await lostSession(refusal)
-  const moved = told.lost ? await ctx.reestablish(request, sessionId, record) : undefined
+  const moved = told.lost ? await ctx.reestablish(request, sessionId, record, 'answered') : undefined
   if (moved === undefined) return told.res
   discardBody(told.res.body)
   return await ensuredAgain(ctx, request, sessionId, moved, hub.ensurePump(sessionId, headers, log))
