@@ -41,11 +41,13 @@ const REESTABLISHED_COUNTED = [...REESTABLISH_OUTCOMES, 'relapsed'] as const
 export type ReestablishedCounted = typeof REESTABLISHED_COUNTED[number]
 /**
  * How an upstream session left behind by a move was settled (sessions/left-behind.ts):
- * `answered` (its endpoint answered the DELETE, whatever the status),
- * `endpoint_gone` (the endpoint left the set first), `expired` (not reachable
- * in time), `dropped` (given up, past the bound on those waiting).
+ * `answered` (its endpoint answered the DELETE, with any status but one that
+ * asks to be called again), `kept` (the session's record names that upstream
+ * session again: not deleted), `endpoint_gone` (the endpoint left the set
+ * first), `expired` (not reachable in time), `dropped` (given up, past the
+ * bound on those waiting).
  */
-const LEFT_BEHIND_OUTCOMES = ['answered', 'endpoint_gone', 'expired', 'dropped'] as const
+const LEFT_BEHIND_OUTCOMES = ['answered', 'kept', 'endpoint_gone', 'expired', 'dropped'] as const
 export type LeftBehindOutcome = typeof LEFT_BEHIND_OUTCOMES[number]
 const RESEND_OUTCOMES = ['recorded', 'unrecorded'] as const
 const UPSTREAM_ERROR_KINDS = ['request', 'stream_broken', 'unresumable_id', 'resume_stalled', 'resume_expired'] as const
@@ -178,7 +180,7 @@ export class GatewayMetrics {
     this.storeOperationDuration = new Histogram({ name: `${p}store_operation_duration_seconds`, help: 'Event store operation latency, by operation.', labelNames: ['op'], buckets: [...STORE_SECONDS_BUCKETS], registers })
     this.storeErrors = new Counter({ name: `${p}store_errors_total`, help: 'Event store operations that failed, by operation.', labelNames: ['op'], registers })
     this.appendResends = new Counter({ name: `${p}append_resends_total`, help: 'Failed appends resent before their events were passed on unrecorded, by outcome: recorded (applied, or found applied already) or unrecorded (the confirm window ran out).', labelNames: ['outcome'], registers })
-    this.upstreamSessionsLeftBehind = new Counter({ name: `${p}upstream_sessions_left_behind_total`, help: 'Upstream sessions a re-establishment moved away from while their endpoint could not be reached, each sent a DELETE, by how that ended: answered, endpoint_gone, expired, dropped.', labelNames: ['outcome'], registers })
+    this.upstreamSessionsLeftBehind = new Counter({ name: `${p}upstream_sessions_left_behind_total`, help: 'Upstream sessions a re-establishment moved away from while their endpoint could not be reached, each sent a DELETE, by how that ended: answered, kept (the record names it again), endpoint_gone, expired, dropped.', labelNames: ['outcome'], registers })
     this.upstreamRequestDuration = new Histogram({ name: `${p}upstream_request_duration_seconds`, help: 'Time to upstream response headers, by method and status class.', labelNames: ['method', 'status_class'], buckets: [...UPSTREAM_SECONDS_BUCKETS], registers })
     this.upstreamErrors = new Counter({ name: `${p}upstream_errors_total`, help: 'Upstream requests or streams that failed, by kind.', labelNames: ['kind'], registers })
     this.upstreamStreamsOpen = new Gauge({ name: `${p}upstream_streams_open`, help: 'Upstream SSE answers being read, by kind.', labelNames: ['kind'], registers })

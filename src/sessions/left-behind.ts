@@ -5,8 +5,12 @@
  * endpoint. The old endpoint may come back holding them (a connect timeout
  * under load, a pod not ready for a while), and an SDK server keeps a session
  * until told: each is sent a DELETE, at once and then every `retryMs` while
- * its endpoint cannot be reached, until it answers (any status), its endpoint
- * leaves the set, or `maxAgeMs` passes. At most `max` wait; past that the
+ * its endpoint cannot be reached or asks to be called later (408, 429, 5xx),
+ * until it answers, its endpoint leaves the set, or `maxAgeMs` passes. Before
+ * each DELETE the session's record is read: one that names that upstream
+ * session again (the store lost the move, and the session was found there
+ * again) keeps it. At most `max` wait, `concurrency` DELETEs at a time (an
+ * endpoint that comes back is not met with hundreds at once); past `max` the
  * oldest is given up. Nobody waits for any of it.
  */
 import type { LeftBehindOutcome } from '../metrics/metrics.js'
@@ -16,6 +20,8 @@ import { sessionRequest } from '../upstream/session-request.js'
 
 export interface LeftBehindOptions {
   readonly send: (request: UpstreamRequest) => Promise<UpstreamResponse>
+  /** The upstream session the session's record names now; undefined without a record. */
+  readonly named: (sessionId: string) => Promise<string | undefined>
   /** Whether the upstream's endpoint set still lists `endpoint`, in any state. */
   readonly listed: (endpoint: string) => boolean
   /** The MCP endpoint's path upstream. */
@@ -23,6 +29,8 @@ export interface LeftBehindOptions {
   readonly retryMs: number
   readonly maxAgeMs: number
   readonly max: number
+  /** DELETEs (with their record reads) under way at once. */
+  readonly concurrency: number
   /** Longest wait for one DELETE's answer head. */
   readonly requestTimeoutMs: number
   readonly settled: (outcome: LeftBehindOutcome) => void
@@ -37,10 +45,12 @@ export interface LeftBehindOptions {
 export const LEFT_BEHIND_MAX = 512
 /** Longest wait for the answer head of one DELETE. */
 export const LEFT_BEHIND_TIMEOUT_MS = 10_000
+export const LEFT_BEHIND_CONCURRENCY = 8
 
 type Placed = UpstreamPlacement & { readonly endpoint: string }
 
 interface Entry {
+  readonly sessionId: string
   readonly placement: Placed
   readonly headers: Record<string, string | string[]>
   readonly since: number
@@ -54,6 +64,7 @@ export class LeftBehind {
   /** Oldest first. */
   readonly #entries: Entry[] = []
   #timer: NodeJS.Timeout | undefined
+  #sending = 0
 
   constructor (options: LeftBehindOptions) {
     this.#o = options
@@ -66,11 +77,11 @@ export class LeftBehind {
   }
 
   /** `headers`: what the session's requests carry upstream (its credentials and protocol version). */
-  add (placement: Placed, headers: Record<string, string | string[]>): void {
+  add (sessionId: string, placement: Placed, headers: Record<string, string | string[]>): void {
     if (this.#entries.length >= this.#o.max) this.#settle(this.#entries[0] as Entry, 'dropped')
-    const entry: Entry = { placement, headers, since: this.#now(), sending: false }
+    const entry: Entry = { sessionId, placement, headers, since: this.#now(), sending: false }
     this.#entries.push(entry)
-    this.#send(entry)
+    if (this.#sending < this.#o.concurrency) this.#send(entry)
     this.#timer ??= setInterval(() => { this.#retry() }, this.#o.retryMs).unref()
   }
 
@@ -86,20 +97,41 @@ export class LeftBehind {
       if (entry.sending) continue
       if (!this.#o.listed(entry.placement.endpoint)) this.#settle(entry, 'endpoint_gone')
       else if (now - entry.since >= this.#o.maxAgeMs) this.#settle(entry, 'expired')
-      else this.#send(entry)
+      else if (this.#sending < this.#o.concurrency) this.#send(entry)
     }
   }
 
   #send (entry: Entry): void {
     entry.sending = true
-    const request = { method: 'DELETE', path: this.#o.path, headers: entry.headers, signal: AbortSignal.timeout(this.#o.requestTimeoutMs) }
-    this.#o.send(sessionRequest(entry.placement, request)).then(res => {
-      discardBody(res.body)
-      this.#settle(entry, 'answered')
+    this.#sending++
+    this.#attempt(entry).then(outcome => {
+      this.#sent(entry)
+      if (outcome === undefined) return
+      this.#settle(entry, outcome)
+      // The endpoint answers: the next one waiting need not wait for the next turn.
+      const next = this.#entries.find(e => !e.sending)
+      if (next !== undefined && this.#sending < this.#o.concurrency) this.#send(next)
     }, () => {
-      // Not reached, or no answer: tried again at the next turn, within maxAgeMs.
-      entry.sending = false
+      // The store or the endpoint could not be reached: tried again at the next turn, within maxAgeMs.
+      this.#sent(entry)
     })
+  }
+
+  /** How the entry ends now; undefined: try again later. */
+  async #attempt (entry: Entry): Promise<LeftBehindOutcome | undefined> {
+    const { placement } = entry
+    if (await this.#o.named(entry.sessionId) === placement.upstreamSessionId) return 'kept'
+    // Given up while its record was read (dropped, or the process stopping): nothing to send.
+    if (!this.#entries.includes(entry)) return undefined
+    const request = { method: 'DELETE', path: this.#o.path, headers: entry.headers, signal: AbortSignal.timeout(this.#o.requestTimeoutMs) }
+    const res = await this.#o.send(sessionRequest(placement, request))
+    discardBody(res.body)
+    return laterPlease(res.statusCode) ? undefined : 'answered'
+  }
+
+  #sent (entry: Entry): void {
+    entry.sending = false
+    this.#sending--
   }
 
   #settle (entry: Entry, outcome: LeftBehindOutcome): void {
@@ -115,4 +147,9 @@ export class LeftBehind {
     clearInterval(this.#timer)
     this.#timer = undefined
   }
+}
+
+/** An answer that asks to be called again: a timeout, too many requests, a server error. */
+function laterPlease (status: number): boolean {
+  return status === 408 || status === 429 || status >= 500
 }

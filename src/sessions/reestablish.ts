@@ -305,8 +305,8 @@ export class SessionReestablisher {
     if (moved.upstreamSessionId !== upstreamSessionId) return { outcome: 'joined', record: moved }
     // Moved to another endpoint while the old one could not be reached: it may come back holding the old session.
     const left = current.endpoint
-    if (sign === 'unanswered' && left !== undefined && left !== endpoint) {
-      this.#o.leftBehind?.add({ upstreamSessionId: current.upstreamSessionId, endpoint: left }, sessionHeaders)
+    if (sign === 'unanswered' && left !== undefined && left !== endpoint && current.upstreamSessionId !== upstreamSessionId) {
+      this.#o.leftBehind?.add(sessionId, { upstreamSessionId: current.upstreamSessionId, endpoint: left }, sessionHeaders)
       log.info({ endpoint: left }, 'the session moved away from an endpoint that could not be reached: its old upstream session is deleted there once it can be')
     }
     return { outcome: 'reestablished', record: moved }

@@ -18,17 +18,22 @@ interface Harness {
   clock: number
 }
 
-/** `answer(n)`: whether the n-th DELETE sent (from 0) is answered; else it fails as unreachable. */
-function harness (t: Test, answer: (n: number) => boolean | 'never', options: Partial<LeftBehindOptions> = {}): Harness {
+/**
+ * `answer(n)`: how the n-th DELETE sent (from 0) ends: answered (true, or a
+ * status), failed as unreachable (false), or never.
+ */
+function harness (t: Test, answer: (n: number) => boolean | number | 'never', options: Partial<LeftBehindOptions> = {}): Harness {
   const h: Harness = { left: undefined as unknown as LeftBehind, sent: [], settled: [], clock: 0 }
   const send = async (request: UpstreamRequest): Promise<UpstreamResponse> => {
     const n = h.sent.push(request) - 1
     const outcome = answer(n)
     if (outcome === 'never') return await new Promise(() => {})
-    if (!outcome) throw new Error('connect ECONNREFUSED')
-    return { statusCode: 200, headers: {}, body: Readable.from([]) }
+    if (outcome === false) throw new Error('connect ECONNREFUSED')
+    return { statusCode: outcome === true ? 200 : outcome, headers: {}, body: Readable.from([]) }
   }
-  h.left = new LeftBehind({ send, listed: () => true, path: '/mcp', retryMs: RETRY_MS, maxAgeMs: 60_000, max: 8, requestTimeoutMs: 1000, settled: o => h.settled.push(o), now: () => h.clock, ...options })
+  // The sessions' records name other upstream sessions (where they moved).
+  const named = async (): Promise<string | undefined> => 'elsewhere'
+  h.left = new LeftBehind({ send, named, listed: () => true, path: '/mcp', retryMs: RETRY_MS, maxAgeMs: 60_000, max: 8, concurrency: 8, requestTimeoutMs: 1000, settled: o => h.settled.push(o), now: () => h.clock, ...options })
   t.teardown(() => h.left.close())
   return h
 }
@@ -37,7 +42,7 @@ const placement = (n: number): { upstreamSessionId: string, endpoint: string } =
 
 t.test('a DELETE at once, in the session, to its endpoint, with its headers', async t => {
   const h = harness(t, () => true)
-  h.left.add(placement(1), { authorization: 'Bearer x', 'mcp-protocol-version': '2025-06-18' })
+  h.left.add('s1', placement(1), { authorization: 'Bearer x', 'mcp-protocol-version': '2025-06-18' })
   await sleep(5)
   t.equal(h.sent.length, 1)
   t.match(h.sent[0], { method: 'DELETE', path: '/mcp', endpoint: 'http://10.0.0.7:3000', headers: { 'mcp-session-id': 'up-1', authorization: 'Bearer x', 'mcp-protocol-version': '2025-06-18' } })
@@ -45,18 +50,51 @@ t.test('a DELETE at once, in the session, to its endpoint, with its headers', as
   t.equal(h.left.size, 0)
 })
 
-t.test('sent again every retryMs while the endpoint cannot be reached, until it answers', async t => {
-  const h = harness(t, n => n >= 3)
-  h.left.add(placement(1), {})
-  await sleep(RETRY_MS * 8)
-  t.equal(h.sent.length, 4, 'three failures, then the answer; nothing after')
+t.test('sent again every retryMs while the endpoint cannot be reached or asks to be called later, until it answers', async t => {
+  const statuses = [false, 503, 429, 408, 404]
+  const h = harness(t, n => statuses[n] ?? true)
+  h.left.add('s1', placement(1), {})
+  await sleep(RETRY_MS * 10)
+  t.equal(h.sent.length, 5, 'refused, 503, 429, 408, then 404 (the session is not there): nothing after')
   t.same(h.settled, ['answered'])
+})
+
+t.test('a session whose record names that upstream session again is kept, not deleted', async t => {
+  let named: string | undefined = 'up-2'
+  const h = harness(t, () => false, { named: async () => named })
+  h.left.add('s1', placement(1), {})
+  await sleep(RETRY_MS * 3)
+  t.same(h.settled, [], 'named elsewhere: tried')
+  t.ok(h.sent.length >= 1)
+  named = 'up-1'
+  await sleep(RETRY_MS * 3)
+  t.same(h.settled, ['kept'], 'the record names it again (the store lost the move): kept')
+  const sentThen = h.sent.length
+  await sleep(RETRY_MS * 3)
+  t.equal(h.sent.length, sentThen, 'and never sent a DELETE after')
+
+  const unread = harness(t, () => true, { named: async () => { throw new Error('store down') } })
+  unread.left.add('s2', placement(2), {})
+  await sleep(RETRY_MS * 3)
+  t.equal(unread.sent.length, 0, 'nothing sent while the record cannot be read')
+  t.same(unread.settled, [])
+})
+
+t.test('at most `concurrency` DELETEs at once; the next goes as soon as one is answered', async t => {
+  const h = harness(t, () => true, { concurrency: 2 })
+  const held = harness(t, () => 'never', { concurrency: 2 })
+  for (const n of [1, 2, 3, 4, 5]) held.left.add(`s${n}`, placement(n), {})
+  await sleep(RETRY_MS * 3)
+  t.equal(held.sent.length, 2, 'two in flight, the rest wait')
+  for (const n of [1, 2, 3, 4, 5]) h.left.add(`s${n}`, placement(n), {})
+  await sleep(RETRY_MS / 2)
+  t.same(h.settled, ['answered', 'answered', 'answered', 'answered', 'answered'], 'answers let the next go at once, before the next turn')
 })
 
 t.test('given up when the endpoint leaves the set, or when maxAgeMs passes', async t => {
   let listed = true
   const gone = harness(t, () => false, { listed: () => listed })
-  gone.left.add(placement(1), {})
+  gone.left.add('s1', placement(1), {})
   await sleep(RETRY_MS * 3)
   t.same(gone.settled, [], 'still tried while listed')
   listed = false
@@ -67,7 +105,7 @@ t.test('given up when the endpoint leaves the set, or when maxAgeMs passes', asy
   t.equal(gone.sent.length, sentThen, 'nothing sent after')
 
   const old = harness(t, () => false, { maxAgeMs: 1000 })
-  old.left.add(placement(2), {})
+  old.left.add('s2', placement(2), {})
   await sleep(RETRY_MS * 3)
   t.same(old.settled, [])
   old.clock = 1000
@@ -78,16 +116,16 @@ t.test('given up when the endpoint leaves the set, or when maxAgeMs passes', asy
 
 t.test('at most max wait: past it, the oldest is given up', async t => {
   const h = harness(t, () => 'never', { max: 2 })
-  for (const n of [1, 2, 3]) h.left.add(placement(n), {})
+  for (const n of [1, 2, 3]) h.left.add(`s${n}`, placement(n), {})
   t.equal(h.left.size, 2)
   t.same(h.settled, ['dropped'])
   await sleep(RETRY_MS * 3)
-  t.equal(h.sent.length, 3, 'one DELETE in flight per session at most: none sent again while one waits')
+  t.same(h.sent.map(r => r.headers['mcp-session-id']), ['up-2', 'up-3'], 'the one given up is not sent; one DELETE in flight per session at most: none sent again while one waits')
 })
 
 t.test('close() gives every one up, uncounted, and sends nothing more', async t => {
   const h = harness(t, () => false)
-  h.left.add(placement(1), {})
+  h.left.add('s1', placement(1), {})
   h.left.close()
   const sentThen = h.sent.length
   await sleep(RETRY_MS * 3)

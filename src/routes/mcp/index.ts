@@ -10,7 +10,7 @@ import { errors } from '../../errors.js'
 import { protocolInfo, type ProtocolInfo } from '../../protocol/era.js'
 import { KeepAliveTicker } from '../../sse/keep-alive.js'
 import { SessionReestablisher } from '../../sessions/reestablish.js'
-import { LEFT_BEHIND_MAX, LEFT_BEHIND_TIMEOUT_MS, LeftBehind } from '../../sessions/left-behind.js'
+import { LEFT_BEHIND_CONCURRENCY, LEFT_BEHIND_MAX, LEFT_BEHIND_TIMEOUT_MS, LeftBehind } from '../../sessions/left-behind.js'
 import { LEAVING_MAX_MS } from '../../upstream/endpoint-state.js'
 import { forwardTransparently, ROUTED_METHODS } from '../forward.js'
 import { McpContext, type McpRouteDeps } from './context.js'
@@ -52,11 +52,13 @@ function sessionReestablisher (scope: FastifyInstance, deps: Omit<McpRouteDeps, 
   const { config, upstream, metrics } = deps
   const leftBehind = new LeftBehind({
     send: async request => await upstream.request(request),
+    named: async sessionId => (await deps.store.getSession(sessionId))?.upstreamSessionId,
     listed: endpoint => upstream.endpoints.routeOf(endpoint) !== undefined,
     path: config.mcpPath,
     retryMs: config.upstreamSetAsideMs,
     maxAgeMs: LEAVING_MAX_MS,
     max: LEFT_BEHIND_MAX,
+    concurrency: LEFT_BEHIND_CONCURRENCY,
     requestTimeoutMs: LEFT_BEHIND_TIMEOUT_MS,
     settled: outcome => { metrics.upstreamSessionsLeftBehind.inc({ outcome }) }
   })
