@@ -858,6 +858,27 @@ t.test('redis: a command connection that stops answering is closed and opened ag
   t.same(await within(5000, store.read('sess', 's', 0, 10).then((r) => r?.events.map((e) => e.data))), { value: ['a'] }, 'the store answers over a new connection')
 })
 
+// ioredis 5 keeps the closed connection's socket timer, which then closes the new one
+// (redis/ioredis#2147; fixed in ioredis 6, not adopted yet: it also changes how a
+// connection fails its waiting commands while Redis is down). Runs, and reports, as a todo.
+t.test('redis: after a connection closed with a command waiting, the new one is not taken for stalled', { todo: 'ioredis 5 closes the new connection once more, one timeout later' }, async (t) => {
+  const timeoutMs = 500
+  const { cut, store } = await storeBehindStall(t, 'closed-waiting', timeoutMs)
+  await store.createSession('sess', 'p')
+  const before = cut.accepted
+  // Closed before Redis got it (a restart, a failover): ioredis opens a new connection and sends it there.
+  cut.arm('sess-cut', 'before', 0)
+  t.equal(await store.getSession('sess-cut'), null, 'the command is answered over a new connection')
+  t.equal(cut.fired, 1)
+  // The new connection answers everything, for several timeouts.
+  const until = Date.now() + 3 * timeoutMs
+  while (Date.now() < until) {
+    await store.getSession('sess')
+    await sleep(50)
+  }
+  t.equal(cut.accepted - before, 1, 'one new connection, kept: the old one\'s timer did not close it')
+})
+
 t.test('redis: a subscriber connection that stops answering is found by its ping, and what was published meanwhile is caught up', async (t) => {
   const { env, cut, store: reader } = await storeBehindStall(t, 'stalled-subscriber', 500)
   const writer = await storeFor(t, env)

@@ -57,7 +57,8 @@ export type RedisStoreConnectOptions = RedisTarget & Omit<RedisStoreOptions, 're
   /**
    * REDIS_SOCKET_TIMEOUT_MS: ioredis's `socketTimeout` on both connections (a
    * connection with commands waiting that receives nothing this long is
-   * closed and opened again), and the subscriber's ping period.
+   * closed and opened again) and their `connectTimeout`, and the subscriber's
+   * ping period.
    */
   readonly socketTimeoutMs?: number
 }
@@ -130,7 +131,7 @@ export class RedisEventStore implements EventStore {
       await waitForClusterReady(options.cluster, { ...options.redisOptions, ...auth }, options.logger)
     }
     const timeout = options.socketTimeoutMs
-    const redisOptions: RedisOptions = { ...(timeout !== undefined && { socketTimeout: timeout }), ...options.redisOptions }
+    const redisOptions: RedisOptions = { ...(timeout !== undefined && { socketTimeout: timeout, connectTimeout: timeout }), ...options.redisOptions }
     const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, redisOptions, options.logger)
     const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, redisOptions, options.logger)
     // The store's options pass through whole: one added to RedisStoreOptions reaches the store.

@@ -1,6 +1,6 @@
 // REDIS_URL's forms. redis:// and rediss:// go to ioredis as they are. A
 // unix:// URL names a Redis on the same host as the gateway, reached through
-// its socket file (a Redis with no TCP listener at all). ioredis 5 would take
+// its socket file (a Redis with no TCP listener at all). ioredis would take
 // such a URL's whole text for the path, so it is read here.
 
 /** What a unix:// URL says: ioredis connection options. */
