@@ -859,7 +859,7 @@ t.test('redis: a command connection that stops answering is closed and opened ag
 })
 
 // ioredis 5 keeps the closed connection's socket timer, which then closes the new one
-// (redis/ioredis#2147; fixed in ioredis 6, not adopted yet: it also changes how a
+// (fixed in ioredis 6, not adopted yet: it also changes how a
 // connection fails its waiting commands while Redis is down). Runs, and reports, as a todo.
 t.test('redis: after a connection closed with a command waiting, the new one is not taken for stalled', { todo: 'ioredis 5 closes the new connection once more, one timeout later' }, async (t) => {
   const timeoutMs = 500
