@@ -8,6 +8,7 @@ import type { Test } from 'tap'
 import type { LeftBehindOutcome } from '../../src/metrics/metrics.js'
 import { LeftBehind, type LeftBehindOptions } from '../../src/sessions/left-behind.js'
 import type { UpstreamRequest, UpstreamResponse } from '../../src/upstream/client.js'
+import { until } from '../fixtures/hardening.js'
 
 const RETRY_MS = 20
 
@@ -43,7 +44,7 @@ const placement = (n: number): { upstreamSessionId: string, endpoint: string } =
 t.test('a DELETE at once, in the session, to its endpoint, with its headers', async t => {
   const h = harness(t, () => true)
   h.left.add('s1', placement(1), { authorization: 'Bearer x', 'mcp-protocol-version': '2025-06-18' })
-  await sleep(5)
+  t.ok(await until(() => h.settled.length > 0, 2000), 'settled')
   t.equal(h.sent.length, 1)
   t.match(h.sent[0], { method: 'DELETE', path: '/mcp', endpoint: 'http://10.0.0.7:3000', headers: { 'mcp-session-id': 'up-1', authorization: 'Bearer x', 'mcp-protocol-version': '2025-06-18' } })
   t.same(h.settled, ['answered'])
@@ -54,7 +55,8 @@ t.test('sent again every retryMs while the endpoint cannot be reached or asks to
   const statuses = [false, 503, 429, 408, 404]
   const h = harness(t, n => statuses[n] ?? true)
   h.left.add('s1', placement(1), {})
-  await sleep(RETRY_MS * 10)
+  t.ok(await until(() => h.settled.length > 0, 2000), 'settled')
+  await sleep(RETRY_MS * 3)
   t.equal(h.sent.length, 5, 'refused, 503, 429, 408, then 404 (the session is not there): nothing after')
   t.same(h.settled, ['answered'])
 })
@@ -63,11 +65,10 @@ t.test('a session whose record names that upstream session again is kept, not de
   let named: string | undefined = 'up-2'
   const h = harness(t, () => false, { named: async () => named })
   h.left.add('s1', placement(1), {})
-  await sleep(RETRY_MS * 3)
-  t.same(h.settled, [], 'named elsewhere: tried')
-  t.ok(h.sent.length >= 1)
+  t.ok(await until(() => h.sent.length >= 1, 2000), 'named elsewhere: tried')
+  t.same(h.settled, [])
   named = 'up-1'
-  await sleep(RETRY_MS * 3)
+  t.ok(await until(() => h.settled.length > 0, 2000))
   t.same(h.settled, ['kept'], 'the record names it again (the store lost the move): kept')
   const sentThen = h.sent.length
   await sleep(RETRY_MS * 3)
@@ -81,14 +82,16 @@ t.test('a session whose record names that upstream session again is kept, not de
 })
 
 t.test('at most `concurrency` DELETEs at once; the next goes as soon as one is answered', async t => {
-  const h = harness(t, () => true, { concurrency: 2 })
+  // No turn comes within the test (retryMs a minute): only answers can let the next go.
+  const h = harness(t, () => true, { concurrency: 2, retryMs: 60_000 })
   const held = harness(t, () => 'never', { concurrency: 2 })
   for (const n of [1, 2, 3, 4, 5]) held.left.add(`s${n}`, placement(n), {})
+  t.ok(await until(() => held.sent.length === 2, 2000))
   await sleep(RETRY_MS * 3)
   t.equal(held.sent.length, 2, 'two in flight, the rest wait')
   for (const n of [1, 2, 3, 4, 5]) h.left.add(`s${n}`, placement(n), {})
-  await sleep(RETRY_MS / 2)
-  t.same(h.settled, ['answered', 'answered', 'answered', 'answered', 'answered'], 'answers let the next go at once, before the next turn')
+  t.ok(await until(() => h.settled.length === 5, 2000))
+  t.same(h.settled, ['answered', 'answered', 'answered', 'answered', 'answered'], 'answers let the next go at once, without waiting for a turn')
 })
 
 t.test('given up when the endpoint leaves the set, or when maxAgeMs passes', async t => {
@@ -98,7 +101,7 @@ t.test('given up when the endpoint leaves the set, or when maxAgeMs passes', asy
   await sleep(RETRY_MS * 3)
   t.same(gone.settled, [], 'still tried while listed')
   listed = false
-  await sleep(RETRY_MS * 3)
+  t.ok(await until(() => gone.settled.length > 0, 2000))
   t.same(gone.settled, ['endpoint_gone'])
   const sentThen = gone.sent.length
   await sleep(RETRY_MS * 3)
@@ -109,7 +112,7 @@ t.test('given up when the endpoint leaves the set, or when maxAgeMs passes', asy
   await sleep(RETRY_MS * 3)
   t.same(old.settled, [])
   old.clock = 1000
-  await sleep(RETRY_MS * 3)
+  t.ok(await until(() => old.settled.length > 0, 2000))
   t.same(old.settled, ['expired'])
   t.equal(old.left.size, 0)
 })
