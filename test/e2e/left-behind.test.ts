@@ -8,8 +8,9 @@
 // (404 after a restart) leaves nothing behind to delete.
 import t, { type Test } from 'tap'
 import { pino } from 'pino'
-import { startExampleServer, type ExampleServer, type ExampleServerLogger } from '../../examples/mcp-server.js'
+import { startExampleServer, type ExampleServer } from '../../examples/mcp-server.js'
 import { buildGateway } from '../../src/server.js'
+import { exampleSessions } from '../fixtures/example-sessions.js'
 import { makeStore, testConfig } from '../fixtures/gateway.js'
 import { startCutProxy, type CutProxy } from '../fixtures/cut-proxy.js'
 import { metricSum, metrics, prng } from '../fixtures/hardening.js'
@@ -23,20 +24,7 @@ interface Upstream {
 }
 
 async function startUpstream (t: Test, port = 0): Promise<Upstream> {
-  const initialized = new Set<string>()
-  const closed = new Set<string>()
-  const ignore = (): void => {}
-  const logger: ExampleServerLogger = {
-    debug: ignore,
-    warn: ignore,
-    error: ignore,
-    info: (obj, msg) => {
-      const { sessionId } = obj as { sessionId?: string }
-      if (sessionId === undefined) return
-      if (msg === 'session initialized') initialized.add(sessionId)
-      if (msg === 'session closed') closed.add(sessionId)
-    }
-  }
+  const { initialized, closed, logger } = exampleSessions()
   const server = await startExampleServer({ port, logger })
   t.teardown(() => server.close())
   return { server, initialized, closed }

@@ -6,9 +6,10 @@
 // /upstreamz, and new sessions and requests go to the others.
 import t, { type Test } from 'tap'
 import { pino } from 'pino'
-import { startExampleServer, type ExampleServer, type ExampleServerLogger } from '../../examples/mcp-server.js'
+import { startExampleServer, type ExampleServer } from '../../examples/mcp-server.js'
 import { buildGateway } from '../../src/server.js'
 import type { ResolvedAddress } from '../../src/upstream/discovery.js'
+import { exampleSessions } from '../fixtures/example-sessions.js'
 import { makeStore, testConfig } from '../fixtures/gateway.js'
 import { prng } from '../fixtures/hardening.js'
 import { connectClient, waitUntil, type McpTestClient } from '../fixtures/mcp-client.js'
@@ -21,17 +22,10 @@ interface Upstream {
 }
 
 async function startUpstream (t: Test, options: { host?: string, port?: number } = {}): Promise<Upstream> {
-  const sessions = new Set<string>()
-  const ignore = (): void => {}
-  const logger: ExampleServerLogger = {
-    debug: ignore,
-    warn: ignore,
-    error: ignore,
-    info: (obj, msg) => { if (msg === 'session initialized') sessions.add((obj as { sessionId: string }).sessionId) }
-  }
+  const { initialized, logger } = exampleSessions()
   const server = await startExampleServer({ ...options, logger })
   t.teardown(() => server.close())
-  return { server, sessions }
+  return { server, sessions: initialized }
 }
 
 /** Whether the upstream issued the session the client holds (the gateway's id ends with the upstream's first id). */
