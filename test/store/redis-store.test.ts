@@ -829,7 +829,7 @@ t.test('redis: a batch past Lua whose transaction ran but whose reply was lost: 
   t.equal(await env.redis.exists(`${env.prefix}{sess}:aside`), 0, 'no stream left aside')
 })
 
-/** A store behind a relay whose open connections can be stalled, with ioredis's socket timeout at `timeoutMs`. */
+/** A store behind a relay whose open connections can be stalled, with its watchdog's timeout at `timeoutMs`. */
 async function storeBehindStall (t: Test, name: string, timeoutMs: number): Promise<{ env: TestRedis, cut: RedisCut, store: RedisEventStore }> {
   const env = await useRedis(t, name)
   const cut = await startRedisCut(env.url)
@@ -858,10 +858,9 @@ t.test('redis: a command connection that stops answering is closed and opened ag
   t.same(await within(5000, store.read('sess', 's', 0, 10).then((r) => r?.events.map((e) => e.data))), { value: ['a'] }, 'the store answers over a new connection')
 })
 
-// ioredis 5 keeps the closed connection's socket timer, which then closes the new one
-// (fixed in ioredis 6, not adopted yet: it also changes how a
-// connection fails its waiting commands while Redis is down). Runs, and reports, as a todo.
-t.test('redis: after a connection closed with a command waiting, the new one is not taken for stalled', { todo: 'ioredis 5 closes the new connection once more, one timeout later' }, async (t) => {
+// ioredis 5's own socketTimeout kept the closed connection's timer, which then closed the
+// new one; the watchdog forgets a connection's PING when it closes.
+t.test('redis: after a connection closed with a command waiting, the new one is not taken for stalled', async (t) => {
   const timeoutMs = 500
   const { cut, store } = await storeBehindStall(t, 'closed-waiting', timeoutMs)
   await store.createSession('sess', 'p')

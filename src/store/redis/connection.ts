@@ -39,14 +39,12 @@ export interface StoreConnections {
    */
   readonly topology: Topology
   /**
-   * Check the subscriber connection, which has no command waiting between
-   * (un)subscribes, so ioredis's `socketTimeout` never fires on it by itself:
-   * on one Redis, a PING while it is ready (a connection that answers nothing
-   * is then closed and opened again, and the bus subscribes again). On a
-   * Cluster, ioredis keeps its subscriber on a node of the slot table and
-   * moves it when the table drops that node: nothing to send.
+   * The connections the watchdog checks (watchdog.ts): on one Redis, both;
+   * on a Cluster, the command connection's node connections of the moment.
+   * A Cluster's subscriber connection is ioredis's own, not reachable: ioredis
+   * moves it when the slot table drops its node.
    */
-  readonly pingSubscriber: () => void
+  readonly watched: () => Iterable<Redis>
 }
 
 /**
@@ -64,11 +62,10 @@ export function storeConnections (redis: ScriptedConnection, subscriber: Connect
   redis.options.autoPipeliningIgnoredCommands = [...ignored, ...VARIABLE_KEY_COMMANDS.filter(name => !ignored.includes(name))]
   if (subscriber instanceof Redis) subscriber.options.autoResubscribe = false
   const topology: Topology = redis instanceof Redis ? { kind: 'one-node', redis } : { kind: 'cluster', redis }
-  const pingSubscriber = (): void => {
-    // A failed PING is the connection's own failure, which ioredis reports on it.
-    if (subscriber instanceof Redis && subscriber.status === 'ready') subscriber.ping().catch(() => {})
-  }
-  return Object.freeze({ redis, subscriber, topology, pingSubscriber })
+  const watched = topology.kind === 'cluster'
+    ? () => topology.redis.nodes('all')
+    : () => subscriber instanceof Redis ? [topology.redis, subscriber] : [topology.redis]
+  return Object.freeze({ redis, subscriber, topology, watched })
 }
 
 /** One ioredis connection to the target, named for CLIENT LIST. */

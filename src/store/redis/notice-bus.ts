@@ -22,8 +22,6 @@ export interface NoticeBusOptions {
   readonly replicaId: string
   readonly logger: StoreLogger | undefined
   readonly audienceRefreshMs: number
-  /** Check the subscriber connection this often (StoreConnections.pingSubscriber); never when absent. */
-  readonly subscriberPingMs?: number | undefined
   readonly standing: (sessionId: string, streamId: string) => Promise<StreamStanding | null>
 }
 
@@ -84,7 +82,6 @@ export class NoticeBus {
   readonly #onReady = (): void => this.#resubscribe()
   readonly #audienceTtlMs: number
   readonly #audienceTimer: NodeJS.Timeout
-  readonly #pingTimer: NodeJS.Timeout | undefined
   #closed = false
 
   constructor (options: NoticeBusOptions) {
@@ -95,8 +92,6 @@ export class NoticeBus {
     options.connections.subscriber.on('ready', this.#onReady)
     this.#audienceTtlMs = 4 * options.audienceRefreshMs
     this.#audienceTimer = setInterval(() => { this.#refreshAudiences() }, options.audienceRefreshMs).unref()
-    const pingMs = options.subscriberPingMs
-    this.#pingTimer = pingMs === undefined ? undefined : setInterval(options.connections.pingSubscriber, pingMs).unref()
   }
 
   subscribe (sessionId: string, streamId: string, listener: NoticeListener): () => void {
@@ -169,7 +164,6 @@ export class NoticeBus {
   close (): void {
     this.#closed = true
     clearInterval(this.#audienceTimer)
-    clearInterval(this.#pingTimer)
     this.#channels.clear()
     this.#o.connections.subscriber.off('message', this.#onMessage)
     this.#o.connections.subscriber.off('ready', this.#onReady)

@@ -19,6 +19,7 @@ import { RedisLeaseBackend } from './lease-backend.js'
 import { defineCommands, isReply, ROLLED_BACK, type RecordReply, type ScriptedConnection } from './lua.js'
 import { AUDIENCE_REFRESH_MS, NoticeBus } from './notice-bus.js'
 import { Reader } from './read.js'
+import { ConnectionWatchdog } from './watchdog.js'
 
 export { ENTRY_MAX_BYTES, SPLIT_MIN_BYTES } from './append.js'
 export { AUDIENCE_REFRESH_MS } from './notice-bus.js'
@@ -43,28 +44,24 @@ export interface RedisStoreOptions {
   /** How appends reach Redis (append-writes.ts); `zero-copy` when absent. */
   readonly appendWrite?: AppendWrite
   /**
-   * Ping the subscriber connection this often (one Redis only, see
-   * StoreConnections.pingSubscriber), so that ioredis's `socketTimeout` also
-   * finds that connection dead; not pinged when absent.
+   * REDIS_SOCKET_TIMEOUT_MS: a connection that answers no PING (or does not
+   * finish its handshake) for this long is closed and opened again, and what
+   * waited on it is sent again there (watchdog.ts). connect() also bounds
+   * each connection attempt by it. Unchecked when absent.
    */
-  readonly subscriberPingMs?: number
+  readonly socketTimeoutMs?: number
 }
 
 /** Where Redis is, and the store's own options (every one but its two connections, which connect() opens). */
 export type RedisStoreConnectOptions = RedisTarget & Omit<RedisStoreOptions, 'redis' | 'subscriber'> & {
   /** Extra ioredis options for both connections. */
   readonly redisOptions?: RedisOptions
-  /**
-   * REDIS_SOCKET_TIMEOUT_MS: ioredis's `socketTimeout` on both connections (a
-   * connection with commands waiting that receives nothing this long is
-   * closed and opened again) and their `connectTimeout`, and the subscriber's
-   * ping period.
-   */
-  readonly socketTimeoutMs?: number
 }
 
 /** The session's stream set changing under a reset this often in a row means something is wrong. */
 const RESET_ATTEMPTS = 16
+/** ioredis waits this long at most for a closed connection's peer to close its side too (its own default 2 s). */
+const DISCONNECT_TIMEOUT_MS = 1000
 
 /**
  * Redis Streams event store: one Redis stream per (session, stream), every key
@@ -87,6 +84,7 @@ export class RedisEventStore implements EventStore {
   readonly #random: (size: number) => Uint8Array
   readonly #logger: StoreLogger | undefined
   readonly #bus: NoticeBus
+  readonly #watchdog: ConnectionWatchdog | undefined
   readonly #appender: Appender
   readonly #reader: Reader
   readonly #onError = (err: Error): void => this.#logger?.warn({ err }, 'event store: redis connection error')
@@ -110,10 +108,11 @@ export class RedisEventStore implements EventStore {
       replicaId: this.replicaId,
       logger: options.logger,
       audienceRefreshMs: options.audienceRefreshMs ?? AUDIENCE_REFRESH_MS,
-      subscriberPingMs: options.subscriberPingMs,
       standing: async (sessionId, streamId) => await this.#reader.standing(sessionId, streamId)
     })
     this.#appender = new Appender({ connections: this.#connections, write: appendWrite, keys: this.#keys, retention: this.#retention, replicaId: this.replicaId, bus: this.#bus })
+    const timeoutMs = options.socketTimeoutMs
+    this.#watchdog = timeoutMs === undefined ? undefined : new ConnectionWatchdog({ connections: this.#connections.watched, timeoutMs, logger: options.logger })
     this.#redis.on('error', this.#onError)
     this.#subscriber.on('error', this.#onError)
   }
@@ -131,11 +130,12 @@ export class RedisEventStore implements EventStore {
       await waitForClusterReady(options.cluster, { ...options.redisOptions, ...auth }, options.logger)
     }
     const timeout = options.socketTimeoutMs
-    const redisOptions: RedisOptions = { ...(timeout !== undefined && { socketTimeout: timeout, connectTimeout: timeout }), ...options.redisOptions }
+    // Once the watchdog takes a connection for dead, its peer's FIN is not waited for long.
+    const redisOptions: RedisOptions = { ...(timeout !== undefined && { connectTimeout: timeout, disconnectTimeout: Math.min(timeout, DISCONNECT_TIMEOUT_MS) }), ...options.redisOptions }
     const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, redisOptions, options.logger)
     const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, redisOptions, options.logger)
     // The store's options pass through whole: one added to RedisStoreOptions reaches the store.
-    const store = new RedisEventStore({ subscriberPingMs: timeout, ...options, redis, subscriber, replicaId, random })
+    const store = new RedisEventStore({ ...options, redis, subscriber, replicaId, random })
     try {
       await store.ping()
     } catch (err) {
@@ -332,6 +332,7 @@ export class RedisEventStore implements EventStore {
     if (this.#closed) return
     this.#closed = true
     this.#bus.close()
+    this.#watchdog?.close()
     await Promise.all([quit(this.#redis), quit(this.#subscriber)])
     this.#redis.off('error', this.#onError)
     this.#subscriber.off('error', this.#onError)
