@@ -858,6 +858,35 @@ t.test('redis: a command connection that stops answering is closed and opened ag
   t.same(await within(5000, store.read('sess', 's', 0, 10).then((r) => r?.events.map((e) => e.data))), { value: ['a'] }, 'the store answers over a new connection')
 })
 
+t.test('redis: a connection busy with a long queue of replies is not taken for stalled, however long its PING waits', async (t) => {
+  const timeoutMs = 500
+  const { cut, store } = await storeBehindStall(t, 'slow-replies', timeoutMs)
+  await store.createSession('sess', 'p')
+  const big = 'x'.repeat(200 * 1024)
+  for (let i = 0; i < 4; i++) await store.append('sess', 's', [{ data: `${i}${big}` }])
+  const before = cut.accepted
+  // 800 KB of replies at 200 KB/s: several timeouts during which every PING waits behind them.
+  cut.throttle(200 * 1024)
+  const started = Date.now()
+  const outcome = await within(20_000, store.read('sess', 's', 0, 100).then((r) => r?.events.map((e) => e.data?.slice(0, 1))))
+  const tookMs = Date.now() - started
+  cut.throttle(undefined)
+  t.same(outcome, { value: ['0', '1', '2', '3'] }, 'the read is answered')
+  t.ok(tookMs > 3 * timeoutMs, `its replies took several timeouts to arrive (${tookMs} ms)`)
+  t.equal(cut.accepted - before, 0, 'on the same connection: it was never closed')
+})
+
+t.test('redis: close() of a store whose Redis answers nothing ends within the timeout', async (t) => {
+  const timeoutMs = 500
+  const { cut, store } = await storeBehindStall(t, 'close-stalled', timeoutMs)
+  await store.createSession('sess', 'p')
+  t.equal(cut.stall(), 2, 'both connections stall, open')
+  const started = Date.now()
+  const outcome = await within(5000, store.close())
+  t.not(outcome, 'hung', 'closed')
+  t.ok(Date.now() - started < 2 * timeoutMs, `within the timeout and the close's own wait (${Date.now() - started} ms)`)
+})
+
 // ioredis 5's own socketTimeout kept the closed connection's timer, which then closed the
 // new one; the watchdog forgets a connection's PING when it closes.
 t.test('redis: after a connection closed with a command waiting, the new one is not taken for stalled', async (t) => {

@@ -1,6 +1,7 @@
 // The Redis connection watchdog (src/store/redis/watchdog.ts), turn by turn on
 // a clock of its own, over stand-in connections: a PING or a handshake left
-// unanswered for the timeout closes the connection; nothing else does. The
+// unanswered for the timeout, with nothing read meanwhile, closes the
+// connection; nothing else does. The
 // real connections are in test/store/redis-store.test.ts and
 // test/hardening/redis-stalled.test.ts.
 import { EventEmitter } from 'node:events'
@@ -14,6 +15,8 @@ const TIMEOUT_MS = 1000
 class StandIn extends EventEmitter {
   status = 'ready'
   readonly options = { connectionName: 'stand-in' }
+  /** What the watchdog reads of the socket: bytes read so far. */
+  readonly stream = { bytesRead: 0, remoteAddress: '127.0.0.1', remotePort: 6379 }
   pings = 0
   disconnects: boolean[] = []
   #answers: Array<() => void> = []
@@ -95,7 +98,7 @@ t.test('a PING unanswered for the timeout closes the connection, to be opened ag
   await h.turn(0)
   await h.turn(500)
   await closedAt(t, h, c, 1000, 'closed with reconnect')
-  t.match(h.warnings, [{ connection: 'stand-in', reason: 'no answer to PING', timeoutMs: TIMEOUT_MS }], 'said why')
+  t.match(h.warnings, [{ connection: 'stand-in', peer: '127.0.0.1:6379', reason: 'no answer to PING', timeoutMs: TIMEOUT_MS }], 'said why, and where')
   await h.turn(1500)
   t.equal(c.pings, 2, 'the connection is watched afresh: a new PING')
   t.same(c.disconnects, [true], 'and not closed again at once')
@@ -118,6 +121,43 @@ t.test('a handshake unfinished for the timeout closes the connection; one that f
   t.match(h.warnings, [{ reason: 'no answer during the handshake' }])
   t.same(slow.disconnects, [], 'the handshake that finished is not')
   t.equal(slow.pings, 1, 'and it is pinged once ready')
+})
+
+t.test('a PING waiting behind replies that keep arriving is not taken for dead: the timeout counts from the last byte read', async (t) => {
+  const c = new StandIn()
+  const h = harness(t, () => [c])
+  await h.turn(0)
+  // A deep queue on a healthy Redis: replies to earlier commands arrive, the PING's not yet.
+  for (let at = 500; at <= 5000; at += 500) {
+    c.stream.bytesRead += 4 << 20
+    await h.turn(at)
+  }
+  t.same(c.disconnects, [], 'not closed while bytes come in, long past the timeout')
+  t.equal(c.pings, 1, 'one PING waiting all along')
+  await h.turn(5500)
+  await closedAt(t, h, c, 6000, 'closed a whole timeout after the last byte read')
+})
+
+t.test('a handshake is timed from the connection\'s connect; one that reads something (a loading Redis\'s INFO) is not taken for dead', async (t) => {
+  const stuck = new StandIn()
+  const loading = new StandIn()
+  const h = harness(t, () => [stuck, loading])
+  await h.turn(0)
+  for (const c of [stuck, loading]) {
+    c.emit('close')
+    c.status = 'connect'
+  }
+  h.clock = 100
+  stuck.emit('connect')
+  loading.emit('connect')
+  loading.stream.bytesRead += 100
+  await h.turn(500)
+  await closedAt(t, h, stuck, 1100, 'closed a timeout after its connect, not after the turn that first saw it')
+  for (let at = 1500; at <= 4000; at += 500) {
+    loading.stream.bytesRead += 100
+    await h.turn(at)
+  }
+  t.same(loading.disconnects, [], 'a handshake that reads answers goes on')
 })
 
 t.test('a connection that closed forgets its PING: the next one is not taken for dead', async (t) => {

@@ -103,11 +103,15 @@ export function openConnection (target: RedisTarget, connectionName: string, red
   })
 }
 
-export async function quit (connection: Connection): Promise<void> {
+/** Close `connection` with QUIT; closed without it when QUIT is not answered within `timeoutMs`. */
+export async function quit (connection: Connection, timeoutMs?: number): Promise<void> {
+  const timer = timeoutMs === undefined ? undefined : setTimeout(() => { connection.disconnect() }, timeoutMs)
   try {
     await connection.quit()
   } catch {
     // Already closed or never connected: nothing left to release.
     connection.disconnect()
+  } finally {
+    clearTimeout(timer)
   }
 }

@@ -61,7 +61,25 @@ export type RedisStoreConnectOptions = RedisTarget & Omit<RedisStoreOptions, 're
 /** The session's stream set changing under a reset this often in a row means something is wrong. */
 const RESET_ATTEMPTS = 16
 /** ioredis waits this long at most for a closed connection's peer to close its side too (its own default 2 s). */
-const DISCONNECT_TIMEOUT_MS = 1000
+const DISCONNECT_TIMEOUT_MS = 100
+
+/**
+ * ioredis's options that bound what the watchdog does not see (watchdog.ts),
+ * and keep a healthy connection from looking dead to it.
+ */
+function watchedOptions (timeoutMs: number): RedisOptions {
+  return {
+    // Opening a connection; with Sentinels, each question to a Sentinel.
+    connectTimeout: timeoutMs,
+    sentinelCommandTimeout: timeoutMs,
+    // A connection the watchdog took for dead is not waited on: its peer's FIN will not come.
+    disconnectTimeout: DISCONNECT_TIMEOUT_MS,
+    // A Redis loading its data answers the ready check's INFO with loading:1, and ioredis asks
+    // again only this much later (loading_eta_seconds when shorter): often enough that the
+    // watchdog sees the handshake read something within each timeout.
+    maxLoadingRetryTime: Math.max(100, Math.floor(timeoutMs / 4))
+  }
+}
 
 /**
  * Redis Streams event store: one Redis stream per (session, stream), every key
@@ -85,6 +103,7 @@ export class RedisEventStore implements EventStore {
   readonly #logger: StoreLogger | undefined
   readonly #bus: NoticeBus
   readonly #watchdog: ConnectionWatchdog | undefined
+  readonly #socketTimeoutMs: number | undefined
   readonly #appender: Appender
   readonly #reader: Reader
   readonly #onError = (err: Error): void => this.#logger?.warn({ err }, 'event store: redis connection error')
@@ -112,6 +131,7 @@ export class RedisEventStore implements EventStore {
     })
     this.#appender = new Appender({ connections: this.#connections, write: appendWrite, keys: this.#keys, retention: this.#retention, replicaId: this.replicaId, bus: this.#bus })
     const timeoutMs = options.socketTimeoutMs
+    this.#socketTimeoutMs = timeoutMs
     this.#watchdog = timeoutMs === undefined ? undefined : new ConnectionWatchdog({ connections: this.#connections.watched, timeoutMs, logger: options.logger })
     this.#redis.on('error', this.#onError)
     this.#subscriber.on('error', this.#onError)
@@ -130,8 +150,7 @@ export class RedisEventStore implements EventStore {
       await waitForClusterReady(options.cluster, { ...options.redisOptions, ...auth }, options.logger)
     }
     const timeout = options.socketTimeoutMs
-    // Once the watchdog takes a connection for dead, its peer's FIN is not waited for long.
-    const redisOptions: RedisOptions = { ...(timeout !== undefined && { connectTimeout: timeout, disconnectTimeout: Math.min(timeout, DISCONNECT_TIMEOUT_MS) }), ...options.redisOptions }
+    const redisOptions: RedisOptions = { ...(timeout !== undefined && watchedOptions(timeout)), ...options.redisOptions }
     const redis = openConnection(options, `mcpgw-${replicaId}-cmd`, redisOptions, options.logger)
     const subscriber = openConnection(options, `mcpgw-${replicaId}-sub`, redisOptions, options.logger)
     // The store's options pass through whole: one added to RedisStoreOptions reaches the store.
@@ -333,7 +352,8 @@ export class RedisEventStore implements EventStore {
     this.#closed = true
     this.#bus.close()
     this.#watchdog?.close()
-    await Promise.all([quit(this.#redis), quit(this.#subscriber)])
+    // A frozen Redis does not answer QUIT: the connections are then closed after the timeout.
+    await Promise.all([quit(this.#redis, this.#socketTimeoutMs), quit(this.#subscriber, this.#socketTimeoutMs)])
     this.#redis.off('error', this.#onError)
     this.#subscriber.off('error', this.#onError)
   }

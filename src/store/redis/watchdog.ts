@@ -1,22 +1,25 @@
+import type { Socket } from 'node:net'
+import { performance } from 'node:perf_hooks'
 import type { Redis } from 'ioredis'
 import type { StoreLogger } from './connection.js'
 
 /**
- * What the watchdog waits for on one connection. A connection with nothing
- * pending has no entry.
+ * What the watchdog waits for on one connection, and since when nothing was
+ * read from it. A connection with nothing pending has no entry.
  */
 type Pending =
   /** A PING sent while the connection was ready, not answered yet. */
-  | { readonly kind: 'ping', readonly since: number }
-  /** The connection was open but not ready (ioredis's handshake: AUTH, SELECT, the ready check) at this moment. */
-  | { readonly kind: 'handshake', readonly since: number }
+  | { readonly kind: 'ping', readonly id: number, readonly quietSince: number, readonly bytesRead: number }
+  /** The connection is open but not ready (ioredis's handshake: AUTH, SELECT, the ready check, a loading Redis's INFO). */
+  | { readonly kind: 'handshake', readonly quietSince: number, readonly bytesRead: number }
 
 export interface WatchdogOptions {
   /** The connections to check, read at every turn (a Cluster's nodes come and go). */
   readonly connections: () => Iterable<Redis>
-  /** A PING or a handshake unanswered this long: the connection is taken for dead. */
+  /** A connection waiting this long for its PING or handshake, with not a byte read meanwhile, is taken for dead. */
   readonly timeoutMs: number
   readonly logger?: StoreLogger | undefined
+  /** A monotonic clock in ms (performance.now when absent). */
   readonly now?: () => number
 }
 
@@ -26,26 +29,29 @@ export interface WatchdogOptions {
  * ioredis opens new ones and sends what was waiting there again.
  *
  * Every half timeout it sends each ready connection a PING, unless one is
- * still waiting; a PING or a handshake unanswered for the whole timeout closes
- * the connection. This costs one PING per connection per half timeout,
- * whatever the traffic, and checks idle connections too. ioredis's own
- * `socketTimeout` arms a timer at every read of a busy connection, checks a
- * connection only while commands wait on it, and in ioredis 5 keeps a closed
- * connection's timer, which then closes the new one. Closing goes through
- * `disconnect(true)`, whose wait for the peer's FIN is bounded by the
- * connection's `disconnectTimeout`.
+ * still waiting. A connection whose PING or handshake has waited the whole
+ * timeout without a byte read from it meanwhile is closed: a PING waiting
+ * behind a long queue of replies that keep arriving is not a dead connection.
+ * This costs one PING per connection per half timeout, whatever the traffic,
+ * and checks idle connections too. (ioredis's own `socketTimeout` arms a
+ * timer at every read of a busy connection, checks a connection only while
+ * commands wait on it, and in ioredis 5 keeps a closed connection's timer,
+ * which then closes the new one.) Closing goes through `disconnect(true)`,
+ * whose wait for the peer's FIN is bounded by the connection's
+ * `disconnectTimeout`.
  */
 export class ConnectionWatchdog {
   readonly #o: WatchdogOptions
   readonly #now: () => number
   readonly #pending = new WeakMap<Redis, Pending>()
-  /** Connections whose `close` is followed: a closed connection's PING is no longer the new one's. */
+  /** Connections whose `connect` and `close` are followed (#follow). */
   readonly #followed = new WeakSet<Redis>()
   readonly #timer: NodeJS.Timeout
+  #pings = 0
 
   constructor (options: WatchdogOptions) {
     this.#o = options
-    this.#now = options.now ?? Date.now
+    this.#now = options.now ?? (() => performance.now())
     this.#timer = setInterval(() => { this.check() }, Math.max(1, Math.floor(options.timeoutMs / 2))).unref()
   }
 
@@ -62,36 +68,53 @@ export class ConnectionWatchdog {
   #checkOne (connection: Redis, now: number): void {
     this.#follow(connection)
     const pending = this.#pending.get(connection)
-    if (connection.status === 'ready') {
-      if (pending?.kind !== 'ping') this.#ping(connection, now)
-      else if (now - pending.since >= this.#o.timeoutMs) this.#replace(connection, 'no answer to PING')
-    } else if (connection.status === 'connect') {
-      if (pending?.kind !== 'handshake') this.#pending.set(connection, { kind: 'handshake', since: now })
-      else if (now - pending.since >= this.#o.timeoutMs) this.#replace(connection, 'no answer during the handshake')
-    }
-    // Any other status: connecting (bounded by ioredis's connectTimeout), waiting to
-    // reconnect, closed; whatever was pending went with the connection's close (#follow).
+    const status = connection.status
+    if (status === 'ready' && pending?.kind !== 'ping') return this.#ping(connection, now)
+    if (status === 'connect' && pending?.kind !== 'handshake') return this.#handshake(connection, now)
+    // Any other status: connecting (bounded by ioredis's connectTimeout, and with Sentinels
+    // by sentinelCommandTimeout), waiting to reconnect, closed; whatever was pending went
+    // with the connection's close.
+    if (pending === undefined || (status !== 'ready' && status !== 'connect')) return
+    const read = bytesRead(connection)
+    if (read !== pending.bytesRead) this.#pending.set(connection, { ...pending, quietSince: now, bytesRead: read })
+    else if (now - pending.quietSince >= this.#o.timeoutMs) this.#replace(connection, pending.kind === 'ping' ? 'no answer to PING' : 'no answer during the handshake')
   }
 
   #ping (connection: Redis, now: number): void {
-    const pending: Pending = { kind: 'ping', since: now }
-    this.#pending.set(connection, pending)
+    const id = ++this.#pings
+    this.#pending.set(connection, { kind: 'ping', id, quietSince: now, bytesRead: bytesRead(connection) })
     const settled = (): void => {
-      if (this.#pending.get(connection) === pending) this.#pending.delete(connection)
+      const pending = this.#pending.get(connection)
+      if (pending?.kind === 'ping' && pending.id === id) this.#pending.delete(connection)
     }
     // A failed PING is the connection's own failure, which ioredis reports on it.
     connection.ping().then(settled, settled)
   }
 
+  #handshake (connection: Redis, now: number): void {
+    this.#pending.set(connection, { kind: 'handshake', quietSince: now, bytesRead: bytesRead(connection) })
+  }
+
+  /** A handshake is timed from the connection's `connect`; a closed connection's PING is not the next one's. */
   #follow (connection: Redis): void {
     if (this.#followed.has(connection)) return
     this.#followed.add(connection)
+    connection.on('connect', () => this.#handshake(connection, this.#now()))
     connection.on('close', () => this.#pending.delete(connection))
   }
 
   #replace (connection: Redis, reason: string): void {
     this.#pending.delete(connection)
-    this.#o.logger?.warn({ connection: connection.options.connectionName, reason, timeoutMs: this.#o.timeoutMs }, 'event store: Redis connection answers nothing, closing it to open a new one')
+    const stream: Partial<Pick<Socket, 'remoteAddress' | 'remotePort'>> | undefined = connection.stream
+    const peer = stream?.remoteAddress === undefined ? undefined : `${stream.remoteAddress}:${String(stream.remotePort)}`
+    this.#o.logger?.warn({ connection: connection.options.connectionName, peer, reason, timeoutMs: this.#o.timeoutMs }, 'event store: Redis connection answers nothing, closing it to open a new one')
     connection.disconnect(true)
   }
+}
+
+/** Bytes read from the connection's socket so far (none before it has one). */
+function bytesRead (connection: Redis): number {
+  // ioredis types its socket as a public property (it is what commands are written to).
+  const stream: Partial<Pick<Socket, 'bytesRead'>> | undefined = connection.stream
+  return stream?.bytesRead ?? 0
 }
