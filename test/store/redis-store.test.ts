@@ -887,6 +887,27 @@ t.test('redis: close() of a store whose Redis answers nothing ends within the ti
   t.ok(Date.now() - started < 2 * timeoutMs, `within the timeout and the close's own wait (${Date.now() - started} ms)`)
 })
 
+t.test('redis: close() during an outage, with commands queued while the connections wait to reconnect, ends within the timeout', async (t) => {
+  const timeoutMs = 500
+  const env = await useRedis(t, 'close-outage')
+  const cut = await startRedisCut(env.url)
+  t.teardown(() => cut.close())
+  // A steady retry delay longer than the timeout: the connection is still waiting to reconnect when close() gives up on QUIT.
+  const store = await RedisEventStore.connect({ url: cut.url, keyPrefix: env.prefix, retention: RETENTION, socketTimeoutMs: timeoutMs, redisOptions: { retryStrategy: () => 2000 } })
+  await store.createSession('sess', 'p')
+  // The connection carrying this command is cut before Redis gets it, and Redis refuses connections for a while.
+  cut.arm('sess-cut', 'before', 10_000)
+  store.getSession('sess-cut').catch(() => {})
+  await sleep(100)
+  t.equal(cut.fired, 1, 'the command connection is cut')
+  // Queued while the connection waits to reconnect.
+  store.getSession('sess').catch(() => {})
+  const started = Date.now()
+  const outcome = await within(5000, store.close())
+  t.not(outcome, 'hung', 'closed')
+  t.ok(Date.now() - started < 2 * timeoutMs, `within the timeout (${Date.now() - started} ms)`)
+})
+
 // ioredis 5's own socketTimeout kept the closed connection's timer, which then closed the
 // new one; the watchdog forgets a connection's PING when it closes.
 t.test('redis: after a connection closed with a command waiting, the new one is not taken for stalled', async (t) => {

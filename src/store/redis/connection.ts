@@ -103,14 +103,25 @@ export function openConnection (target: RedisTarget, connectionName: string, red
   })
 }
 
-/** Close `connection` with QUIT; closed without it when QUIT is not answered within `timeoutMs`. */
+/**
+ * Close `connection` with QUIT; closed without it when QUIT is not answered
+ * within `timeoutMs`. The wait ends then whatever QUIT does: ioredis settles
+ * it only once it can send it, and a disconnect() while the connection waits
+ * to reconnect (commands queued meanwhile) cancels the retry that would.
+ */
 export async function quit (connection: Connection, timeoutMs?: number): Promise<void> {
-  const timer = timeoutMs === undefined ? undefined : setTimeout(() => { connection.disconnect() }, timeoutMs)
+  // Already closed or never connected: nothing left to release.
+  const quitting = connection.quit().then(() => {}, () => { connection.disconnect() })
+  if (timeoutMs === undefined) return await quitting
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<void>((resolve) => {
+    timer = setTimeout(() => {
+      connection.disconnect()
+      resolve()
+    }, timeoutMs)
+  })
   try {
-    await connection.quit()
-  } catch {
-    // Already closed or never connected: nothing left to release.
-    connection.disconnect()
+    await Promise.race([quitting, late])
   } finally {
     clearTimeout(timer)
   }

@@ -13,6 +13,12 @@ type Pending =
   /** The connection is open but not ready (ioredis's handshake: AUTH, SELECT, the ready check, a loading Redis's INFO). */
   | { readonly kind: 'handshake', readonly quietSince: number, readonly bytesRead: number }
 
+/**
+ * libuv runs timers on a clock floored to the millisecond: two turns half a
+ * timeout apart may measure a hair under the timeout on the precise clock.
+ */
+const CLOCK_SLACK_MS = 1
+
 export interface WatchdogOptions {
   /** The connections to check, read at every turn (a Cluster's nodes come and go). */
   readonly connections: () => Iterable<Redis>
@@ -52,7 +58,7 @@ export class ConnectionWatchdog {
   constructor (options: WatchdogOptions) {
     this.#o = options
     this.#now = options.now ?? (() => performance.now())
-    this.#timer = setInterval(() => { this.check() }, Math.max(1, Math.floor(options.timeoutMs / 2))).unref()
+    this.#timer = setInterval(() => { this.check() }, Math.max(1, Math.ceil(options.timeoutMs / 2))).unref()
   }
 
   /** One turn: what the timer does. */
@@ -77,7 +83,7 @@ export class ConnectionWatchdog {
     if (pending === undefined || (status !== 'ready' && status !== 'connect')) return
     const read = bytesRead(connection)
     if (read !== pending.bytesRead) this.#pending.set(connection, { ...pending, quietSince: now, bytesRead: read })
-    else if (now - pending.quietSince >= this.#o.timeoutMs) this.#replace(connection, pending.kind === 'ping' ? 'no answer to PING' : 'no answer during the handshake')
+    else if (now - pending.quietSince >= this.#o.timeoutMs - CLOCK_SLACK_MS) this.#replace(connection, pending.kind === 'ping' ? 'no answer to PING' : 'no answer during the handshake')
   }
 
   #ping (connection: Redis, now: number): void {
