@@ -44,8 +44,8 @@ export interface RedisStoreOptions {
   /** How appends reach Redis (append-writes.ts); `zero-copy` when absent. */
   readonly appendWrite?: AppendWrite
   /**
-   * REDIS_SOCKET_TIMEOUT_MS: a connection that answers no PING (or does not
-   * finish its handshake) for this long is closed and opened again, and what
+   * REDIS_SOCKET_TIMEOUT_MS: a connection whose PING (or handshake) waits
+   * this long with nothing read from it is closed and opened again, and what
    * waited on it is sent again there (watchdog.ts). connect() also bounds
    * each connection attempt by it. Unchecked when absent.
    */
