@@ -19,7 +19,7 @@ import { RedisLeaseBackend } from './lease-backend.js'
 import { defineCommands, isReply, ROLLED_BACK, type RecordReply, type ScriptedConnection } from './lua.js'
 import { AUDIENCE_REFRESH_MS, NoticeBus } from './notice-bus.js'
 import { Reader } from './read.js'
-import { ConnectionWatchdog } from './watchdog.js'
+import { ConnectionWatchdog, watchedOptions } from './watchdog.js'
 
 export { ENTRY_MAX_BYTES, SPLIT_MIN_BYTES } from './append.js'
 export { AUDIENCE_REFRESH_MS } from './notice-bus.js'
@@ -60,26 +60,6 @@ export type RedisStoreConnectOptions = RedisTarget & Omit<RedisStoreOptions, 're
 
 /** The session's stream set changing under a reset this often in a row means something is wrong. */
 const RESET_ATTEMPTS = 16
-/** ioredis waits this long at most for a closed connection's peer to close its side too (its own default 2 s). */
-const DISCONNECT_TIMEOUT_MS = 100
-
-/**
- * ioredis's options that bound what the watchdog does not see (watchdog.ts),
- * and keep a healthy connection from looking dead to it.
- */
-function watchedOptions (timeoutMs: number): RedisOptions {
-  return {
-    // Opening a connection; with Sentinels, each question to a Sentinel.
-    connectTimeout: timeoutMs,
-    sentinelCommandTimeout: timeoutMs,
-    // A connection the watchdog took for dead is not waited on: its peer's FIN will not come.
-    disconnectTimeout: DISCONNECT_TIMEOUT_MS,
-    // A Redis loading its data answers the ready check's INFO with loading:1, and ioredis asks
-    // again only this much later (loading_eta_seconds when shorter): often enough that the
-    // watchdog sees the handshake read something within each timeout.
-    maxLoadingRetryTime: Math.max(100, Math.floor(timeoutMs / 4))
-  }
-}
 
 /**
  * Redis Streams event store: one Redis stream per (session, stream), every key

@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net'
 import { performance } from 'node:perf_hooks'
-import type { Redis } from 'ioredis'
+import type { Redis, RedisOptions } from 'ioredis'
 import type { StoreLogger } from './connection.js'
 
 /**
@@ -18,6 +18,27 @@ type Pending =
  * timeout apart may measure a hair under the timeout on the precise clock.
  */
 const CLOCK_SLACK_MS = 1
+
+/** ioredis waits this long at most for a closed connection's peer to close its side too (its own default 2 s). */
+const DISCONNECT_TIMEOUT_MS = 100
+
+/**
+ * ioredis's options for the connections the watchdog checks: they bound what
+ * it does not see, and keep a healthy connection from looking dead to it.
+ */
+export function watchedOptions (timeoutMs: number): RedisOptions {
+  return {
+    // Opening a connection; with Sentinels, each question to a Sentinel.
+    connectTimeout: timeoutMs,
+    sentinelCommandTimeout: timeoutMs,
+    // A connection the watchdog took for dead is not waited on: its peer's FIN will not come.
+    disconnectTimeout: DISCONNECT_TIMEOUT_MS,
+    // A Redis loading its data answers the ready check's INFO with loading:1, and ioredis asks
+    // again only this much later (loading_eta_seconds when shorter): often enough that the
+    // watchdog sees the handshake read something within each timeout.
+    maxLoadingRetryTime: Math.max(100, Math.floor(timeoutMs / 4))
+  }
+}
 
 export interface WatchdogOptions {
   /** The connections to check, read at every turn (a Cluster's nodes come and go). */
