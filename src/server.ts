@@ -80,6 +80,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   const metrics = deps.metrics ?? new GatewayMetrics({ version: VERSION, store: store.kind })
   metrics.reportStoreHealth(log)
   if (store.usage !== undefined) metrics.watchMemoryStore({ usage: store.usage.bind(store) })
+  if (store.connectionsReplaced !== undefined) metrics.watchStoreConnections(store.connectionsReplaced.bind(store))
   const { upstream, discovery } = deps.upstream !== undefined
     ? { upstream: deps.upstream, discovery: undefined }
     : await createUpstream({ targets: config.upstreamTargets, setAsideMs: config.upstreamSetAsideMs, headersTimeoutMs: config.upstreamHeadersTimeoutMs, resolveMs: config.upstreamResolveMs, resolveHost: deps.resolveHost, placementRandom: deps.placementRandom, log: logger })

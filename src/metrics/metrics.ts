@@ -3,7 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { REFUSALS, SessionGoneError, isRefusalCode, type RefusalReason } from '../errors.js'
 import { GAP_REASONS, type GapReason } from '../gaps.js'
-import { EVICTION_KINDS, type EventStore, type StoreUsage as MemoryStoreUsage } from '../store/contract.js'
+import { EVICTION_KINDS, STALLED_WAITS, type EventStore, type StalledWait, type StoreUsage as MemoryStoreUsage } from '../store/contract.js'
 import { traceStoreOperation } from '../tracing/spans.js'
 import { ENDPOINT_STATES, type EndpointState } from '../upstream/endpoint-state.js'
 
@@ -137,6 +137,7 @@ export class GatewayMetrics {
   readonly upstreamErrors: ClosedCounter<{ kind: UpstreamErrorKind }>
   readonly upstreamStreamsOpen: ClosedGauge<{ kind: UpstreamStreamKind }>
   readonly slowClientDisconnects: Counter
+  readonly storeConnectionsReplaced: Counter<'waited'>
   readonly clientWriteTimeouts: Counter
   readonly clientBufferedBytes: Gauge
   readonly sessionsRecovered: Counter
@@ -152,6 +153,7 @@ export class GatewayMetrics {
   #storeFailures = 0
   #tracer: Tracer | undefined
   #clientBuffers: { readonly waitingBytes: number } | undefined
+  #connectionsReplaced: (() => Readonly<Record<StalledWait, number>>) | undefined
 
   constructor (options: { version: string, store: EventStore['kind'], defaultMetrics?: boolean }) {
     const registers = [this.registry]
@@ -193,6 +195,20 @@ export class GatewayMetrics {
       registers,
       collect () { this.set(metrics.#clientBuffers?.waitingBytes ?? 0) }
     })
+    this.storeConnectionsReplaced = new Counter({
+      name: `${p}store_connections_replaced_total`,
+      help: 'Connections to the store server closed and opened again because they answered nothing for REDIS_SOCKET_TIMEOUT_MS, by what waited: ping (an idle or busy connection\'s PING), handshake (a connection opened but never ready). Always 0 on the embedded store.',
+      labelNames: ['waited'],
+      registers,
+      collect () {
+        const read = metrics.#connectionsReplaced
+        if (read === undefined) return
+        // The store keeps the totals: set them (a counter has no set()).
+        const replaced = read()
+        this.reset()
+        for (const waited of STALLED_WAITS) this.inc({ waited }, replaced[waited])
+      }
+    })
     this.sessionsRecovered = new Counter({ name: `${p}sessions_recovered_total`, help: 'Sessions the event store had lost (restarted empty), recorded again under a new epoch when a client came back with them (RECOVER_LOST_SESSIONS).', registers })
     this.upstreamSessionsReestablished = new Counter({ name: `${p}upstream_sessions_reestablished_total`, help: 'Upstream sessions established again after the upstream lost them (404, or a connection failed before any answer), by outcome (REESTABLISH_UPSTREAM_SESSIONS); relapsed: sessions ended because the upstream lost them again right after each re-establishment.', labelNames: ['outcome'], registers })
     this.leaseTakeovers = new Counter({ name: `${p}lease_takeovers_total`, help: 'Upstream GET streams opened again after their last holder did not end them cleanly: another replica that died or lost its lease, or this one after its upstream GET failed.', registers })
@@ -217,6 +233,7 @@ export class GatewayMetrics {
       this.storeOperationDuration.zero({ op })
     }
     for (const outcome of RESEND_OUTCOMES) this.appendResends.inc({ outcome }, 0)
+    for (const waited of STALLED_WAITS) this.storeConnectionsReplaced.inc({ waited }, 0)
     for (const outcome of LEFT_BEHIND_OUTCOMES) this.upstreamSessionsLeftBehind.inc({ outcome }, 0)
     for (const outcome of REESTABLISHED_COUNTED) this.upstreamSessionsReestablished.inc({ outcome }, 0)
     for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.inc({ kind }, 0)
@@ -244,6 +261,11 @@ export class GatewayMetrics {
   /** Where mcpgw_client_buffered_bytes is read at each scrape. */
   watchClientBuffers (buffers: { readonly waitingBytes: number }): void {
     this.#clientBuffers = buffers
+  }
+
+  /** Where mcpgw_store_connections_replaced_total is read at each scrape (a store that checks its connections). */
+  watchStoreConnections (replaced: () => Readonly<Record<StalledWait, number>>): void {
+    this.#connectionsReplaced = replaced
   }
 
   /** The embedded store's room and evictions, read at each scrape. */

@@ -337,6 +337,13 @@ export interface EventStore {
    */
   usage?: () => StoreUsage
 
+  /**
+   * Connections to a store server closed and opened again since start
+   * because they answered nothing (Redis: REDIS_SOCKET_TIMEOUT_MS), by what
+   * waited unanswered; read by metrics at each scrape.
+   */
+  connectionsReplaced?: () => Readonly<Record<StalledWait, number>>
+
   /** The store answers (used by readiness). */
   ping (): Promise<void>
   close (): Promise<void>
@@ -370,3 +377,10 @@ export interface StoreUsage {
  */
 export const EVICTION_KINDS = ['stream', 'events', 'session'] as const
 export type EvictionKind = typeof EVICTION_KINDS[number]
+
+/**
+ * What a store connection taken for dead waited for: the answer to a `PING`
+ * (`ping`), or the end of its handshake once connected (`handshake`).
+ */
+export const STALLED_WAITS = ['ping', 'handshake'] as const
+export type StalledWait = typeof STALLED_WAITS[number]

@@ -3,15 +3,17 @@
 // through a relay in front of the test Redis. With REDIS_SOCKET_TIMEOUT_MS the
 // gateway takes them for dead, opens new ones and goes on: the broadcast in
 // progress reaches the client to its end, exactly once and in order, and a new
-// client starts a session at once. Without the timeout the appends wait on the
-// stalled connection for ever, and so does everything behind them.
+// client starts a session at once; the metrics count the replaced connections.
+// Without the timeout the appends wait on the stalled connection for ever, and
+// so does everything behind them.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startExampleServer } from '../../examples/mcp-server.js'
+import { metrics } from '../fixtures/hardening.js'
 import { checkDelivery, connectClient, formatRanges, sequencesOf, waitUntil } from '../fixtures/mcp-client.js'
 import { useRedis } from '../fixtures/redis.js'
 import { startRedisCut } from '../fixtures/redis-cut.js'
-import { startReplica } from '../fixtures/replica.js'
+import { metricValue, startReplica } from '../fixtures/replica.js'
 import { standaloneItems } from '../fixtures/standalone-log.js'
 
 const COUNT = 300
@@ -49,4 +51,7 @@ t.test('Redis connections stalled mid-broadcast: replaced after REDIS_SOCKET_TIM
   t.comment(`stalled: received ${report.received} of ${COUNT}, lost ${report.lost.length} [${formatRanges(report.lost)}], duplicated ${report.duplicated.length}, out of order ${report.outOfOrder}; new session after ${startedMs} ms`)
   t.ok(report.ok, 'exactly once, in order')
   t.same(standaloneItems(mcp.exchanges).filter(i => i.kind === 'gap'), [], 'no gap: every append went through on a new connection')
+  const scraped = await metrics(replica.adminUrl)
+  const replaced = metricValue(scraped, 'mcpgw_store_connections_replaced_total', { waited: 'ping' })
+  t.ok(replaced >= 2, `both replacements counted for the operator (${replaced})`)
 })

@@ -856,6 +856,7 @@ t.test('redis: a command connection that stops answering is closed and opened ag
   t.not(outcome, 'hung', 'a command waiting on the stalled connection is settled')
   t.ok(tookMs >= 400 && tookMs < 4000, `after the timeout, not at once (${tookMs} ms)`)
   t.same(await within(5000, store.read('sess', 's', 0, 10).then((r) => r?.events.map((e) => e.data))), { value: ['a'] }, 'the store answers over a new connection')
+  t.same(store.connectionsReplaced(), { ping: 2, handshake: 0 }, 'both connections counted as replaced, for the metrics')
 })
 
 t.test('redis: a connection busy with a long queue of replies is not taken for stalled, however long its PING waits', async (t) => {

@@ -128,6 +128,22 @@ t.test('the embedded store: bytes, cap, sessions and evictions, read at each scr
   t.equal(sample(text, 'mcpgw_memory_store_evictions_total', { what: 'stream' }), 1, 'a second scrape counts nothing twice')
 })
 
+t.test('store connections replaced: 0 from the start, then the totals the store keeps, read at each scrape', async t => {
+  const metrics = new GatewayMetrics({ version: 'test', store: 'redis', defaultMetrics: false })
+  let text = await scrape(metrics)
+  t.equal(sample(text, 'mcpgw_store_connections_replaced_total', { waited: 'ping' }), 0, 'before any store is watched')
+  t.equal(sample(text, 'mcpgw_store_connections_replaced_total', { waited: 'handshake' }), 0)
+  const replaced = { ping: 0, handshake: 0 }
+  metrics.watchStoreConnections(() => replaced)
+  replaced.ping = 2
+  replaced.handshake = 1
+  text = await scrape(metrics)
+  t.equal(sample(text, 'mcpgw_store_connections_replaced_total', { waited: 'ping' }), 2)
+  t.equal(sample(text, 'mcpgw_store_connections_replaced_total', { waited: 'handshake' }), 1)
+  text = await scrape(metrics)
+  t.equal(sample(text, 'mcpgw_store_connections_replaced_total', { waited: 'ping' }), 2, 'a second scrape counts nothing twice')
+})
+
 t.test('store health: one line when operations start failing, one when they succeed again', async t => {
   const metrics = new GatewayMetrics({ version: 'test', store: 'memory', defaultMetrics: false })
   const lines: Array<[string, Record<string, unknown>, string]> = []

@@ -93,6 +93,7 @@ t.test('a connection that answers its PINGs is never closed, and has one PING ou
   }
   t.same(c.disconnects, [], 'never closed')
   t.same(h.warnings, [])
+  t.same(h.watchdog.replaced(), { ping: 0, handshake: 0 }, 'nothing counted')
 })
 
 t.test('a PING unanswered for the timeout closes the connection, to be opened again, and not before', async (t) => {
@@ -102,6 +103,7 @@ t.test('a PING unanswered for the timeout closes the connection, to be opened ag
   await h.turn(500)
   await closedAt(t, h, c, 1000, 'closed with reconnect')
   t.match(h.warnings, [{ connection: 'stand-in', peer: '127.0.0.1:6379', reason: 'no answer to PING', timeoutMs: TIMEOUT_MS }], 'said why, and where')
+  t.same(h.watchdog.replaced(), { ping: 1, handshake: 0 }, 'counted, by what waited')
   await h.turn(1500)
   t.equal(c.pings, 2, 'the connection is watched afresh: a new PING')
   t.same(c.disconnects, [true], 'and not closed again at once')
@@ -119,6 +121,7 @@ t.test('a handshake unfinished for the timeout closes the connection; one that f
   slow.status = 'ready'
   await closedAt(t, h, stuck, 1000, 'the stuck handshake is closed')
   t.match(h.warnings, [{ reason: 'no answer during the handshake' }])
+  t.same(h.watchdog.replaced(), { ping: 0, handshake: 1 }, 'counted as a handshake')
   t.same(slow.disconnects, [], 'the handshake that finished is not')
   t.equal(slow.pings, 1, 'and it is pinged once ready')
 })

@@ -7,7 +7,7 @@ import type { EventBatch } from '../batch/event-batch.js'
 import type { NumberedBatch } from '../batch/numbered-batch.js'
 import type {
   AdoptOptions, Adoption, AdoptionSettlement, AdoptionVerdict, AppendOptions, CreateSessionOptions, EventInput, EventStore, NoticeListener, ReadResult, RetentionLimits,
-  SessionRecipe, SessionRecord, SessionStateChange, StoredEvent, StreamState, UpstreamPlacement
+  SessionRecipe, SessionRecord, SessionStateChange, StalledWait, StoredEvent, StreamState, UpstreamPlacement
 } from '../contract.js'
 import type { ControlListener, ControlSubscription } from '../../cluster/lease.js'
 import { Appender } from './append.js'
@@ -19,7 +19,7 @@ import { RedisLeaseBackend } from './lease-backend.js'
 import { defineCommands, isReply, ROLLED_BACK, type RecordReply, type ScriptedConnection } from './lua.js'
 import { AUDIENCE_REFRESH_MS, NoticeBus } from './notice-bus.js'
 import { Reader } from './read.js'
-import { ConnectionWatchdog, watchedOptions } from './watchdog.js'
+import { ConnectionWatchdog, noneReplaced, watchedOptions } from './watchdog.js'
 
 export { ENTRY_MAX_BYTES, SPLIT_MIN_BYTES } from './append.js'
 export { AUDIENCE_REFRESH_MS } from './notice-bus.js'
@@ -320,6 +320,11 @@ export class RedisEventStore implements EventStore {
   /** Lease coordination messages of a session (see NoticeBus.subscribeControl). */
   subscribeControl (sessionId: string, listener: ControlListener): ControlSubscription {
     return this.#bus.subscribeControl(sessionId, listener)
+  }
+
+  /** Connections the watchdog closed (none when REDIS_SOCKET_TIMEOUT_MS leaves it off). */
+  connectionsReplaced (): Readonly<Record<StalledWait, number>> {
+    return this.#watchdog?.replaced() ?? noneReplaced()
   }
 
   async ping (): Promise<void> {

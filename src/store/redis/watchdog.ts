@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net'
 import { performance } from 'node:perf_hooks'
 import type { Redis, RedisOptions } from 'ioredis'
+import { STALLED_WAITS, type StalledWait } from '../contract.js'
 import type { StoreLogger } from './connection.js'
 
 /**
@@ -18,6 +19,9 @@ type Pending =
  * timeout apart may measure a hair under the timeout on the precise clock.
  */
 const CLOCK_SLACK_MS = 1
+
+/** How the log names what a connection taken for dead waited for. */
+const REASONS: Readonly<Record<StalledWait, string>> = { ping: 'no answer to PING', handshake: 'no answer during the handshake' }
 
 /** ioredis waits this long at most for a closed connection's peer to close its side too (its own default 2 s). */
 const DISCONNECT_TIMEOUT_MS = 100
@@ -74,6 +78,7 @@ export class ConnectionWatchdog {
   /** Connections whose `connect` and `close` are followed (#follow). */
   readonly #followed = new WeakSet<Redis>()
   readonly #timer: NodeJS.Timeout
+  readonly #replaced = noneReplaced()
   #pings = 0
 
   constructor (options: WatchdogOptions) {
@@ -92,6 +97,11 @@ export class ConnectionWatchdog {
     clearInterval(this.#timer)
   }
 
+  /** Connections closed since start, by what waited unanswered on them. */
+  replaced (): Readonly<Record<StalledWait, number>> {
+    return { ...this.#replaced }
+  }
+
   #checkOne (connection: Redis, now: number): void {
     this.#follow(connection)
     const pending = this.#pending.get(connection)
@@ -104,7 +114,7 @@ export class ConnectionWatchdog {
     if (pending === undefined || (status !== 'ready' && status !== 'connect')) return
     const read = bytesRead(connection)
     if (read !== pending.bytesRead) this.#pending.set(connection, { ...pending, quietSince: now, bytesRead: read })
-    else if (now - pending.quietSince >= this.#o.timeoutMs - CLOCK_SLACK_MS) this.#replace(connection, pending.kind === 'ping' ? 'no answer to PING' : 'no answer during the handshake')
+    else if (now - pending.quietSince >= this.#o.timeoutMs - CLOCK_SLACK_MS) this.#replace(connection, pending.kind)
   }
 
   #ping (connection: Redis, now: number): void {
@@ -130,13 +140,19 @@ export class ConnectionWatchdog {
     connection.on('close', () => this.#pending.delete(connection))
   }
 
-  #replace (connection: Redis, reason: string): void {
+  #replace (connection: Redis, waited: StalledWait): void {
     this.#pending.delete(connection)
+    this.#replaced[waited]++
     const stream: Partial<Pick<Socket, 'remoteAddress' | 'remotePort'>> | undefined = connection.stream
     const peer = stream?.remoteAddress === undefined ? undefined : `${stream.remoteAddress}:${String(stream.remotePort)}`
-    this.#o.logger?.warn({ connection: connection.options.connectionName, peer, reason, timeoutMs: this.#o.timeoutMs }, 'event store: Redis connection answers nothing, closing it to open a new one')
+    this.#o.logger?.warn({ connection: connection.options.connectionName, peer, reason: REASONS[waited], timeoutMs: this.#o.timeoutMs }, 'event store: Redis connection answers nothing, closing it to open a new one')
     connection.disconnect(true)
   }
+}
+
+/** A count of zero for each StalledWait. */
+export function noneReplaced (): Record<StalledWait, number> {
+  return Object.fromEntries(STALLED_WAITS.map(wait => [wait, 0])) as Record<StalledWait, number>
 }
 
 /** Bytes read from the connection's socket so far (none before it has one). */
