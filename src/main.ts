@@ -29,11 +29,13 @@ async function main (): Promise<void> {
   try {
     store = await createStore(config, log)
   } catch (err) {
-    const where = config.redisUrl !== undefined
-      ? `REDIS_URL ${redactUrl(config.redisUrl)}`
-      : config.redisClusterNodes !== undefined ? 'REDIS_CLUSTER_NODES' : 'REDIS_SENTINELS'
+    const addresses = (list: ReadonlyArray<{ host: string, port: number }>): string => list.map(({ host, port }) => `${host}:${port}`).join(',')
+    const [variable, value] = config.redisUrl !== undefined
+      ? ['REDIS_URL', redactUrl(config.redisUrl)]
+      : config.redisClusterNodes !== undefined ? ['REDIS_CLUSTER_NODES', addresses(config.redisClusterNodes)] : ['REDIS_SENTINELS', addresses(config.redisSentinel?.sentinels ?? [])]
+    const where = `${variable} ${value}`
     process.stderr.write(`mcp-resumable-gateway: cannot reach the event store (${where}): ${(err as Error).message}\n` +
-      'Check that Redis is running and reachable from here, or unset REDIS_URL to use the embedded store.\n')
+      `Check that Redis is running and reachable from here, or unset ${variable} to use the embedded store.\n`)
     process.exit(1)
   }
   // The SDK is loaded only when tracing is on.

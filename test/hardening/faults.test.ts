@@ -369,50 +369,54 @@ t.test('a client that reads promptly, and one write larger than CLIENT_BUFFER_MA
   })
 })
 
-t.test('Redis unreachable at start', async t => {
-  const main = fileURLToPath(new URL('../../src/main.ts', import.meta.url))
-  // The gateway runs from its sources, with the TypeScript loader tap itself uses.
-  const loader = process.execArgv.filter(a => a.startsWith('--import=') && a.includes('@tapjs/typescript'))
-  const dist = fileURLToPath(new URL('../../dist/src/main.js', import.meta.url))
-  const args = loader.length > 0 ? [...loader, main] : existsSync(dist) ? [dist] : undefined
-  if (args === undefined) {
-    t.fail('no TypeScript loader and no dist/ build to run src/main.ts with')
-    return
-  }
-  const deadPort = await freePort()
-  const child = spawn(process.execPath, args, {
-    env: {
-      PATH: process.env.PATH ?? '',
-      TS_NODE_TRANSPILE_ONLY: '1',
-      UPSTREAM_URL: 'http://127.0.0.1:9/mcp',
-      REDIS_URL: `redis://127.0.0.1:${deadPort}`,
-      HOST: '127.0.0.1',
-      ADMIN_HOST: '127.0.0.1',
-      PORT: '0',
-      ADMIN_PORT: '0',
-      LOG_LEVEL: 'info'
-    },
-    stdio: ['ignore', 'pipe', 'pipe']
+// Through a URL, or through Sentinels none of which answers (ioredis alone would ask them for ever).
+for (const variable of ['REDIS_URL', 'REDIS_SENTINELS'] as const) {
+  t.test(`Redis unreachable at start (${variable})`, async t => {
+    const main = fileURLToPath(new URL('../../src/main.ts', import.meta.url))
+    // The gateway runs from its sources, with the TypeScript loader tap itself uses.
+    const loader = process.execArgv.filter(a => a.startsWith('--import=') && a.includes('@tapjs/typescript'))
+    const dist = fileURLToPath(new URL('../../dist/src/main.js', import.meta.url))
+    const args = loader.length > 0 ? [...loader, main] : existsSync(dist) ? [dist] : undefined
+    if (args === undefined) {
+      t.fail('no TypeScript loader and no dist/ build to run src/main.ts with')
+      return
+    }
+    const deadPort = await freePort()
+    const child = spawn(process.execPath, args, {
+      env: {
+        PATH: process.env.PATH ?? '',
+        TS_NODE_TRANSPILE_ONLY: '1',
+        UPSTREAM_URL: 'http://127.0.0.1:9/mcp',
+        ...(variable === 'REDIS_URL' ? { REDIS_URL: `redis://127.0.0.1:${deadPort}` } : { REDIS_SENTINELS: `127.0.0.1:${deadPort}`, REDIS_SENTINEL_NAME: 'mcpgw' }),
+        HOST: '127.0.0.1',
+        ADMIN_HOST: '127.0.0.1',
+        PORT: '0',
+        ADMIN_PORT: '0',
+        LOG_LEVEL: 'info'
+      },
+      stdio: ['ignore', 'pipe', 'pipe']
+    })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
+    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+    const started = Date.now()
+    const exit = await Promise.race([
+      new Promise<number | null>(resolve => child.once('exit', code => resolve(code))),
+      sleep(30_000).then(() => 'timeout' as const)
+    ])
+    if (exit === 'timeout') child.kill('SIGKILL')
+    const ms = Date.now() - started
+    t.comment(`redis unreachable at start (${variable}): exit ${String(exit)} after ${ms} ms; stderr: ${stderr.trim().split('\n')[0] ?? ''}`)
+    t.not(exit, 'timeout', 'the process ends by itself (defined behaviour: exit, so the orchestrator restarts it)')
+    t.ok(typeof exit === 'number' && exit !== 0, `a non-zero exit code (${String(exit)})`)
+    t.notMatch(stdout, /gateway listening/, 'it never listened')
+    t.match(stderr, /cannot reach the event store/, 'it says it cannot reach the event store')
+    t.match(stdout + stderr, new RegExp(`redis[^\\n]*127\\.0\\.0\\.1:${deadPort}|127\\.0\\.0\\.1:${deadPort}[^\\n]*redis`, 'i'), 'the log names Redis and the address it could not reach')
+    t.match(stderr.split('\n').find(line => line.startsWith('mcp-resumable-gateway:')) ?? '', variable, `the fatal message names ${variable} (what to fix)`)
+    t.notMatch(stderr, new RegExp(['REDIS_URL', 'REDIS_SENTINELS'].filter(other => other !== variable).join('|')), 'and no variable that was not set')
   })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
-  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  const started = Date.now()
-  const exit = await Promise.race([
-    new Promise<number | null>(resolve => child.once('exit', code => resolve(code))),
-    sleep(30_000).then(() => 'timeout' as const)
-  ])
-  if (exit === 'timeout') child.kill('SIGKILL')
-  const ms = Date.now() - started
-  t.comment(`redis unreachable at start: exit ${String(exit)} after ${ms} ms; stderr: ${stderr.trim().split('\n')[0] ?? ''}`)
-  t.not(exit, 'timeout', 'the process ends by itself (defined behaviour: exit, so the orchestrator restarts it)')
-  t.ok(typeof exit === 'number' && exit !== 0, `a non-zero exit code (${String(exit)})`)
-  t.notMatch(stdout, /gateway listening/, 'it never listened')
-  t.match(stderr, /cannot reach the event store/, 'it says it cannot reach the event store')
-  t.match(stdout + stderr, new RegExp(`redis[^\\n]*127\\.0\\.0\\.1:${deadPort}|127\\.0\\.0\\.1:${deadPort}[^\\n]*redis`, 'i'), 'the log names Redis and the address it could not reach')
-  t.match(stderr, /REDIS_URL|redis:\/\/127\.0\.0\.1/, 'the fatal message names REDIS_URL (what to fix)')
-})
+}
 
 /**
  * Redis stopped under a live standalone stream and started again. Without

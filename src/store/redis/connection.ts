@@ -3,6 +3,7 @@ import type { ClusterOptions, RedisOptions } from 'ioredis'
 import type { BaseLogger } from 'pino'
 import { redisUrlOptions } from './redis-url.js'
 import { VARIABLE_KEY_COMMANDS, type ScriptedConnection, type StoreCommands } from './lua.js'
+import { sentinelOptions } from './sentinel-rounds.js'
 
 export type Connection = Redis | Cluster
 
@@ -95,6 +96,7 @@ export function openConnection (target: RedisTarget, connectionName: string, red
     return new Cluster(target.cluster.map(({ host, port }) => ({ host, port })), clusterOptions)
   }
   return new Redis({
+    ...sentinelOptions(),
     ...base,
     sentinels: target.sentinels.map(({ host, port }) => ({ host, port })),
     name: target.name,

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import type { RedisOptions } from 'ioredis'
+import { Redis, type RedisOptions } from 'ioredis'
 import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import { STANDALONE_STREAM, SUBSCRIPTIONS_MAX } from '../contract.js'
@@ -19,6 +19,7 @@ import { RedisLeaseBackend } from './lease-backend.js'
 import { defineCommands, isReply, ROLLED_BACK, type RecordReply, type ScriptedConnection } from './lua.js'
 import { AUDIENCE_REFRESH_MS, NoticeBus } from './notice-bus.js'
 import { Reader } from './read.js'
+import { SentinelRounds } from './sentinel-rounds.js'
 import { ConnectionWatchdog, noneReplaced, watchedOptions } from './watchdog.js'
 
 export { ENTRY_MAX_BYTES, SPLIT_MIN_BYTES } from './append.js'
@@ -83,6 +84,7 @@ export class RedisEventStore implements EventStore {
   readonly #logger: StoreLogger | undefined
   readonly #bus: NoticeBus
   readonly #watchdog: ConnectionWatchdog | undefined
+  readonly #sentinelRounds: SentinelRounds
   readonly #socketTimeoutMs: number | undefined
   readonly #appender: Appender
   readonly #reader: Reader
@@ -113,6 +115,8 @@ export class RedisEventStore implements EventStore {
     const timeoutMs = options.socketTimeoutMs
     this.#socketTimeoutMs = timeoutMs
     this.#watchdog = timeoutMs === undefined ? undefined : new ConnectionWatchdog({ connections: this.#connections.watched, timeoutMs, logger: options.logger })
+    const { topology } = this.#connections
+    this.#sentinelRounds = new SentinelRounds(topology.kind === 'one-node' && this.#subscriber instanceof Redis ? [topology.redis, this.#subscriber] : [], options.logger)
     this.#redis.on('error', this.#onError)
     this.#subscriber.on('error', this.#onError)
   }
@@ -337,6 +341,7 @@ export class RedisEventStore implements EventStore {
     this.#closed = true
     this.#bus.close()
     this.#watchdog?.close()
+    this.#sentinelRounds.close()
     // A frozen Redis does not answer QUIT: the connections are then closed after the timeout.
     await Promise.all([quit(this.#redis, this.#socketTimeoutMs), quit(this.#subscriber, this.#socketTimeoutMs)])
     this.#redis.off('error', this.#onError)

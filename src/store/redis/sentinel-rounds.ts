@@ -1,0 +1,76 @@
+import type { Redis, RedisOptions } from 'ioredis'
+import type { StoreLogger } from './connection.js'
+
+/** The pause before asking the Sentinels again grows by this much after each round none answered... */
+const PAUSE_STEP_MS = 200
+/** ...up to this. */
+const PAUSE_MAX_MS = 2000
+
+/**
+ * ioredis's options for a connection through Sentinels: a round of questions
+ * to every Sentinel that none answers fails the connection attempt. ioredis's
+ * own default asks them again within the same attempt, for as long as none
+ * answers, and every command waits meanwhile, however long that is.
+ */
+export function sentinelOptions (): RedisOptions {
+  return { sentinelRetryStrategy: () => null }
+}
+
+/**
+ * Opens again the store's connections through Sentinels after a round that no
+ * Sentinel answered (sentinelOptions). ioredis fails what waited on the
+ * connection then (the requests that need the store get their 503 at once,
+ * as do those that come while none answers) and ends it for good: this asks
+ * the Sentinels again after a pause of 200 ms, growing to 2 s, until one
+ * answers or close() is called.
+ */
+export class SentinelRounds {
+  readonly #logger: StoreLogger | undefined
+  readonly #followed: ReadonlyArray<{ readonly connection: Redis, readonly onEnd: () => void, readonly onReady: () => void }>
+  readonly #timers = new Set<NodeJS.Timeout>()
+  #closed = false
+
+  /** `connections`: those that do not go through Sentinels are left alone. */
+  constructor (connections: readonly Redis[], logger?: StoreLogger) {
+    this.#logger = logger
+    this.#followed = connections.filter(isSentinelled).map((connection) => {
+      let rounds = 0
+      const onReady = (): void => { rounds = 0 }
+      const onEnd = (): void => {
+        if (this.#closed) return
+        rounds++
+        const pauseMs = Math.min(PAUSE_STEP_MS * rounds, PAUSE_MAX_MS)
+        this.#logger?.warn({ connection: connection.options.connectionName, sentinels: sentinelsOf(connection), rounds, retryInMs: pauseMs }, 'event store: no Redis Sentinel answered; commands fail until one does')
+        const timer = setTimeout(() => {
+          this.#timers.delete(timer)
+          // A failed attempt ends the connection again, and comes back here.
+          if (!this.#closed) connection.connect().catch(() => {})
+        }, pauseMs)
+        this.#timers.add(timer)
+      }
+      connection.on('end', onEnd)
+      connection.on('ready', onReady)
+      return { connection, onEnd, onReady }
+    })
+  }
+
+  /** Stop opening connections again (the store is closing them). */
+  close (): void {
+    this.#closed = true
+    for (const timer of this.#timers) clearTimeout(timer)
+    this.#timers.clear()
+    for (const { connection, onEnd, onReady } of this.#followed) {
+      connection.off('end', onEnd)
+      connection.off('ready', onReady)
+    }
+  }
+}
+
+function isSentinelled (connection: Redis): boolean {
+  return sentinelsOf(connection).length > 0
+}
+
+/** The Sentinels a connection asks, as host:port. */
+function sentinelsOf (connection: Redis): string[] {
+  return (connection.options.sentinels ?? []).map(({ host, port }) => `${host ?? 'localhost'}:${String(port ?? 26379)}`)
+}
