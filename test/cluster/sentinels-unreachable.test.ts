@@ -1,4 +1,6 @@
-// The store reaches Redis through Sentinels, and then none of them answers while
+// The store reaches Redis through Sentinels. When its connections drop while a
+// Sentinel answers, the commands waiting are sent again on the new ones. When
+// none of them answers while
 // the store's connections are down (a network cut to every Sentinel, all of
 // them restarting). ioredis alone asks the Sentinels again and again within one
 // connection attempt, and every command waits for that attempt: a request that
@@ -84,4 +86,31 @@ t.test('no Sentinel answers while the connections are down: commands fail instea
     return heard.length > seen
   }, 10_000)
   t.pass('commands and live notices work again')
+})
+
+t.test('the connections drop while the Sentinel answers: the commands issued meanwhile are answered on the new ones', { skip: ownRedis.skip }, async (t) => {
+  if (!ownRedis.present(t)) return
+  const { master, sentinel, name } = await startRedisSentinel(t)
+  const keyPrefix = uniquePrefix('sentinel-reconnect')
+  const warnings: unknown[] = []
+  const logger = { warn: (...args: unknown[]) => { warnings.push(args) } }
+  const store = await RedisEventStore.connect({ sentinels: [{ host: '127.0.0.1', port: sentinel.port }], name, keyPrefix, retention: RETENTION, socketTimeoutMs: TIMEOUT_MS, logger })
+  t.teardown(() => store.close())
+  const admin = new Redis({ port: master.port, host: '127.0.0.1' })
+  t.teardown(() => admin.disconnect())
+  await store.createSession('sess', 'p')
+  await store.append('sess', 's', [{ data: 'kept' }])
+  // Each attempt after the first starts where the last one stopped: at the end of the list.
+  for (let drop = 1; drop <= 3; drop++) {
+    await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+    const read = await within(5000, store.read('sess', 's', 0, 10).then((r) => r?.events.map((e) => e.data)))
+    t.same(read, { value: ['kept'] }, `drop ${drop}: the read waits for the new connection and is answered`)
+  }
+  // The master frozen longer than the timeout: the watchdog replaces both connections.
+  const frozen = master.freeze(3 * TIMEOUT_MS)
+  const read = await within(10_000, store.read('sess', 's', 0, 10).then((r) => r?.events.map((e) => e.data)))
+  await frozen
+  t.same(read, { value: ['kept'] }, 'a read waiting on a connection the watchdog replaced is sent again and answered')
+  t.ok(store.connectionsReplaced().ping >= 1, 'the watchdog did replace it')
+  t.same(warnings.filter((args) => String((args as unknown[])[1]).includes('Sentinel')), [], 'no round of Sentinels failed')
 })

@@ -19,7 +19,7 @@ import { RedisLeaseBackend } from './lease-backend.js'
 import { defineCommands, isReply, ROLLED_BACK, type RecordReply, type ScriptedConnection } from './lua.js'
 import { AUDIENCE_REFRESH_MS, NoticeBus } from './notice-bus.js'
 import { Reader } from './read.js'
-import { SentinelRounds } from './sentinel-rounds.js'
+import { isSentinelRoundError, SentinelRounds } from './sentinel-rounds.js'
 import { ConnectionWatchdog, noneReplaced, watchedOptions } from './watchdog.js'
 
 export { ENTRY_MAX_BYTES, SPLIT_MIN_BYTES } from './append.js'
@@ -88,7 +88,10 @@ export class RedisEventStore implements EventStore {
   readonly #socketTimeoutMs: number | undefined
   readonly #appender: Appender
   readonly #reader: Reader
-  readonly #onError = (err: Error): void => this.#logger?.warn({ err }, 'event store: redis connection error')
+  readonly #onError = (err: Error): void => {
+    if (!isSentinelRoundError(err)) this.#logger?.warn({ err }, 'event store: redis connection error')
+  }
+
   #leases: RedisLeaseBackend | undefined
   #closed = false
 

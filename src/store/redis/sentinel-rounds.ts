@@ -11,9 +11,23 @@ const PAUSE_MAX_MS = 2000
  * to every Sentinel that none answers fails the connection attempt. ioredis's
  * own default asks them again within the same attempt, for as long as none
  * answers, and every command waits meanwhile, however long that is.
+ *
+ * ioredis goes on through its list of Sentinels from where the last attempt
+ * stopped, and asks the strategy whenever it reaches the end: an attempt that
+ * starts at the end (after the last Sentinel answered) goes back to the top
+ * once at no cost, so that every attempt asks every Sentinel before it fails.
  */
 export function sentinelOptions (): RedisOptions {
-  return { sentinelRetryStrategy: () => null }
+  return { sentinelRetryStrategy: (ends: number) => ends === 1 ? 0 : null }
+}
+
+/**
+ * The errors ioredis reports on a connection for a round of Sentinels that
+ * did not answer: SentinelRounds logs each failed round itself, and a round
+ * that restarts from the top of the list is no trouble at all.
+ */
+export function isSentinelRoundError (err: Error): boolean {
+  return err.message.startsWith('All sentinels are unreachable')
 }
 
 /**
@@ -26,7 +40,7 @@ export function sentinelOptions (): RedisOptions {
  */
 export class SentinelRounds {
   readonly #logger: StoreLogger | undefined
-  readonly #followed: ReadonlyArray<{ readonly connection: Redis, readonly onEnd: () => void, readonly onReady: () => void }>
+  readonly #followed: ReadonlyArray<{ readonly connection: Redis, readonly onEnd: () => void, readonly onReady: () => void, readonly onError: (err: Error) => void }>
   readonly #timers = new Set<NodeJS.Timeout>()
   #closed = false
 
@@ -35,12 +49,15 @@ export class SentinelRounds {
     this.#logger = logger
     this.#followed = connections.filter(isSentinelled).map((connection) => {
       let rounds = 0
+      /** ioredis's word on the last round that failed, with the last Sentinel's error. */
+      let reason: string | undefined
       const onReady = (): void => { rounds = 0 }
+      const onError = (err: Error): void => { if (isSentinelRoundError(err)) reason = err.message }
       const onEnd = (): void => {
         if (this.#closed) return
         rounds++
         const pauseMs = Math.min(PAUSE_STEP_MS * rounds, PAUSE_MAX_MS)
-        this.#logger?.warn({ connection: connection.options.connectionName, sentinels: sentinelsOf(connection), rounds, retryInMs: pauseMs }, 'event store: no Redis Sentinel answered; commands fail until one does')
+        this.#logger?.warn({ connection: connection.options.connectionName, sentinels: sentinelsOf(connection), reason, rounds, retryInMs: pauseMs }, 'event store: no Redis Sentinel answered; commands fail until one does')
         const timer = setTimeout(() => {
           this.#timers.delete(timer)
           // A failed attempt ends the connection again, and comes back here.
@@ -50,7 +67,8 @@ export class SentinelRounds {
       }
       connection.on('end', onEnd)
       connection.on('ready', onReady)
-      return { connection, onEnd, onReady }
+      connection.on('error', onError)
+      return { connection, onEnd, onReady, onError }
     })
   }
 
@@ -59,9 +77,10 @@ export class SentinelRounds {
     this.#closed = true
     for (const timer of this.#timers) clearTimeout(timer)
     this.#timers.clear()
-    for (const { connection, onEnd, onReady } of this.#followed) {
+    for (const { connection, onEnd, onReady, onError } of this.#followed) {
       connection.off('end', onEnd)
       connection.off('ready', onReady)
+      connection.off('error', onError)
     }
   }
 }
