@@ -3,7 +3,6 @@ import type { ClusterOptions, RedisOptions } from 'ioredis'
 import type { BaseLogger } from 'pino'
 import { redisUrlOptions } from './redis-url.js'
 import { VARIABLE_KEY_COMMANDS, type ScriptedConnection, type StoreCommands } from './lua.js'
-import { sentinelOptions } from './sentinel-rounds.js'
 
 export type Connection = Redis | Cluster
 
@@ -24,7 +23,8 @@ export type Topology =
 /**
  * The store's two connections and what their topology allows: the one place
  * that tells one Redis (standalone, Sentinel) from a Cluster, and the one
- * place that sets ioredis options on connections already built.
+ * place that sets ioredis options on connections already built (but the
+ * Sentinel retry strategy, which SentinelRounds sets, with what follows it).
  */
 export interface StoreConnections {
   /** Commands, the scripts defined on it (lua.ts). */
@@ -96,7 +96,6 @@ export function openConnection (target: RedisTarget, connectionName: string, red
     return new Cluster(target.cluster.map(({ host, port }) => ({ host, port })), clusterOptions)
   }
   return new Redis({
-    ...sentinelOptions(),
     ...base,
     sentinels: target.sentinels.map(({ host, port }) => ({ host, port })),
     name: target.name,

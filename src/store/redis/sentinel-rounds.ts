@@ -1,25 +1,10 @@
-import type { Redis, RedisOptions } from 'ioredis'
+import type { Redis } from 'ioredis'
 import type { StoreLogger } from './connection.js'
 
 /** The pause before asking the Sentinels again grows by this much after each round none answered... */
 const PAUSE_STEP_MS = 200
 /** ...up to this. */
 const PAUSE_MAX_MS = 2000
-
-/**
- * ioredis's options for a connection through Sentinels: a round of questions
- * to every Sentinel that none answers fails the connection attempt. ioredis's
- * own default asks them again within the same attempt, for as long as none
- * answers, and every command waits meanwhile, however long that is.
- *
- * ioredis goes on through its list of Sentinels from where the last attempt
- * stopped, and asks the strategy whenever it reaches the end: an attempt that
- * starts at the end (after the last Sentinel answered) goes back to the top
- * once at no cost, so that every attempt asks every Sentinel before it fails.
- */
-export function sentinelOptions (): RedisOptions {
-  return { sentinelRetryStrategy: (ends: number) => ends === 1 ? 0 : null }
-}
 
 /**
  * The errors ioredis reports on a connection for a round of Sentinels that
@@ -31,16 +16,28 @@ export function isSentinelRoundError (err: Error): boolean {
 }
 
 /**
- * Opens again the store's connections through Sentinels after a round that no
- * Sentinel answered (sentinelOptions). ioredis fails what waited on the
- * connection then (the requests that need the store get their 503 at once,
- * as do those that come while none answers) and ends it for good: this asks
- * the Sentinels again after a pause of 200 ms, growing to 2 s, until one
- * answers or close() is called.
+ * The store's connections through Sentinels, when none of them answers.
+ *
+ * ioredis's own default asks the Sentinels again and again within one
+ * connection attempt, for as long as none answers, and every command waits
+ * meanwhile, however long that is. Here a connection attempt asks every
+ * Sentinel once and fails when none answered (the `sentinelRetryStrategy` set
+ * on each connection followed): ioredis fails what waited on the connection
+ * then (the requests that need the store get their 503 at once, as do those
+ * that come while none answers) and ends it for good. This opens it again
+ * after a pause of 200 ms, growing to 2 s, until one answers or close() is
+ * called.
+ *
+ * Asking each once: ioredis goes on through its list of Sentinels from where
+ * the last attempt stopped, and asks the strategy whenever it reaches the end
+ * of it. An attempt that started after a Sentinel had named a master (the
+ * connection connected, or closed after) goes back to the top once; one that
+ * started at the top (the first, or one after an attempt that failed) has
+ * asked them all when it reaches the end.
  */
 export class SentinelRounds {
   readonly #logger: StoreLogger | undefined
-  readonly #followed: ReadonlyArray<{ readonly connection: Redis, readonly onEnd: () => void, readonly onReady: () => void, readonly onError: (err: Error) => void }>
+  readonly #followed: ReadonlyArray<{ readonly connection: Redis, readonly onEnd: () => void, readonly onReady: () => void, readonly onError: (err: Error) => void, readonly onNamed: () => void }>
   readonly #timers = new Set<NodeJS.Timeout>()
   #closed = false
 
@@ -51,6 +48,14 @@ export class SentinelRounds {
       let rounds = 0
       /** ioredis's word on the last round that failed, with the last Sentinel's error. */
       let reason: string | undefined
+      /** Where the next attempt starts in ioredis's list of Sentinels. */
+      let startsAtTop = true
+      connection.options.sentinelRetryStrategy = (ends: number): number | null => {
+        if (ends === 1 && !startsAtTop) return 0
+        startsAtTop = true
+        return null
+      }
+      const onNamed = (): void => { startsAtTop = false }
       const onReady = (): void => { rounds = 0 }
       const onError = (err: Error): void => { if (isSentinelRoundError(err)) reason = err.message }
       const onEnd = (): void => {
@@ -68,7 +73,10 @@ export class SentinelRounds {
       connection.on('end', onEnd)
       connection.on('ready', onReady)
       connection.on('error', onError)
-      return { connection, onEnd, onReady, onError }
+      // A Sentinel named a master: whether or not it could be reached, the next attempt starts after that Sentinel.
+      connection.on('connect', onNamed)
+      connection.on('close', onNamed)
+      return { connection, onEnd, onReady, onError, onNamed }
     })
   }
 
@@ -77,10 +85,12 @@ export class SentinelRounds {
     this.#closed = true
     for (const timer of this.#timers) clearTimeout(timer)
     this.#timers.clear()
-    for (const { connection, onEnd, onReady, onError } of this.#followed) {
+    for (const { connection, onEnd, onReady, onError, onNamed } of this.#followed) {
       connection.off('end', onEnd)
       connection.off('ready', onReady)
       connection.off('error', onError)
+      connection.off('connect', onNamed)
+      connection.off('close', onNamed)
     }
   }
 }
