@@ -258,3 +258,52 @@ t.test('the resume of a request stream of a deleted session: 404, as before', as
   await sleep(2100) // past the gateway's 2 s cache of verified sessions
   t.equal((await exchange(`${gw.url}/mcp`, { headers: session.getHeaders(lastId) })).status, 404, 'the resume gets 404')
 })
+
+t.test('a recovery the upstream refuses (the SDK example servers\' 400) ends at once what this replica held of the session: its client streams close', async (t) => {
+  const FORGOTTEN = 'forgotten-upstream-session-4567'
+  let forgotten = false
+  // An upstream whose standalone stream stays open, until it forgets the session: then a POST gets its 400.
+  const upstreamUrl = await listenUntilEnd(t, createServer((req, res) => {
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write(': open\n\n')
+      return
+    }
+    if (req.method !== 'POST') {
+      res.writeHead(405).end()
+      return
+    }
+    if (forgotten) res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32000, message: 'Bad Request: No valid session ID provided' }, id: null }))
+    else res.writeHead(202).end()
+    req.resume()
+  }))
+  const testRedis = await useRedis(t, 'refused-recovery')
+  const { prefix, redis } = testRedis
+  // Lease renewals far apart: the holder of the upstream GET does not find the loss by itself meanwhile.
+  const { url } = await startGatewayOnRedis(t, testRedis, upstreamUrl, { LEASE_TTL_MS: '60000' })
+  const anonymous = new HeaderPrincipal('authorization').identify({}).principal as string
+  const sessionId = new SessionIdIssuer(TEST_SESSION_BINDING_KEY).issue(anonymous, FORGOTTEN)
+  await redis.set(`${prefix}intact`, String(Date.now()))
+
+  // The client's GET recovers the session (the upstream's GET answers), and stays open.
+  const abort = new AbortController()
+  t.teardown(() => abort.abort())
+  const res = await fetch(`${url}/mcp`, { headers: { accept: 'text/event-stream', 'mcp-session-id': sessionId, 'mcp-protocol-version': VERSION }, signal: abort.signal })
+  t.equal(res.status, 200, 'the client\'s GET: recovered, open')
+  let closedAt: number | undefined
+  // Read to its end (the chunks themselves do not matter here).
+  const reading = res.text().catch(() => '').finally(() => { closedAt = Date.now() })
+
+  // The store loses the session again, and the upstream forgets it.
+  t.ok(await deleteKeys(redis, `${prefix}{${sessionId}}`) > 0, 'the session\'s keys are gone')
+  await redis.set(`${prefix}intact`, String(Date.now()))
+  forgotten = true
+  await sleep(2100) // past the gateway's 2 s cache of verified sessions
+  const refusedAt = Date.now()
+  const refused = await post(url, sessionId, callTool(21, 'echo', { text: 'x' }))
+  t.equal(refused.status, 400, 'the recovering call: the upstream\'s 400, passed on')
+  t.ok(await waitUntil(() => closedAt !== undefined, 3000), 'the client\'s GET stream is closed')
+  t.ok(closedAt !== undefined && closedAt - refusedAt < 2000, `at once, not at a lease renewal a minute away (${closedAt === undefined ? 'open' : `${closedAt - refusedAt} ms`})`)
+  abort.abort()
+  await reading
+})

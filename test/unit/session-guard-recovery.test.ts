@@ -65,3 +65,22 @@ t.test('a recovering request whose answer breaks off before it says anything of 
   t.equal(await store.getSession(id), null, 'as unanswered: the record dropped (a pending adoption left behind would hold it until its TTL)')
   t.equal(await store.sessionDeleted(id), false, 'not marked deleted')
 })
+
+t.test('a recovery the upstream refused drops what the process holds of the session; one it left unanswered does not', async t => {
+  let now = Date.now()
+  const store = new MemoryEventStore({ retention, maxBytes: 1 << 26, now: () => now })
+  now += 1000
+  const dropped: string[] = []
+  const guard = new SessionGuard({ config, store, metrics, sessions: new SessionCache({ freshMs: 2000, staleMs: retention.ttlMs, maxEntries: 100 }), dropLocal: (id) => { dropped.push(id) } })
+  const unanswered = guard.ids.issue('p', 'up1')
+  const first = { log } as unknown as FastifyRequest
+  await guard.requireSession(unanswered, 'p', first)
+  await guard.settleRecovery(first, 'unanswered')
+  t.same(dropped, [], 'left lost, for the next request to record again: nothing dropped')
+  const refused = guard.ids.issue('p', 'up2')
+  const second = { log } as unknown as FastifyRequest
+  await guard.requireSession(refused, 'p', second)
+  await guard.settleRecovery(second, 'refused')
+  t.equal(await store.sessionDeleted(refused), true, 'marked deleted in the store')
+  t.same(dropped, [refused], 'and dropped here at once (the hub ends its streams), as for the upstream\'s 404')
+})

@@ -98,7 +98,7 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const entries = Math.max(MIN_TRACKED_SESSIONS, config.maxSessions * TRACKED_PER_HELD_SESSION)
   const sessions = new SessionCache({ freshMs: SESSION_FRESH_MS, staleMs: config.retention.ttlMs, maxEntries: entries })
   // Who requests act for, and whether the sessions they name are theirs.
-  const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions })
+  const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions, dropLocal: (sessionId) => { deps.hub.dropSession(sessionId) } })
   guard.register(app)
   // An upstream GET held here whose session the store loses goes on: the session is recorded
   // again for the principal of its last record, under the same rules as any recovery, with

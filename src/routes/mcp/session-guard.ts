@@ -18,6 +18,12 @@ export interface SessionGuardOptions {
   readonly sessions: SessionCache
   /** Who requests act for; by default from the configuration (JWT verification or PRINCIPAL_HEADER). */
   readonly principals?: PrincipalResolver
+  /**
+   * A session this guard found deleted when it settled a recovery (the
+   * upstream refused it): what this process still holds of it goes (the
+   * hub's upstream GET and client streams), as for the upstream's 404.
+   */
+  readonly dropLocal?: (sessionId: string) => void
 }
 
 /**
@@ -71,6 +77,7 @@ export class SessionGuard {
   readonly #metrics: GatewayMetrics
   readonly #sessions: SessionCache
   readonly #principals: PrincipalResolver
+  readonly #dropLocal: ((sessionId: string) => void) | undefined
   /** Issues the session ids clients see, and checks their binding. */
   readonly ids: SessionIdIssuer
   /** Identities resolved before the handler runs (a JWT's verification is asynchronous). */
@@ -84,6 +91,7 @@ export class SessionGuard {
     this.#metrics = options.metrics
     this.#sessions = options.sessions
     this.#principals = options.principals ?? createPrincipalResolver(options.config)
+    this.#dropLocal = options.dropLocal
     this.ids = new SessionIdIssuer(options.config.sessionBindingKey)
   }
 
@@ -329,7 +337,10 @@ export class SessionGuard {
       request.log.warn({ err, verdict }, 'could not tell the store the upstream\'s word on a lost session recorded again (a record the upstream refused expires with its TTL)')
       settled = 'kept'
     }
-    if (settled === 'deleted') this.#sessions.delete(sessionId)
+    if (settled === 'deleted') {
+      this.#sessions.delete(sessionId)
+      this.#dropLocal?.(sessionId)
+    }
     // Still lost: where it lives upstream stays known here, for its next recovery (#adoptLost).
     if (settled === 'dropped') this.#sessions.unverify(sessionId)
     if (verdict !== 'confirmed' || !created) return
