@@ -137,7 +137,6 @@ export class GatewayMetrics {
   readonly upstreamErrors: ClosedCounter<{ kind: UpstreamErrorKind }>
   readonly upstreamStreamsOpen: ClosedGauge<{ kind: UpstreamStreamKind }>
   readonly slowClientDisconnects: Counter
-  readonly storeConnectionsReplaced: Counter<'waited'>
   readonly clientWriteTimeouts: Counter
   readonly clientBufferedBytes: Gauge
   readonly sessionsRecovered: Counter
@@ -145,6 +144,8 @@ export class GatewayMetrics {
   readonly leaseTakeovers: Counter
   readonly buildInfo: Gauge<'version' | 'node_version' | 'store'>
   readonly requestsRefused: Counter<'status' | 'reason'>
+  /** Set from the store's totals at each scrape (watchStoreConnections), nowhere else. */
+  readonly #storeConnectionsReplaced: Counter<'waited'>
   /** By operation (a handful of names, fixed in the code). */
   readonly #storeTimers = new Map<string, { observe: (value: number) => void }>()
   #storeLog: Pick<FastifyBaseLogger, 'warn' | 'info'> | undefined
@@ -195,7 +196,7 @@ export class GatewayMetrics {
       registers,
       collect () { this.set(metrics.#clientBuffers?.waitingBytes ?? 0) }
     })
-    this.storeConnectionsReplaced = new Counter({
+    this.#storeConnectionsReplaced = new Counter({
       name: `${p}store_connections_replaced_total`,
       help: 'Connections to the store server closed and opened again because they answered nothing for REDIS_SOCKET_TIMEOUT_MS, by what waited: ping (an idle or busy connection\'s PING), handshake (a connection opened but never ready). Always 0 on the embedded store.',
       labelNames: ['waited'],
@@ -233,7 +234,7 @@ export class GatewayMetrics {
       this.storeOperationDuration.zero({ op })
     }
     for (const outcome of RESEND_OUTCOMES) this.appendResends.inc({ outcome }, 0)
-    for (const waited of STALLED_WAITS) this.storeConnectionsReplaced.inc({ waited }, 0)
+    for (const waited of STALLED_WAITS) this.#storeConnectionsReplaced.inc({ waited }, 0)
     for (const outcome of LEFT_BEHIND_OUTCOMES) this.upstreamSessionsLeftBehind.inc({ outcome }, 0)
     for (const outcome of REESTABLISHED_COUNTED) this.upstreamSessionsReestablished.inc({ outcome }, 0)
     for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.inc({ kind }, 0)
