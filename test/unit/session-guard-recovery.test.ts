@@ -84,3 +84,15 @@ t.test('a recovery the upstream refused drops what the process holds of the sess
   t.equal(await store.sessionDeleted(refused), true, 'marked deleted in the store')
   t.same(dropped, [refused], 'and dropped here at once (the hub ends its streams), as for the upstream\'s 404')
 })
+
+t.test('a drop that throws does not take the upstream\'s answer with it', async t => {
+  let now = Date.now()
+  const store = new MemoryEventStore({ retention, maxBytes: 1 << 26, now: () => now })
+  now += 1000
+  const guard = new SessionGuard({ config, store, metrics, sessions: new SessionCache({ freshMs: 2000, staleMs: retention.ttlMs, maxEntries: 100 }), dropLocal: () => { throw new Error('hub gone') } })
+  const id = guard.ids.issue('p', 'up3')
+  const request = { log } as unknown as FastifyRequest
+  await guard.requireSession(id, 'p', request)
+  await t.resolves(guard.settleRecovery(request, 'refused'), 'settled, the failure logged')
+  t.equal(await store.sessionDeleted(id), true, 'and the session marked deleted')
+})

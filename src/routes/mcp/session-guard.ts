@@ -339,7 +339,12 @@ export class SessionGuard {
     }
     if (settled === 'deleted') {
       this.#sessions.delete(sessionId)
-      this.#dropLocal?.(sessionId)
+      try {
+        this.#dropLocal?.(sessionId)
+      } catch (err) {
+        // The upstream's answer is passed on all the same; what is held here ends at its next check.
+        request.log.warn({ err }, 'could not drop what this process holds of a session the upstream refused')
+      }
     }
     // Still lost: where it lives upstream stays known here, for its next recovery (#adoptLost).
     if (settled === 'dropped') this.#sessions.unverify(sessionId)
