@@ -4,7 +4,7 @@ import { describeConfig } from './config/describe.js'
 import { createLogger, routeConsoleTo } from './logger.js'
 import { buildGateway } from './server.js'
 import { tracingWanted } from './tracing/wanted.js'
-import { createStore, redactUrl } from './store/create.js'
+import { createStore, describeTarget, redisTarget } from './store/create.js'
 import type { FastifyBaseLogger } from 'fastify'
 import { VERSION } from './version.js'
 
@@ -29,11 +29,10 @@ async function main (): Promise<void> {
   try {
     store = await createStore(config, log)
   } catch (err) {
-    const addresses = (list: ReadonlyArray<{ host: string, port: number }>): string => list.map(({ host, port }) => `${host}:${port}`).join(',')
-    const [variable, value] = config.redisUrl !== undefined
-      ? ['REDIS_URL', redactUrl(config.redisUrl)]
-      : config.redisClusterNodes !== undefined ? ['REDIS_CLUSTER_NODES', addresses(config.redisClusterNodes)] : ['REDIS_SENTINELS', addresses(config.redisSentinel?.sentinels ?? [])]
-    const where = `${variable} ${value}`
+    // Only a Redis target can fail to connect.
+    const target = redisTarget(config) ?? { url: '' }
+    const variable = 'url' in target ? 'REDIS_URL' : 'cluster' in target ? 'REDIS_CLUSTER_NODES' : 'REDIS_SENTINELS'
+    const where = `${variable} ${describeTarget(target)}`
     process.stderr.write(`mcp-resumable-gateway: cannot reach the event store (${where}): ${(err as Error).message}\n` +
       `Check that Redis is running and reachable from here, or unset ${variable} to use the embedded store.\n`)
     process.exit(1)

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { Redis, type RedisOptions } from 'ioredis'
+import type { RedisOptions } from 'ioredis'
 import { SessionGoneError } from '../../errors.js'
 import { randomToken } from '../../protocol/event-id.js'
 import { STANDALONE_STREAM, SUBSCRIPTIONS_MAX } from '../contract.js'
@@ -118,8 +118,8 @@ export class RedisEventStore implements EventStore {
     const timeoutMs = options.socketTimeoutMs
     this.#socketTimeoutMs = timeoutMs
     this.#watchdog = timeoutMs === undefined ? undefined : new ConnectionWatchdog({ connections: this.#connections.watched, timeoutMs, logger: options.logger })
-    const { topology } = this.#connections
-    this.#sentinelRounds = new SentinelRounds(topology.kind === 'one-node' && this.#subscriber instanceof Redis ? [topology.redis, this.#subscriber] : [], options.logger)
+    // On one Redis, both connections; a Cluster's go through no Sentinel.
+    this.#sentinelRounds = new SentinelRounds([...this.#connections.watched()], options.logger)
     this.#redis.on('error', this.#onError)
     this.#subscriber.on('error', this.#onError)
   }
