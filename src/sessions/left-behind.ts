@@ -1,10 +1,11 @@
 /**
- * Upstream sessions a re-establishment moved away from although the upstream
- * never said it lost them: their endpoint refused a connection, was set aside
- * or left the DNS answer, and the session was established again on another
- * endpoint. The old endpoint may come back holding them (a connect timeout
- * under load, a pod not ready for a while), and an SDK server keeps a session
- * until told: each is sent a DELETE, at once and then every `retryMs` while
+ * Upstream sessions a re-establishment replaced although the upstream never
+ * said it lost them: their endpoint refused a connection, timed out, reset
+ * it, was set aside or left the DNS answer, and the session was established
+ * again, on another endpoint or on the same one. The old endpoint may come
+ * back holding them (a connect timeout under load, a pod not ready for a
+ * while), or never have lost them (a reset connection), and an SDK server
+ * keeps a session until told: each is sent a DELETE, at once and then every `retryMs` while
  * its endpoint cannot be reached or asks to be called later (408, 429, 5xx),
  * until it answers, its endpoint leaves the set, or `maxAgeMs` passes. Before
  * each DELETE the session's record is read: one that names that upstream

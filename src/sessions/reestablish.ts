@@ -34,7 +34,7 @@ export interface ReestablishOptions {
   readonly fenceMs?: number
   /** Re-establishments talking to the upstream at once in this process (REESTABLISH_CONCURRENCY); the others wait their turn. */
   readonly concurrency: number
-  /** Where an upstream session moved away from on another endpoint goes to be deleted, when its loss was not answered. */
+  /** Where an upstream session replaced goes to be deleted, when the upstream never said it lost it. */
   readonly leftBehind?: LeftBehind
 }
 
@@ -303,11 +303,13 @@ export class SessionReestablisher {
     if (moved?.upstreamSessionId !== upstreamSessionId) this.#abandon(placement, sessionHeaders)
     if (moved === null) return { outcome: 'gone' }
     if (moved.upstreamSessionId !== upstreamSessionId) return { outcome: 'joined', record: moved }
-    // Moved to another endpoint while the old one could not be reached: it may come back holding the old session.
-    const left = current.endpoint
-    if (sign === 'unanswered' && left !== undefined && left !== endpoint && current.upstreamSessionId !== upstreamSessionId) {
+    // Nothing said the old upstream session was lost (a refused or reset connection, a connect
+    // timeout, an endpoint set aside): it may live on where it was, on another endpoint that
+    // comes back, or on this one (a reset, or a process too busy to accept in time).
+    const left = current.endpoint ?? (this.#o.upstream.endpoints.size === 1 ? endpoint : undefined)
+    if (sign === 'unanswered' && left !== undefined && current.upstreamSessionId !== upstreamSessionId) {
       this.#o.leftBehind?.add(sessionId, { upstreamSessionId: current.upstreamSessionId, endpoint: left }, sessionHeaders)
-      log.info({ endpoint: left }, 'the session moved away from an endpoint that could not be reached: its old upstream session is deleted there once it can be')
+      log.info({ endpoint: left, moved: left !== endpoint }, 'the session was established again without the upstream saying it lost the old upstream session: that one is deleted once its endpoint can be reached')
     }
     return { outcome: 'reestablished', record: moved }
   }

@@ -19,9 +19,12 @@ const VERSION = '2025-06-18'
  * answered with the session it ran in. `holdDelete`: the answer to a DELETE
  * of that session waits for `release()`; `holdInitialize`: so does the
  * answer to that initialize (1 for the first). `onInitialize`: runs before
- * the answer to each initialize, with its count.
+ * the answer to each initialize, with its count. `resetGet`: the connection
+ * of a standalone GET of that session is reset before any answer (its session
+ * lives on); the GET of any other session it holds is answered with an open
+ * event stream.
  */
-function sessionUpstream (options: { holdDelete?: string, holdInitialize?: number, onInitialize?: (count: number) => Promise<void> }): { server: Server, known: Set<string>, deleted: string[], initializes: () => number, release: () => void } {
+function sessionUpstream (options: { holdDelete?: string, holdInitialize?: number, resetGet?: string, onInitialize?: (count: number) => Promise<void> }): { server: Server, known: Set<string>, deleted: string[], initializes: () => number, release: () => void } {
   let initializes = 0
   const known = new Set<string>()
   const deleted: string[] = []
@@ -33,6 +36,14 @@ function sessionUpstream (options: { holdDelete?: string, holdInitialize?: numbe
       deleted.push(String(session))
       if (session === options.holdDelete) held.then(() => res.writeHead(404).end(), () => {})
       else res.writeHead(known.delete(String(session)) ? 200 : 404).end()
+      return
+    }
+    if (req.method === 'GET' && session === options.resetGet) {
+      req.socket.resetAndDestroy()
+      return
+    }
+    if (req.method === 'GET' && session !== undefined && known.has(session)) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' }).flushHeaders()
       return
     }
     if (req.method !== 'POST') {
@@ -128,4 +139,23 @@ t.test('a DELETE sent while its session is being established upstream again wait
   t.same(deleted, ['up-2'], 'the DELETE ends the new upstream session')
   t.equal(deleteAnswer.statusCode, 200, 'and relays its answer')
   t.equal(known.size, 0, 'no upstream session left open')
+})
+
+t.test('a session established again on the same upstream after a reset connection deletes the upstream session it replaced', async t => {
+  // One upstream, whose process lives on: the connection of the session's standalone GET is
+  // reset before any answer. Nothing says the upstream lost up-1, the session is established
+  // again there (up-2), and up-1 would stay open upstream for the server's life if not deleted.
+  const { server, known, deleted, initializes } = sessionUpstream({ resetGet: 'up-1' })
+  const gw = await startGateway(t, 'memory', await listenUntilEnd(t, server))
+  const mcpUrl = `${gw.url}/mcp`
+  const client = await rawInitialize(mcpUrl, { version: VERSION })
+  const stop = new AbortController()
+  t.teardown(() => { stop.abort() })
+
+  const get = await request(mcpUrl, { method: 'GET', headers: client.getHeaders(), signal: stop.signal })
+  t.equal(get.statusCode, 200, 'the client\'s GET is answered')
+  t.equal(initializes(), 2, 'after the session was established again upstream')
+  t.ok(await until(() => deleted.includes('up-1'), 3000), 'the upstream session it replaced is deleted there')
+  t.same([...known], ['up-2'], 'only the session in use stays open upstream')
+  t.notOk(deleted.includes('up-2'), 'the one in use is not deleted')
 })
