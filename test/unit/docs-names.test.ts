@@ -43,3 +43,18 @@ t.test('every mcpgw_ metric the docs name is exported', async t => {
   }
   t.ok(checked > 20, `metrics found in the docs (${checked})`)
 })
+
+t.test('docs/source-layout.md names every source file', async t => {
+  const layout = texts.find(d => d.file === 'docs/source-layout.md')?.text ?? ''
+  const named = new Set([...layout.matchAll(/`([\w./-]+\.ts)`/g)].map(m => m[1] as string))
+  const files = (await readdir(join(ROOT, 'src'), { recursive: true })).filter(f => f.endsWith('.ts') && !f.endsWith('.d.ts'))
+  // A file's row is in its folder's section, named from there (`redis/read.ts` under store/),
+  // or in "Other folders" by its folder alone (`tracing/`).
+  const folderRows = new Set([...layout.matchAll(/^\| `(\w+)\/` \|/gm)].map(m => m[1] as string))
+  for (const file of files) {
+    const parts = file.split('/')
+    const found = parts.some((_, i) => named.has(parts.slice(i).join('/'))) || folderRows.has(parts[0] as string)
+    t.ok(found, file)
+  }
+  t.ok(files.length > 100, `source files found (${files.length})`)
+})
