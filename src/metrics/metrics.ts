@@ -115,9 +115,9 @@ const UPSTREAM_SECONDS_BUCKETS: readonly number[] = [0.005, 0.01, 0.05, 0.1, 0.5
  */
 export class GatewayMetrics {
   readonly registry = new Registry()
-  readonly clientStreamsOpen: Gauge<'kind'>
-  readonly streamsOpened: Counter<'kind'>
-  readonly streamsClosed: Counter<'kind' | 'outcome'>
+  readonly clientStreamsOpen: ClosedGauge<{ kind: StreamKind }> & Pick<Gauge, 'get'>
+  readonly streamsOpened: ClosedCounter<{ kind: StreamKind }>
+  readonly streamsClosed: ClosedCounter<{ kind: StreamKind, outcome: CloseOutcome }> & Pick<Counter, 'get'>
   readonly resumes: ClosedCounter<{ outcome: ResumeOutcome }>
   /** By reason: count through countGap(), which takes only the closed set. */
   readonly #gaps: Counter<'reason'>
@@ -130,7 +130,7 @@ export class GatewayMetrics {
   readonly replayEvents: Histogram
   readonly replayDuration: Histogram
   readonly storeOperationDuration: Histogram<'op'>
-  readonly storeErrors: Counter<'op'>
+  readonly storeErrors: ClosedCounter<{ op: StoreOp }> & Pick<Counter, 'get'>
   readonly appendResends: ClosedCounter<{ outcome: ResendOutcome }>
   readonly upstreamSessionsLeftBehind: ClosedCounter<{ outcome: LeftBehindOutcome }>
   readonly upstreamRequestDuration: Histogram<'method' | 'status_class'>
@@ -143,7 +143,8 @@ export class GatewayMetrics {
   readonly upstreamSessionsReestablished: ClosedCounter<{ outcome: ReestablishedCounted }>
   readonly leaseTakeovers: Counter
   readonly buildInfo: Gauge<'version' | 'node_version' | 'store'>
-  readonly requestsRefused: Counter<'status' | 'reason'>
+  /** Counted through countRefusal(), which derives the reason from the error code. */
+  readonly #requestsRefused: Counter<'status' | 'reason'>
   /** Set from the store's totals at each scrape (watchStoreConnections), nowhere else. */
   readonly #storeConnectionsReplaced: Counter<'waited'>
   /** By operation (a handful of names, fixed in the code). */
@@ -215,7 +216,7 @@ export class GatewayMetrics {
     this.leaseTakeovers = new Counter({ name: `${p}lease_takeovers_total`, help: 'Upstream GET streams opened again after their last holder did not end them cleanly: another replica that died or lost its lease, or this one after its upstream GET failed.', registers })
     this.buildInfo = new Gauge({ name: `${p}build_info`, help: 'Gateway build information (always 1).', labelNames: ['version', 'node_version', 'store'], registers })
     this.buildInfo.set({ version: options.version, node_version: process.version, store: options.store }, 1)
-    this.requestsRefused = new Counter({ name: `${p}requests_refused_total`, help: 'Requests the gateway answered with an error of its own (not an upstream answer passed on), by HTTP status and reason (the error code).', labelNames: ['status', 'reason'], registers })
+    this.#requestsRefused = new Counter({ name: `${p}requests_refused_total`, help: 'Requests the gateway answered with an error of its own (not an upstream answer passed on), by HTTP status and reason (the error code).', labelNames: ['status', 'reason'], registers })
     this.#zero()
   }
 
@@ -239,7 +240,7 @@ export class GatewayMetrics {
     for (const outcome of REESTABLISHED_COUNTED) this.upstreamSessionsReestablished.inc({ outcome }, 0)
     for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.inc({ kind }, 0)
     for (const kind of UPSTREAM_STREAM_KINDS) this.upstreamStreamsOpen.set({ kind }, 0)
-    for (const { status, reason } of Object.values(REFUSALS)) this.requestsRefused.inc({ status: String(status), reason }, 0)
+    for (const { status, reason } of Object.values(REFUSALS)) this.#requestsRefused.inc({ status: String(status), reason }, 0)
   }
 
   /** Zero every series again (tests; prom-client's reset drops labelled series). */
@@ -251,7 +252,7 @@ export class GatewayMetrics {
   /** Count an error answer of the gateway's own under its reason (errors.ts REFUSALS); codes outside the table count as "other". */
   countRefusal (statusCode: number, code: string): void {
     const reason: RefusalReason = isRefusalCode(code) ? REFUSALS[code].reason : 'other'
-    this.requestsRefused.inc({ status: String(statusCode), reason })
+    this.#requestsRefused.inc({ status: String(statusCode), reason })
   }
 
   /** Count a gap signalled to a client: the reason is one of the closed set (gaps.ts). */

@@ -211,3 +211,20 @@ t.test('docs/observability.md names no label value the metrics do not export', a
   }
   t.ok(checked > 25, `label values named in the doc's tables: ${checked}`)
 })
+
+/**
+ * Never called: `npm run typecheck` (which covers the tests) fails when a
+ * labelled metric takes a value outside its closed set, as each line expects.
+ */
+export function closedSetsTypeCheck (metrics: GatewayMetrics): void {
+  // @ts-expect-error -- not a close outcome (CLOSE_OUTCOMES)
+  metrics.streamsClosed.inc({ kind: 'standalone', outcome: 'timeout' })
+  // @ts-expect-error -- not a stream kind (STREAM_KINDS)
+  metrics.streamsOpened.inc({ kind: 'standalone-stream' })
+  // @ts-expect-error -- not a stream kind (STREAM_KINDS)
+  metrics.clientStreamsOpen.dec({ kind: 'post' })
+  // @ts-expect-error -- not a store operation (STORE_OPS)
+  metrics.storeErrors.inc({ op: 'append_batch' })
+  // @ts-expect-error -- not a left-behind outcome
+  metrics.upstreamSessionsLeftBehind.inc({ outcome: 'deleted' })
+}
