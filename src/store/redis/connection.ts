@@ -61,12 +61,21 @@ export interface StoreConnections {
 export function storeConnections (redis: ScriptedConnection, subscriber: Connection): StoreConnections {
   const ignored = redis.options.autoPipeliningIgnoredCommands ?? []
   redis.options.autoPipeliningIgnoredCommands = [...ignored, ...VARIABLE_KEY_COMMANDS.filter(name => !ignored.includes(name))]
-  if (subscriber instanceof Redis) subscriber.options.autoResubscribe = false
-  const topology: Topology = redis instanceof Redis ? { kind: 'one-node', redis } : { kind: 'cluster', redis }
+  if (!isCluster(subscriber)) subscriber.options.autoResubscribe = false
+  const topology: Topology = isCluster(redis) ? { kind: 'cluster', redis } : { kind: 'one-node', redis }
   const watched = topology.kind === 'cluster'
     ? () => topology.redis.nodes('all')
-    : () => subscriber instanceof Redis ? [topology.redis, subscriber] : [topology.redis]
+    : () => isCluster(subscriber) ? [topology.redis] : [topology.redis, subscriber]
   return Object.freeze({ redis, subscriber, topology, watched })
+}
+
+/**
+ * ioredis's own word on what a connection is (its public `isCluster`), rather
+ * than `instanceof`, which a connection built by another copy of ioredis
+ * (a caller's) would fail.
+ */
+function isCluster<C extends Connection> (connection: C): connection is Extract<C, Cluster> {
+  return connection.isCluster
 }
 
 /** One ioredis connection to the target, named for CLIENT LIST. */
