@@ -12,8 +12,8 @@ import { targetOfUrl } from './upstream-url.js'
  * recording/read-ahead.ts) goes on receiving meanwhile, and its next turn
  * hands all of that to the store as one batch: fewer, larger appends and
  * client writes. With 100 flooding streams, 256 KB took 15-19% off the
- * gateway's CPU per event against 64 KB (bench/run.mjs --only=thr100,fair,
- * two runs) and a new client's head waited no longer; 1 MB took more off,
+ * gateway's CPU per event against 64 KB (bench/run.mjs --only=thr100,fair)
+ * and a new client's head waited no longer; 1 MB took more off,
  * but a resumed stream's turn grows with it, and new clients waited longer.
  * A paused stream holds this much beyond its read-ahead bound (the same as
  * the bound's floor, READ_AHEAD_BYTES).

@@ -63,12 +63,12 @@ const OFF_HEAP_SEGMENT_BYTES = 4096
  * it (a builder sizes its buffer for the largest of its last few batches, so
  * it usually does): kept as it is, the events cost no copy and no
  * allocation, and retention counts the room they leave (`slack`), so the
- * store's byte bounds hold the memory actually held. Keeping every batch's
- * buffer rather than copying those more than 25% empty took 10-23% off the
- * CPU per event of 100 flooding sessions (bench/run.mjs --only=thr100, one
- * run). A buffer mostly empty (a builder sized for a larger batch than it
- * got), or a view into a buffer it does not start (the rest is not the
- * batch's to count), is copied to a blob of the exact size.
+ * store's byte bounds hold the memory actually held. Against copying every
+ * batch more than a quarter empty, this rule spent 1.77-1.99 rather than
+ * 2.11-2.57 us per event with 100 flooding sessions (bench/run.mjs
+ * --only=thr100). A buffer less than half full (a builder sized for a larger
+ * batch than it got), or a view into a buffer it does not start (the rest is
+ * not the batch's to count), is copied to a blob of the exact size.
  */
 const KEEP_BUFFER_MIN_FILL = 0.5
 
