@@ -110,8 +110,10 @@ export interface StreamNotice {
    * BatchNotice): a listener that writes them out reads them from here, and
    * `events` is made from it only when asked for. Valid during the listener's
    * call only: once the append settles, its builder may fill the same bytes
-   * with the next batch (EventBatch.release). A listener that keeps events
-   * past its call takes `events`, which keeps the bytes (their frames are views).
+   * with the next batch (EventBatch.release), and reading `batch` (or
+   * `events`) from the notice then throws (NoticeSpentError). A listener that
+   * keeps events past its call takes `events` during it: they keep the bytes
+   * (their frames are views).
    */
   readonly batch?: NumberedBatch
   readonly ended: boolean

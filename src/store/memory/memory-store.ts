@@ -217,7 +217,12 @@ export class MemoryEventStore implements EventStore {
     // Most recently appended last: eviction takes from the front.
     this.#cap.appended(stream, session)
     this.#cap.evict(stream, session, this.#sessions)
-    this.#listeners.notify(sessionId, new BatchNotice(streamId, stream.lastSeq, stream.ended, stored))
+    const notice = new BatchNotice(streamId, stream.lastSeq, stream.ended, stored)
+    try {
+      this.#listeners.notify(sessionId, notice)
+    } finally {
+      notice.spend()
+    }
     return stored
   }
 

@@ -127,7 +127,9 @@ export class Appender {
     const stored = new NumberedBatch(batch, previous + 1)
     if (stored.length > 0 || ending) {
       // Local listeners get the events themselves: no read back from Redis.
-      this.#o.bus.deliver(sessionId, epoch, new BatchNotice(streamId, stored.lastSeq, ended === 1, stored, epoch))
+      const notice = new BatchNotice(streamId, stored.lastSeq, ended === 1, stored, epoch)
+      this.#o.bus.deliver(sessionId, epoch, notice)
+      notice.spend()
     }
     return stored
   }
