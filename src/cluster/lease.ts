@@ -161,8 +161,22 @@ export interface LeaseOwner {
   forgetHeld: (lease: Lease) => void
 }
 
+/** What a lease tells the pump that holds it (Lease.hold). */
+export interface LeaseHolder {
+  /** Renewal found the lease held by another replica ('lost') or the session gone. */
+  readonly lost: (reason: LostReason) => void
+  /**
+   * Renewal found the session's record at another upstream session than the
+   * one followed (established upstream again, maybe by another replica): the
+   * lease is still held, its upstream GET is to follow.
+   */
+  readonly moved: () => void
+  /** While draining: another replica asked for the stream. */
+  readonly handoverRequested: () => void
+}
+
 /**
- * A lease this replica holds. The pump that uses it sets the callbacks.
+ * A lease this replica holds. The pump that uses it holds it (hold).
  *
  * Ownership: whoever gets a Lease (LeaseCoordinator.acquire or reacquire, a
  * watch's grant) owns it, and hands it to the StandalonePump it starts
@@ -179,21 +193,9 @@ export class Lease implements LeaseGrant {
   readonly token: string
   readonly takeover: boolean
   readonly lastUpstreamId: string | undefined
-  /** Renewal found the lease held by another replica ('lost') or the session gone. */
-  onLost: ((reason: LostReason) => void) | undefined
-  /** While draining: another replica asked for the stream. */
-  onHandoverRequest: (() => void) | undefined
-  /**
-   * Renewal found the session's record at another upstream session than
-   * `upstreamSessionId` (established upstream again, maybe by another
-   * replica): the lease is still held, its upstream GET is to follow.
-   */
-  onMoved: (() => void) | undefined
-  /**
-   * The upstream session the holder's GET goes to (set by the holder at each
-   * read of the record): renewals compare it with the record. Undefined: not compared.
-   */
-  upstreamSessionId: string | undefined
+  /** Told what renewals find; set by the pump that holds the lease (hold). */
+  #holder: LeaseHolder | undefined
+  #upstreamSessionId: string | undefined
   readonly #owner: LeaseOwner
   /**
    * held: renewed at every tick. releasing: a release-if-idle is at the store;
@@ -274,9 +276,38 @@ export class Lease implements LeaseGrant {
     return result
   }
 
+  /**
+   * The pump holding the lease from now on, and the upstream session its GET
+   * goes to: a pump that takes the lease over (moveAway) holds it anew.
+   */
+  hold (holder: LeaseHolder, upstreamSessionId: string | undefined): void {
+    this.#holder = holder
+    this.#upstreamSessionId = upstreamSessionId
+  }
+
+  /** The holder read the session's record again: its GET goes to this upstream session. */
+  follow (upstreamSessionId: string): void {
+    this.#upstreamSessionId = upstreamSessionId
+  }
+
+  /** The upstream session renewals compare with the record. Undefined: not compared. */
+  get upstreamSessionId (): string | undefined {
+    return this.#upstreamSessionId
+  }
+
   /** Renewal found the lease lost (another holder, or the session gone). */
   lose (reason: LostReason): void {
-    if (this.#settle()) this.onLost?.(reason)
+    if (this.#settle()) this.#holder?.lost(reason)
+  }
+
+  /** Renewal found the record at another upstream session than the one followed. */
+  tellMoved (): void {
+    this.#holder?.moved()
+  }
+
+  /** While draining: another replica asked for the stream. */
+  tellHandoverRequest (): void {
+    this.#holder?.handoverRequested()
   }
 
   #settle (): boolean {

@@ -50,7 +50,7 @@ export class HeldLeases {
       const lease = leases[i] as Lease
       if (outcome === 'renewed' || lease.settled) return
       if (outcome === 'moved') {
-        lease.onMoved?.()
+        lease.tellMoved()
         return
       }
       this.#log.warn({ outcome }, outcome === 'gone' ? 'lease: session records gone' : 'lease: another replica holds the stream now')
@@ -62,7 +62,7 @@ export class HeldLeases {
   async beginDrain (): Promise<void> {
     await Promise.all([...this.#held.values()].map(async lease => {
       const subscription = this.backend.subscribeControl(lease.sessionId, message => {
-        if (message.kind === 'want' && message.origin !== this.backend.replicaId) lease.onHandoverRequest?.()
+        if (message.kind === 'want' && message.origin !== this.backend.replicaId) lease.tellHandoverRequest()
       })
       this.#drainSubscriptions.set(lease.sessionId, subscription)
       let timer: NodeJS.Timeout | undefined

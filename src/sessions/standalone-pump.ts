@@ -470,20 +470,21 @@ export class StandalonePump {
    */
   #useLease (lease: Lease): void {
     this.#lease = lease
-    lease.upstreamSessionId = this.#record?.upstreamSessionId
-    lease.onMoved = () => {
-      if (this.#phase.kind === 'recording') this.#o.onMoved?.()
-    }
-    lease.onLost = reason => {
-      const phase = this.#phase
-      // Lost while the GET opens: acted on once it has (#start).
-      if (phase.kind === 'opening') this.#phase = { kind: 'opening', lost: reason }
-      else if (phase.kind === 'recording') this.#lose(reason)
-    }
-    lease.onHandoverRequest = () => {
-      this.#o.log.info('draining: another replica asked for the upstream GET stream; handing it over')
-      this.handOver()
-    }
+    lease.hold({
+      moved: () => {
+        if (this.#phase.kind === 'recording') this.#o.onMoved?.()
+      },
+      lost: reason => {
+        const phase = this.#phase
+        // Lost while the GET opens: acted on once it has (#start).
+        if (phase.kind === 'opening') this.#phase = { kind: 'opening', lost: reason }
+        else if (phase.kind === 'recording') this.#lose(reason)
+      },
+      handoverRequested: () => {
+        this.#o.log.info('draining: another replica asked for the upstream GET stream; handing it over')
+        this.handOver()
+      }
+    }, this.#record?.upstreamSessionId)
   }
 
   /** The lease lost while recording: the pump stops, unless the store lost the session and it can be recorded again. */
@@ -497,7 +498,7 @@ export class StandalonePump {
     // Stopped, its lease may be another pump's now (moveAway).
     if (this.stopped) return
     this.#record = record
-    this.#lease.upstreamSessionId = record.upstreamSessionId
+    this.#lease.follow(record.upstreamSessionId)
   }
 
   /** The lease's renewal found the session's records gone: record it again now, before the next append finds out. */
