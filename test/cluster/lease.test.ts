@@ -440,9 +440,13 @@ t.test('drain hands the upstream GET to the replica that asks, with a small, mar
   await broadcast(url1, session, 400, 5)
   t.ok(await waitUntil(() => broadcastSeqs(onG2).length >= 50, 5000), 'flowing')
   const started = Date.now()
-  await g1.drain()
-  const drainMs = Date.now() - started
+  const draining = g1.drain()
   t.ok(await waitUntil(() => g2.hub.pumpCount === 1, 3000), 'G2 took the stream over')
+  // At once, on G2's request: not once the drain has waited for the broadcast call in flight.
+  const atTakeover = broadcastSeqs(onG2).length
+  t.ok(atTakeover < 300, `while the broadcast was still running (${atTakeover} of 400 events delivered)`)
+  await draining
+  const drainMs = Date.now() - started
   t.ok(await waitUntil(() => broadcastSeqs(onG2).includes(399), 10_000), 'the broadcast runs to its end on G2')
   const seqs = broadcastSeqs(onG2)
   const lost = 400 - new Set(seqs).size
