@@ -5,7 +5,8 @@
  * again, on another endpoint or on the same one. The old endpoint may come
  * back holding them (a connect timeout under load, a pod not ready for a
  * while), or never have lost them (a reset connection), and an SDK server
- * keeps a session until told: each is sent a DELETE, at once and then every `retryMs` while
+ * keeps a session until told: each is sent a DELETE, at once (or after a
+ * wait, on an endpoint that still holds it) and then every `retryMs` while
  * its endpoint cannot be reached or asks to be called later (408, 429, 5xx),
  * until it answers, its endpoint leaves the set, or `maxAgeMs` passes. Before
  * each DELETE the session's record is read: one that names that upstream
@@ -47,6 +48,14 @@ export const LEFT_BEHIND_MAX = 512
 /** Longest wait for the answer head of one DELETE. */
 export const LEFT_BEHIND_TIMEOUT_MS = 10_000
 export const LEFT_BEHIND_CONCURRENCY = 8
+/**
+ * How long the first DELETE of an upstream session replaced on the endpoint
+ * that still holds it waits: that process is alive, and a call still running
+ * in the old session (its answer being recorded) would be cut by the DELETE.
+ * A minute is the SDK client's default request timeout: a call running
+ * longer has been given up by its client, unless progress keeps it alive.
+ */
+export const LEFT_BEHIND_SAME_ENDPOINT_WAIT_MS = 60_000
 
 type Placed = UpstreamPlacement & { readonly endpoint: string }
 
@@ -55,6 +64,8 @@ interface Entry {
   readonly placement: Placed
   readonly headers: Record<string, string | string[]>
   readonly since: number
+  /** No DELETE before then. */
+  readonly notBefore: number
   /** A DELETE of it is under way. */
   sending: boolean
 }
@@ -77,12 +88,17 @@ export class LeftBehind {
     return this.#entries.length
   }
 
-  /** `headers`: what the session's requests carry upstream (its credentials and protocol version). */
-  add (sessionId: string, placement: Placed, headers: Record<string, string | string[]>): void {
+  /**
+   * `headers`: what the session's requests carry upstream (its credentials
+   * and protocol version). `waitMs`: how long the first DELETE waits (tried at
+   * the first turn after it; the age bound counts from now).
+   */
+  add (sessionId: string, placement: Placed, headers: Record<string, string | string[]>, waitMs = 0): void {
     if (this.#entries.length >= this.#o.max) this.#settle(this.#entries[0] as Entry, 'dropped')
-    const entry: Entry = { sessionId, placement, headers, since: this.#now(), sending: false }
+    const since = this.#now()
+    const entry: Entry = { sessionId, placement, headers, since, notBefore: since + waitMs, sending: false }
     this.#entries.push(entry)
-    if (this.#sending < this.#o.concurrency) this.#send(entry)
+    if (waitMs <= 0 && this.#sending < this.#o.concurrency) this.#send(entry)
     this.#timer ??= setInterval(() => { this.#retry() }, this.#o.retryMs).unref()
   }
 
@@ -98,7 +114,7 @@ export class LeftBehind {
       if (entry.sending) continue
       if (!this.#o.listed(entry.placement.endpoint)) this.#settle(entry, 'endpoint_gone')
       else if (now - entry.since >= this.#o.maxAgeMs) this.#settle(entry, 'expired')
-      else if (this.#sending < this.#o.concurrency) this.#send(entry)
+      else if (now >= entry.notBefore && this.#sending < this.#o.concurrency) this.#send(entry)
     }
   }
 
@@ -110,7 +126,8 @@ export class LeftBehind {
       if (outcome === undefined) return
       this.#settle(entry, outcome)
       // The endpoint answers: the next one waiting need not wait for the next turn.
-      const next = this.#entries.find(e => !e.sending)
+      const now = this.#now()
+      const next = this.#entries.find(e => !e.sending && now >= e.notBefore)
       if (next !== undefined && this.#sending < this.#o.concurrency) this.#send(next)
     }, () => {
       // The store or the endpoint could not be reached: tried again at the next turn, within maxAgeMs.

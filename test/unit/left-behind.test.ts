@@ -136,3 +136,19 @@ t.test('close() gives every one up, uncounted, and sends nothing more', async t 
   t.same(h.settled, [])
   t.equal(h.left.size, 0)
 })
+
+t.test('a DELETE told to wait is sent at the first turn after its wait, and holds no other back', async t => {
+  const h = harness(t, () => true)
+  h.left.add('s1', placement(1), {}, 1000)
+  h.left.add('s2', placement(2), {})
+  t.ok(await until(() => h.settled.length === 1, 2000), 'the one not told to wait is settled')
+  await sleep(RETRY_MS * 4)
+  t.same(h.sent.map(r => r.headers['mcp-session-id']), ['up-2'], 'nothing for the other while its wait runs, even after an answer')
+  h.clock = 999
+  await sleep(RETRY_MS * 3)
+  t.equal(h.sent.length, 1, 'still nothing a millisecond short of it')
+  h.clock = 1000
+  t.ok(await until(() => h.settled.length === 2, 2000), 'settled')
+  t.same(h.sent.map(r => r.headers['mcp-session-id']), ['up-2', 'up-1'], 'sent once its wait is over')
+  t.equal(h.left.size, 0)
+})
