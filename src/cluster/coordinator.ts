@@ -130,7 +130,7 @@ export class LeaseCoordinator {
       // 'moved' is renewed or taken back too, the record naming another upstream session than
       // the holder reads. This renewal does not say which one it reads, so it is not answered
       // here; were it, the lease is this token's all the same: the holder's next renewal, which
-      // says, reports the move and its GET follows the record (Lease.onMoved).
+      // says, reports the move and its GET follows the record (LeaseHolder.moved).
       case 'renewed':
       case 'moved':
         return lease.settled ? this.#held.hold(sessionId, { token, takeover: false, lastUpstreamId: lease.lastUpstreamId }) : lease

@@ -5,8 +5,8 @@
  * again, on another endpoint or on the same one. The old endpoint may come
  * back holding them (a connect timeout under load, a pod not ready for a
  * while), or never have lost them (a reset connection), and an SDK server
- * keeps a session until told: each is sent a DELETE, at once (or after a
- * wait, on an endpoint that still holds it) and then every `retryMs` while
+ * keeps a session until told: each is sent a DELETE, after `waitMs` (a call
+ * may still be running in it) and then every `retryMs` while
  * its endpoint cannot be reached or asks to be called later (408, 429, 5xx),
  * until it answers, its endpoint leaves the set, or `maxAgeMs` passes. Before
  * each DELETE the session's record is read: one that names that upstream
@@ -29,6 +29,14 @@ export interface LeftBehindOptions {
   /** The MCP endpoint's path upstream. */
   readonly path: string
   readonly retryMs: number
+  /**
+   * How long the first DELETE waits (REESTABLISH_DELETE_AFTER_SECONDS): the
+   * old process may live on, and a call still running in the old session
+   * (its answer being recorded) would be cut by it. Tried at the first turn
+   * after it.
+   */
+  readonly waitMs: number
+  /** From the session's move: what has not been answered by then is given up. */
   readonly maxAgeMs: number
   readonly max: number
   /** DELETEs (with their record reads) under way at once. */
@@ -48,14 +56,6 @@ export const LEFT_BEHIND_MAX = 512
 /** Longest wait for the answer head of one DELETE. */
 export const LEFT_BEHIND_TIMEOUT_MS = 10_000
 export const LEFT_BEHIND_CONCURRENCY = 8
-/**
- * How long the first DELETE of an upstream session replaced on the endpoint
- * that still holds it waits: that process is alive, and a call still running
- * in the old session (its answer being recorded) would be cut by the DELETE.
- * A minute is the SDK client's default request timeout: a call running
- * longer has been given up by its client, unless progress keeps it alive.
- */
-export const LEFT_BEHIND_SAME_ENDPOINT_WAIT_MS = 60_000
 
 type Placed = UpstreamPlacement & { readonly endpoint: string }
 
@@ -88,17 +88,13 @@ export class LeftBehind {
     return this.#entries.length
   }
 
-  /**
-   * `headers`: what the session's requests carry upstream (its credentials
-   * and protocol version). `waitMs`: how long the first DELETE waits (tried at
-   * the first turn after it; the age bound counts from now).
-   */
-  add (sessionId: string, placement: Placed, headers: Record<string, string | string[]>, waitMs = 0): void {
+  /** `headers`: what the session's requests carry upstream (its credentials and protocol version). */
+  add (sessionId: string, placement: Placed, headers: Record<string, string | string[]>): void {
     if (this.#entries.length >= this.#o.max) this.#settle(this.#entries[0] as Entry, 'dropped')
     const since = this.#now()
-    const entry: Entry = { sessionId, placement, headers, since, notBefore: since + waitMs, sending: false }
+    const entry: Entry = { sessionId, placement, headers, since, notBefore: since + this.#o.waitMs, sending: false }
     this.#entries.push(entry)
-    if (waitMs <= 0 && this.#sending < this.#o.concurrency) this.#send(entry)
+    if (this.#o.waitMs <= 0 && this.#sending < this.#o.concurrency) this.#send(entry)
     this.#timer ??= setInterval(() => { this.#retry() }, this.#o.retryMs).unref()
   }
 

@@ -21,7 +21,7 @@ import { readAnswerStart } from '../upstream/answer-start.js'
 import { isConnectFailure } from '../upstream/connect-failure.js'
 import { readJsonRpcAnswer, type JsonRpcResponse } from '../upstream/json-rpc-answer.js'
 import { abandonUpstreamSession, samePlacement, sessionRequest } from '../upstream/session-request.js'
-import { LEFT_BEHIND_SAME_ENDPOINT_WAIT_MS, type LeftBehind } from './left-behind.js'
+import type { LeftBehind } from './left-behind.js'
 
 export interface ReestablishOptions {
   readonly store: EventStore
@@ -303,14 +303,12 @@ export class SessionReestablisher {
     if (moved?.upstreamSessionId !== upstreamSessionId) this.#abandon(placement, sessionHeaders)
     if (moved === null) return { outcome: 'gone' }
     if (moved.upstreamSessionId !== upstreamSessionId) return { outcome: 'joined', record: moved }
-    // Nothing said the old upstream session was lost (a refused or reset connection, a connect
-    // timeout, an endpoint set aside): it may live on where it was, on another endpoint that
-    // comes back, or on this one (a reset, or a process too busy to accept in time), where a
-    // call may still be running in it: its DELETE waits.
+    // Nothing said the old upstream session was lost (a refused or reset connection, an
+    // endpoint set aside or gone): it may live on where it was, on another endpoint that comes
+    // back or on this one (a reset connection), calls still running in it.
     const left = current.endpoint ?? (this.#o.upstream.endpoints.size === 1 ? endpoint : undefined)
     if (sign === 'unanswered' && left !== undefined && current.upstreamSessionId !== upstreamSessionId) {
-      const waitMs = left === endpoint ? LEFT_BEHIND_SAME_ENDPOINT_WAIT_MS : 0
-      this.#o.leftBehind?.add(sessionId, { upstreamSessionId: current.upstreamSessionId, endpoint: left }, sessionHeaders, waitMs)
+      this.#o.leftBehind?.add(sessionId, { upstreamSessionId: current.upstreamSessionId, endpoint: left }, sessionHeaders)
       log.info({ endpoint: left, moved: left !== endpoint }, 'the session was established again without the upstream saying it lost the old upstream session: that one is deleted once its endpoint can be reached')
     }
     return { outcome: 'reestablished', record: moved }

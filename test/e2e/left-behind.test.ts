@@ -56,7 +56,8 @@ async function setup (t: Test): Promise<Setup> {
   const second = await startUpstream(t)
   const firstPort = Number(new URL(first.server.url).port)
   const relay = await startCutProxy(firstPort)
-  const config = testConfig(`${relay.url('/mcp')},${second.server.url}`, { UPSTREAM_SET_ASIDE_SECONDS: '1' })
+  // The old upstream session is deleted as soon as its endpoint can be reached: no call runs in it here.
+  const config = testConfig(`${relay.url('/mcp')},${second.server.url}`, { UPSTREAM_SET_ASIDE_SECONDS: '1', REESTABLISH_DELETE_AFTER_SECONDS: '0' })
   const store = await makeStore(t, 'memory', config)
   const gateway = await buildGateway(config, { store, logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }), placementRandom: prng(3) })
   t.teardown(() => gateway.close())

@@ -34,7 +34,7 @@ function harness (t: Test, answer: (n: number) => boolean | number | 'never', op
   }
   // The sessions' records name other upstream sessions (where they moved).
   const named = async (): Promise<string | undefined> => 'elsewhere'
-  h.left = new LeftBehind({ send, named, listed: () => true, path: '/mcp', retryMs: RETRY_MS, maxAgeMs: 60_000, max: 8, concurrency: 8, requestTimeoutMs: 1000, settled: o => h.settled.push(o), now: () => h.clock, ...options })
+  h.left = new LeftBehind({ send, named, listed: () => true, path: '/mcp', retryMs: RETRY_MS, waitMs: 0, maxAgeMs: 60_000, max: 8, concurrency: 8, requestTimeoutMs: 1000, settled: o => h.settled.push(o), now: () => h.clock, ...options })
   t.teardown(() => h.left.close())
   return h
 }
@@ -137,18 +137,22 @@ t.test('close() gives every one up, uncounted, and sends nothing more', async t 
   t.equal(h.left.size, 0)
 })
 
-t.test('a DELETE told to wait is sent at the first turn after its wait, and holds no other back', async t => {
-  const h = harness(t, () => true)
-  h.left.add('s1', placement(1), {}, 1000)
+t.test('each DELETE waits waitMs from its session\'s move, and is sent at the first turn after it', async t => {
+  const h = harness(t, () => true, { waitMs: 1000 })
+  h.left.add('s1', placement(1), {})
+  h.clock = 500
   h.left.add('s2', placement(2), {})
-  t.ok(await until(() => h.settled.length === 1, 2000), 'the one not told to wait is settled')
   await sleep(RETRY_MS * 4)
-  t.same(h.sent.map(r => r.headers['mcp-session-id']), ['up-2'], 'nothing for the other while its wait runs, even after an answer')
+  t.equal(h.sent.length, 0, 'nothing while the waits run')
   h.clock = 999
   await sleep(RETRY_MS * 3)
-  t.equal(h.sent.length, 1, 'still nothing a millisecond short of it')
+  t.equal(h.sent.length, 0, 'still nothing a millisecond short of the first')
   h.clock = 1000
-  t.ok(await until(() => h.settled.length === 2, 2000), 'settled')
-  t.same(h.sent.map(r => r.headers['mcp-session-id']), ['up-2', 'up-1'], 'sent once its wait is over')
+  t.ok(await until(() => h.settled.length === 1, 2000), 'the first settled')
+  await sleep(RETRY_MS * 3)
+  t.same(h.sent.map(r => r.headers['mcp-session-id']), ['up-1'], 'the second waits on, even after an answer')
+  h.clock = 1500
+  t.ok(await until(() => h.settled.length === 2, 2000), 'the second settled')
+  t.same(h.sent.map(r => r.headers['mcp-session-id']), ['up-1', 'up-2'])
   t.equal(h.left.size, 0)
 })
