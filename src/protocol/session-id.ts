@@ -18,7 +18,7 @@
  * Transports spec: a session id is visible ASCII (0x21-0x7E); so are the
  * prefix, the tag and the upstream's id.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto'
+import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto'
 
 const PREFIX = 'mg1.'
 /** 128 bits of HMAC-SHA256, half its output (RFC 2104 keeps at least half): a forged binding takes 2^128 guesses. */
@@ -59,10 +59,11 @@ export function parseSessionId (sessionId: string): ParsedSessionId {
 
 /** Issues and checks the gateway's session ids under one key. */
 export class SessionIdIssuer {
-  readonly #key: Buffer
+  /** Imported once: an HMAC made from a Buffer imports its key each time, four times the cost of the MAC (about 20 against 5 us). */
+  readonly #key: KeyObject
 
   constructor (key: string | undefined) {
-    this.#key = Buffer.from(key ?? BUILT_IN_BINDING_KEY, 'utf8')
+    this.#key = createSecretKey(Buffer.from(key ?? BUILT_IN_BINDING_KEY, 'utf8'))
   }
 
   /** The client's session id for an upstream session created by `principal`. */

@@ -53,3 +53,7 @@ t.test('anything else is unbound', async t => {
     t.equal(parseSessionId(id).kind, 'unbound', id)
   }
 })
+
+t.test('the same id for the same key, principal and upstream id, in every version: replicas of two versions check each other\'s ids', async t => {
+  t.equal(new SessionIdIssuer('a deployment key').issue('alice', 'up-1'), 'mg1.g-1a3KKgN5AVhWCpgrybaA.up-1')
+})
