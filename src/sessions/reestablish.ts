@@ -309,7 +309,7 @@ export class SessionReestablisher {
     const left = current.endpoint ?? (this.#o.upstream.endpoints.size === 1 ? endpoint : undefined)
     if (sign === 'unanswered' && left !== undefined && current.upstreamSessionId !== upstreamSessionId) {
       this.#o.leftBehind?.add(sessionId, { upstreamSessionId: current.upstreamSessionId, endpoint: left }, sessionHeaders)
-      log.info({ endpoint: left, moved: left !== endpoint }, 'the session was established again without the upstream saying it lost the old upstream session: that one is deleted once its endpoint can be reached')
+      log.info({ endpoint: left, moved: left !== endpoint }, 'the session was established again without the upstream saying it lost the old upstream session: that one is deleted after REESTABLISH_DELETE_AFTER_SECONDS, once its endpoint can be reached')
     }
     return { outcome: 'reestablished', record: moved }
   }
