@@ -141,6 +141,33 @@ t.test('a PING waiting behind replies that keep arriving is not taken for dead: 
   await closedAt(t, h, c, 6000, 'closed a whole timeout after the last byte read')
 })
 
+t.test('an answer read only after the turn that found the timeout run out (the process stood still) keeps the connection', async (t) => {
+  const c = new StandIn()
+  const h = harness(t, () => [c])
+  await h.turn(0)
+  t.equal(c.pings, 1)
+  // The timer turn comes first; the loop reads the socket after it, in the same turn of the loop.
+  h.clock = TIMEOUT_MS
+  h.watchdog.check()
+  c.stream.bytesRead += 7
+  c.answer()
+  await settle()
+  t.same(c.disconnects, [], 'not closed: the PONG was waiting in the socket')
+  t.same(h.watchdog.replaced(), { ping: 0, handshake: 0 }, 'nothing counted')
+  // A handshake likewise: what the read brings is a sign of life.
+  c.status = 'connect'
+  c.emit('connect')
+  h.clock = 2 * TIMEOUT_MS
+  h.watchdog.check()
+  h.clock = 3 * TIMEOUT_MS
+  h.watchdog.check()
+  c.stream.bytesRead += 100
+  await settle()
+  t.same(c.disconnects, [], 'nor a handshake whose reply came in that read')
+  await h.turn(3.5 * TIMEOUT_MS)
+  await closedAt(t, h, c, 4 * TIMEOUT_MS, 'a whole timeout after that read, still in its handshake, it is closed')
+})
+
 t.test('a handshake is timed from the connection\'s connect; one that reads something (a loading Redis\'s INFO) is not taken for dead', async (t) => {
   const stuck = new StandIn()
   const loading = new StandIn()

@@ -62,7 +62,8 @@ export interface WatchdogOptions {
  * Every half timeout it sends each ready connection a PING, unless one is
  * still waiting. A connection whose PING or handshake has waited the whole
  * timeout without a byte read from it meanwhile is closed: a PING waiting
- * behind a long queue of replies that keep arriving is not a dead connection.
+ * behind a long queue of replies that keep arriving is not a dead connection,
+ * and neither is one whose answer came while the process stood still (#confirm).
  * This costs one PING per connection per half timeout, whatever the traffic,
  * and checks idle connections too. (ioredis's own `socketTimeout` arms a
  * timer at every read of a busy connection, checks a connection only while
@@ -114,7 +115,21 @@ export class ConnectionWatchdog {
     if (pending === undefined || (status !== 'ready' && status !== 'connect')) return
     const read = bytesRead(connection)
     if (read !== pending.bytesRead) this.#pending.set(connection, { ...pending, quietSince: now, bytesRead: read })
-    else if (now - pending.quietSince >= this.#o.timeoutMs - CLOCK_SLACK_MS) this.#replace(connection, pending.kind)
+    else if (now - pending.quietSince >= this.#o.timeoutMs - CLOCK_SLACK_MS) setImmediate(() => { this.#confirm(connection, pending) })
+  }
+
+  /**
+   * The timeout ran out at a timer turn: the verdict waits for the poll phase
+   * that follows. Timers run before the loop reads its sockets, so after the
+   * process itself stood still (a long collection, a starved CPU) an answer may
+   * be waiting in the socket, not read yet. The connection is closed only if
+   * that read brought nothing and it still waits for the same thing.
+   */
+  #confirm (connection: Redis, pending: Pending): void {
+    if (this.#pending.get(connection) !== pending) return
+    const read = bytesRead(connection)
+    if (read !== pending.bytesRead) this.#pending.set(connection, { ...pending, quietSince: this.#now(), bytesRead: read })
+    else this.#replace(connection, pending.kind)
   }
 
   #ping (connection: Redis, now: number): void {
