@@ -17,7 +17,9 @@
  * shorter (a large write that the kernel takes a piece at a time). The second
  * reads the socket handle's `writeQueueSize`, which Node keeps on every
  * stream handle (TCP, pipe, TLS) but does not document; without it, progress
- * is seen per write finished.
+ * is seen per write finished. A look that finds none for the timeout cuts only
+ * if the loop's next poll phase brings none either: the process itself may have
+ * stood still (a long collection, a starved CPU) while its client read.
  */
 import { PageBuffers } from './page-buffers.js'
 
@@ -194,6 +196,8 @@ export class ClientBuffer {
   /** libuv's queue at the last look. */
   #queuedSeen = 0
   #progressAt = 0
+  /** A look found no progress for the timeout; the verdict waits for the next poll phase (#confirm). */
+  #confirming = false
 
   constructor (buffers: ClientBuffers, raw: WaitingConnection, listener: StalledListener, address: string) {
     this.#buffers = buffers
@@ -225,13 +229,25 @@ export class ClientBuffer {
   look (now: number, timeoutMs: number): void {
     this.#settle()
     if (!this.#watched) return
+    if (this.#progressed()) this.#progressAt = now
+    if (now - this.#progressAt < timeoutMs || this.#confirming) return
+    // The verdict waits for the loop's next poll phase: a look may come straight after the
+    // process itself stood still (a long collection, a starved CPU, a long callback), before
+    // the loop has handed the kernel what its client made room for meanwhile.
+    this.#confirming = true
+    setImmediate(() => { this.#confirm() })
+  }
+
+  /** After a look that found no progress for the timeout: cut, unless the poll phase since brought some. */
+  #confirm (): void {
+    this.#confirming = false
+    this.#settle()
+    if (!this.#watched) return
+    if (this.#progressed()) {
+      this.#progressAt = this.#buffers.now()
+      return
+    }
     const waiting = this.#charged
-    const queued = this.#queued()
-    if (waiting < this.#seenLength + this.#added || queued < this.#queuedSeen) this.#progressAt = now
-    this.#seenLength = waiting
-    this.#added = 0
-    this.#queuedSeen = queued
-    if (now - this.#progressAt < timeoutMs) return
     this.#release()
     this.#raw.destroy()
     // An answer without its socket yet destroys nothing by itself (Node
@@ -239,6 +255,17 @@ export class ClientBuffer {
     // and the answers queued on it leave uncounted (see #settle).
     this.#connectionSocket()?.destroy()
     this.#listener.writeTimedOut(waiting)
+  }
+
+  /** Progress since the last look (see look), which this look becomes. */
+  #progressed (): boolean {
+    const waiting = this.#charged
+    const queued = this.#queued()
+    const progressed = waiting < this.#seenLength + this.#added || queued < this.#queuedSeen
+    this.#seenLength = waiting
+    this.#added = 0
+    this.#queuedSeen = queued
+    return progressed
   }
 
   /** Charge what waits now; start or stop watching. */

@@ -27,10 +27,14 @@ t.test('a PING answered while the process stood still past the timeout keeps its
   const watchdog = new ConnectionWatchdog({ connections: () => [connection], timeoutMs: TIMEOUT_MS, logger: { warn: (fields: unknown) => { warnings.push(fields) } } })
   t.teardown(() => watchdog.close())
   for (let round = 0; round < 3; round++) {
-    // A PING goes out now; its answer lands in the socket while the loop is held.
-    watchdog.check()
-    standStill(2 * TIMEOUT_MS)
-    // The watchdog's interval is overdue: it runs first, then the loop reads the socket.
+    // A PING goes out now; its answer lands in the socket while the loop is held, late in
+    // its turn (after the poll phase, as a long callback would be). The watchdog's
+    // overdue timer runs at the start of the next turn, before the loop reads the socket.
+    await new Promise<void>((resolve) => setImmediate(() => {
+      watchdog.check()
+      standStill(2 * TIMEOUT_MS)
+      resolve()
+    }))
     await sleep(TIMEOUT_MS / 2)
   }
   t.same(watchdog.replaced(), { ping: 0, handshake: 0 }, 'no connection taken for dead')

@@ -1,5 +1,6 @@
 // The write timeout and the budget of client buffers, on a fake clock and
 // fake connections: what counts as progress, who is cut, what is charged.
+// (test/unit/client-buffers-stall.test.ts: the same on a real connection, with the process standing still.)
 import t from 'tap'
 import { ClientBuffers, type WaitingConnection } from '../../src/sse/client-buffers.js'
 
@@ -45,6 +46,12 @@ class FakeConnection implements WaitingConnection {
 
 const TIMEOUT = 10_000
 
+/** The timer's look, then the loop's next poll phase, after which a cut it found due is made. */
+async function look (buffers: ClientBuffers): Promise<void> {
+  buffers.tick()
+  await new Promise((resolve) => setImmediate(resolve))
+}
+
 interface Connection {
   raw: FakeConnection
   cut: number[]
@@ -75,7 +82,7 @@ t.test('an idle stream with nothing waiting is never watched nor cut', async t =
   const { raw, cut, account } = connection()
   // Its writes go straight to the kernel: writableLength back to 0 at once.
   account.wrote(0)
-  for (clock.now = 0; clock.now < 10 * TIMEOUT; clock.now += 1000) buffers.tick()
+  for (clock.now = 0; clock.now < 10 * TIMEOUT; clock.now += 1000) await look(buffers)
   t.same(cut, [])
   t.equal(raw.destroyed, false)
   t.equal(buffers.watched, 0, 'it costs the timer nothing')
@@ -88,15 +95,15 @@ t.test('bytes waiting that never drain: cut once the timeout passes, whether wri
   write(300)
   t.equal(buffers.waitingBytes, 300, 'charged to the budget')
   clock.now = TIMEOUT - 1
-  buffers.tick()
+  await look(buffers)
   t.same(cut, [], 'not before the timeout')
   clock.now = TIMEOUT
-  buffers.tick()
+  await look(buffers)
   t.same(cut, [300], 'cut at the timeout, told what waited')
   t.equal(raw.destroyed, true, 'the connection is destroyed')
   t.equal(buffers.waitingBytes, 0, 'its bytes leave the budget')
   t.equal(buffers.watched, 0)
-  buffers.tick()
+  await look(buffers)
   t.same(cut, [300], 'cut once')
 })
 
@@ -108,9 +115,9 @@ t.test('progress: a write finished, or the write in flight shrinking, restarts t
   // The kernel takes a piece of the write in flight.
   clock.now = TIMEOUT - 1000
   raw.handle.writeQueueSize = 500
-  buffers.tick()
+  await look(buffers)
   clock.now = 2 * TIMEOUT - 1001
-  buffers.tick()
+  await look(buffers)
   t.same(cut, [], 'a partial write is progress')
   // The write in flight finishes, and another is written: less waits than was seen plus written.
   raw.writableLength = 0
@@ -119,16 +126,42 @@ t.test('progress: a write finished, or the write in flight shrinking, restarts t
   raw.handle.writeQueueSize = 400
   t.equal(buffers.waitingBytes, 400, 'the charge follows what waits')
   clock.now = 3 * TIMEOUT - 1002
-  buffers.tick()
+  await look(buffers)
   t.same(cut, [], 'a finished write is progress')
   // New writes are not progress: nothing was accepted.
   write(300)
   clock.now = 3 * TIMEOUT
-  buffers.tick()
+  await look(buffers)
   account.settle()
   clock.now = 4 * TIMEOUT - 1002
-  buffers.tick()
+  await look(buffers)
   t.same(cut, [700], 'writing more to a client that takes nothing does not keep it alive: cut a timeout after its last progress')
+})
+
+t.test('a look that finds the timeout run out cuts only if the next poll phase brings no progress either', async t => {
+  const { buffers, clock, connection } = setup()
+  const { raw, cut, write } = connection()
+  write(300)
+  raw.handle.writeQueueSize = 300
+  // The process stood still past the timeout; its client read meanwhile, and the loop
+  // hands the kernel more only in its poll phase, after the look.
+  clock.now = TIMEOUT
+  buffers.tick()
+  raw.handle.writeQueueSize = 200
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(cut, [], 'not cut: the write in flight shrank before the verdict')
+  t.equal(raw.destroyed, false)
+  clock.now = 2 * TIMEOUT - 1
+  await look(buffers)
+  t.same(cut, [], 'the clock started again at that progress')
+  // Two looks before the verdict: one cut.
+  clock.now = 2 * TIMEOUT
+  buffers.tick()
+  buffers.tick()
+  t.equal(raw.destroyed, false, 'not before the poll phase')
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(cut, [300], 'cut once, a timeout after the last progress, when the poll phase brought none: told what waited')
+  t.equal(raw.destroyed, true)
 })
 
 t.test('drained: the connection leaves the watch; bytes waiting later start a new clock', async t => {
@@ -142,10 +175,10 @@ t.test('drained: the connection leaves the watch; bytes waiting later start a ne
   t.equal(buffers.waitingBytes, 0)
   write(100)
   clock.now = 2 * TIMEOUT - 2
-  buffers.tick()
+  await look(buffers)
   t.same(cut, [], 'the clock started at the new bytes')
   clock.now = 2 * TIMEOUT
-  buffers.tick()
+  await look(buffers)
   t.same(cut, [100])
 })
 
@@ -158,7 +191,7 @@ t.test('answers pipelined on one stuck connection: the connection is cut once, c
   // Answers written before their turn wait in their own queue, not the socket's.
   for (const answer of queued) answer.write(200)
   clock.now = TIMEOUT
-  buffers.tick()
+  await look(buffers)
   t.equal(socket.destroyed, true, 'the connection\'s socket is destroyed')
   t.same([first, ...queued].map(answer => answer.cut), [[100], [], []], 'one cut counted: the queued answers leave with their connection')
   t.equal(buffers.waitingBytes, 0, 'none of their bytes stay charged')
@@ -171,7 +204,7 @@ t.test('a queued answer stuck on its own cuts its request\'s socket', async t =>
   const queued = connection(socket)
   queued.write(200)
   clock.now = TIMEOUT
-  buffers.tick()
+  await look(buffers)
   t.equal(socket.destroyed, true, 'destroyed now, not when Node would hand the socket over')
   t.same(queued.cut, [200])
 })
