@@ -119,11 +119,11 @@ export class ConnectionWatchdog {
   }
 
   /**
-   * The timeout ran out at a timer turn: the verdict waits for the poll phase
-   * that follows. Timers run before the loop reads its sockets, so after the
-   * process itself stood still (a long collection, a starved CPU) an answer may
-   * be waiting in the socket, not read yet. The connection is closed only if
-   * that read brought nothing and it still waits for the same thing.
+   * The timeout ran out at a timer turn: the verdict waits for the loop's next
+   * poll phase. The turn may come straight after the process itself stood
+   * still (a long collection, a starved CPU, a long callback), with an answer
+   * waiting in the socket, not read yet. The connection is closed only if that
+   * read brought nothing and it still waits for the same thing.
    */
   #confirm (connection: Redis, pending: Pending): void {
     if (this.#pending.get(connection) !== pending) return
