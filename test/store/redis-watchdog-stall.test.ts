@@ -29,7 +29,7 @@ t.test('a PING answered while the process stood still past the timeout keeps its
   for (let round = 0; round < 3; round++) {
     // A PING goes out now; its answer lands in the socket while the loop is held, late in
     // its turn (after the poll phase, as a long callback would be). The watchdog's
-    // overdue timer runs at the start of the next turn, before the loop reads the socket.
+    // overdue timer runs next, before the loop reads the socket again.
     await new Promise<void>((resolve) => setImmediate(() => {
       watchdog.check()
       standStill(2 * TIMEOUT_MS)

@@ -68,8 +68,8 @@ t.test('a client that reads while the process stands still past the write timeou
   t.ok(readBefore > 0, 'the client reads')
   for (let round = 0; round < 2; round++) {
     // A look now, then the loop held past the timeout, late in its turn (after the poll
-    // phase, as a long callback would be): the next look is the overdue timer's, at the
-    // start of the next turn, before the loop writes again.
+    // phase, as a long callback would be): the next look is the overdue timer's, before
+    // the loop writes again.
     await new Promise<void>((resolve) => setImmediate(() => {
       buffers.tick()
       standStill(1.5 * TIMEOUT_MS)
