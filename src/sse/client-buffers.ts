@@ -91,6 +91,7 @@ export class ClientBuffers {
   readonly #byAddress = new Map<string, number>()
   readonly #timer: NodeJS.Timeout | undefined
   #waiting = 0
+  #stopped = false
 
   constructor (options: ClientBuffersOptions) {
     this.maxBytes = options.maxBytes
@@ -149,7 +150,11 @@ export class ClientBuffers {
     for (const buffer of this.#watched) buffer.look(now, this.writeTimeoutMs)
   }
 
+  /** After stop(), no connection is cut (a verdict already waiting included). */
+  get stopped (): boolean { return this.#stopped }
+
   stop (): void {
+    this.#stopped = true
     clearInterval(this.#timer)
   }
 
@@ -196,8 +201,12 @@ export class ClientBuffer {
   /** libuv's queue at the last look. */
   #queuedSeen = 0
   #progressAt = 0
-  /** A look found no progress for the timeout; the verdict waits for the next poll phase (#confirm). */
-  #confirming = false
+  /**
+   * Set by a look that found no progress for the timeout: the verdict it waits
+   * to give after the next poll phase (#confirm). A release drops it: a
+   * connection drained and watched again meanwhile has a clock of its own.
+   */
+  #verdict: object | undefined
 
   constructor (buffers: ClientBuffers, raw: WaitingConnection, listener: StalledListener, address: string) {
     this.#buffers = buffers
@@ -230,19 +239,21 @@ export class ClientBuffer {
     this.#settle()
     if (!this.#watched) return
     if (this.#progressed()) this.#progressAt = now
-    if (now - this.#progressAt < timeoutMs || this.#confirming) return
+    if (now - this.#progressAt < timeoutMs || this.#verdict !== undefined) return
     // The verdict waits for the loop's next poll phase: a look may come straight after the
     // process itself stood still (a long collection, a starved CPU, a long callback), before
     // the loop has handed the kernel what its client made room for meanwhile.
-    this.#confirming = true
-    setImmediate(() => { this.#confirm() })
+    const verdict = {}
+    this.#verdict = verdict
+    setImmediate(() => { this.#confirm(verdict) })
   }
 
   /** After a look that found no progress for the timeout: cut, unless the poll phase since brought some. */
-  #confirm (): void {
-    this.#confirming = false
+  #confirm (verdict: object): void {
+    if (this.#verdict !== verdict) return
+    this.#verdict = undefined
     this.#settle()
-    if (!this.#watched) return
+    if (!this.#watched || this.#buffers.stopped) return
     if (this.#progressed()) {
       this.#progressAt = this.#buffers.now()
       return
@@ -292,6 +303,7 @@ export class ClientBuffer {
   }
 
   #release (): void {
+    this.#verdict = undefined
     if (this.#charged !== 0) this.#buffers.charge(-this.#charged, this.#address)
     this.#charged = 0
     if (!this.#watched) return

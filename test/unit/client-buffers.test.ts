@@ -164,6 +164,41 @@ t.test('a look that finds the timeout run out cuts only if the next poll phase b
   t.equal(raw.destroyed, true)
 })
 
+t.test('a connection that drains before the verdict, and is written to again, keeps a clock of its own', async t => {
+  const { buffers, clock, connection } = setup()
+  const { raw, cut, address, account, write } = connection()
+  write(300)
+  raw.handle.writeQueueSize = 300
+  clock.now = TIMEOUT
+  buffers.tick()
+  // Before the verdict: the client takes everything, and the stream writes its next page.
+  raw.writableLength = 0
+  raw.handle.writeQueueSize = 0
+  t.equal(buffers.room(500, address, account), true)
+  write(500)
+  raw.handle.writeQueueSize = 500
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(cut, [], 'not cut for a wait that ended')
+  clock.now = 2 * TIMEOUT - 1
+  await look(buffers)
+  t.same(cut, [], 'its clock started at the new page')
+  clock.now = 2 * TIMEOUT
+  await look(buffers)
+  t.same(cut, [500], 'and it is cut a timeout after it, when nothing more was taken')
+})
+
+t.test('stop(): a verdict already waiting is not given', async t => {
+  const { buffers, clock, connection } = setup()
+  const { raw, cut, write } = connection()
+  write(300)
+  clock.now = TIMEOUT
+  buffers.tick()
+  buffers.stop()
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(cut, [])
+  t.equal(raw.destroyed, false)
+})
+
 t.test('drained: the connection leaves the watch; bytes waiting later start a new clock', async t => {
   const { buffers, clock, connection } = setup()
   const { raw, cut, account, write } = connection()

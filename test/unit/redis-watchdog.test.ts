@@ -240,6 +240,19 @@ t.test('connections opening or waiting to reconnect are left to ioredis; the set
   t.same(a.disconnects, [true])
 })
 
+t.test('close(): a verdict already waiting is not given (the store closes its connections itself)', async (t) => {
+  const c = new StandIn()
+  const h = harness(t, () => [c])
+  await h.turn(0)
+  h.clock = TIMEOUT_MS
+  h.watchdog.check()
+  h.watchdog.close()
+  await settle()
+  t.same(c.disconnects, [], 'not closed')
+  t.same(h.watchdog.replaced(), { ping: 0, handshake: 0 }, 'nothing counted')
+  t.same(h.warnings, [])
+})
+
 t.test('close() stops the turns', async (t) => {
   const c = new StandIn()
   const watchdog = new ConnectionWatchdog({ connections: () => [c as unknown as Redis], timeoutMs: 20 })

@@ -81,6 +81,7 @@ export class ConnectionWatchdog {
   readonly #timer: NodeJS.Timeout
   readonly #replaced = noneReplaced()
   #pings = 0
+  #closed = false
 
   constructor (options: WatchdogOptions) {
     this.#o = options
@@ -94,7 +95,9 @@ export class ConnectionWatchdog {
     for (const connection of this.#o.connections()) this.#checkOne(connection, now)
   }
 
+  /** No more turns, and no verdict already waiting is given (the store is closing its connections itself). */
   close (): void {
+    this.#closed = true
     clearInterval(this.#timer)
   }
 
@@ -126,7 +129,7 @@ export class ConnectionWatchdog {
    * read brought nothing and it still waits for the same thing.
    */
   #confirm (connection: Redis, pending: Pending): void {
-    if (this.#pending.get(connection) !== pending) return
+    if (this.#closed || this.#pending.get(connection) !== pending) return
     const read = bytesRead(connection)
     if (read !== pending.bytesRead) this.#pending.set(connection, { ...pending, quietSince: this.#now(), bytesRead: read })
     else this.#replace(connection, pending.kind)
