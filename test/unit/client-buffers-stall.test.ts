@@ -11,14 +11,10 @@ import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Worker } from 'node:worker_threads'
 import { ClientBuffers } from '../../src/sse/client-buffers.js'
+import { standStill } from '../fixtures/stand-still.js'
 
 const TIMEOUT_MS = 1000
 const CHUNK = Buffer.alloc(1 << 20, 'x')
-
-/** Holds this thread's event loop: nothing is read or written meanwhile. */
-function standStill (ms: number): void {
-  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
-}
 
 /**
  * A client on a thread of its own (it reads while this one stands still), up to
