@@ -83,7 +83,7 @@ export async function buildGateway (config: GatewayConfig, deps: GatewayDeps): P
   if (store.connectionsReplaced !== undefined) metrics.watchStoreConnections(store.connectionsReplaced.bind(store))
   const { upstream, discovery } = deps.upstream !== undefined
     ? { upstream: deps.upstream, discovery: undefined }
-    : await createUpstream({ targets: config.upstreamTargets, setAsideMs: config.upstreamSetAsideMs, headersTimeoutMs: config.upstreamHeadersTimeoutMs, resolveMs: config.upstreamResolveMs, resolveHost: deps.resolveHost, placementRandom: deps.placementRandom, log: logger })
+    : await createUpstream({ targets: config.upstreamTargets, setAsideMs: config.upstreamSetAsideMs, headersTimeoutMs: config.upstreamHeadersTimeoutMs, keepAliveTimeoutMs: config.upstreamKeepaliveTimeoutMs, resolveMs: config.upstreamResolveMs, resolveHost: deps.resolveHost, placementRandom: deps.placementRandom, log: logger })
   metrics.watchUpstreamEndpoints(() => upstream.endpoints.snapshot())
   if (config.allowedHosts.kind === 'any') logger.warn('ALLOWED_HOSTS is *: no Host check, so no DNS-rebinding protection; list the names clients use instead')
   const trustedProxies = trustedProxyList(config.trustedProxies)

@@ -157,6 +157,8 @@ export interface UpstreamResponse {
 
 export type UpstreamClientOptions = {
   readonly headersTimeoutMs: number
+  /** UPSTREAM_KEEPALIVE_TIMEOUT_MS: how long an idle connection is kept when the upstream gives no Keep-Alive hint (unset: undici's 4 s). */
+  readonly keepAliveTimeoutMs?: number
   readonly dispatcher?: Dispatcher
 } & ({
   /** One endpoint. */
@@ -191,9 +193,9 @@ export class UpstreamClient {
     this.#headersTimeoutMs = options.headersTimeoutMs
     this.#ownsDispatcher = options.dispatcher === undefined
     this.#dispatcher = options.dispatcher ?? new Agent({
-      // Idle upstream connections kept for the next request (undici's default is 4 s); a
-      // server's Keep-Alive timeout hint, when shorter (Node's: 5 s), wins.
-      keepAliveTimeout: 30_000,
+      // Idle upstream connections kept for the next request. A server's Keep-Alive
+      // timeout hint replaces it, less undici's 2 s margin (Node's timeout=5: 3 s).
+      ...(options.keepAliveTimeoutMs !== undefined && { keepAliveTimeout: options.keepAliveTimeoutMs }),
       // One client stream may hold an upstream connection for its lifetime.
       connections: null,
       pipelining: 1,

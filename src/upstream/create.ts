@@ -9,6 +9,8 @@ export interface UpstreamOptions {
   readonly targets: readonly UpstreamTarget[]
   readonly setAsideMs: number
   readonly headersTimeoutMs: number
+  /** UPSTREAM_KEEPALIVE_TIMEOUT_MS. */
+  readonly keepAliveTimeoutMs: number
   /** Longest time a resolved name is used before it is resolved again. */
   readonly resolveMs: number
   readonly resolveHost?: HostResolver
@@ -26,7 +28,7 @@ export async function createUpstream (options: UpstreamOptions): Promise<{ upstr
   const { targets } = options
   const endpoints = new EndpointSet(targets, { setAsideMs: options.setAsideMs, random: options.placementRandom })
   const resolvable = targets.some(t => t.resolvable)
-  const upstream = new UpstreamClient({ endpoints, headersTimeoutMs: options.headersTimeoutMs })
+  const upstream = new UpstreamClient({ endpoints, headersTimeoutMs: options.headersTimeoutMs, keepAliveTimeoutMs: options.keepAliveTimeoutMs })
   if (!resolvable) return { upstream, discovery: undefined }
   const discovery = new UpstreamDiscovery({ targets, endpoints, resolver: options.resolveHost ?? systemResolver, maxAgeMs: options.resolveMs, log: options.log.child({ component: 'upstream-discovery' }) })
   await discovery.start()
