@@ -183,8 +183,6 @@ export class UpstreamClient {
   readonly #dispatcher: Dispatcher
   readonly #ownsDispatcher: boolean
   readonly #headersTimeoutMs: number
-  /** TLS server names of origins connected to by address (a resolved https name). */
-  readonly #servernames = new Map<string, string>()
 
   constructor (options: UpstreamClientOptions) {
     this.endpoints = 'endpoints' in options
@@ -199,9 +197,11 @@ export class UpstreamClient {
       // One client stream may hold an upstream connection for its lifetime.
       connections: null,
       pipelining: 1,
-      // One pool per origin (undici's default), with the name's TLS server name when connecting by address.
+      // One pool per origin (undici's default), with the name's TLS server name when
+      // connecting by address. The origin is the route's, as the request gave it: an
+      // endpoint's key (a URL's origin would drop a default port the key keeps).
       factory: (origin, opts) => {
-        const servername = this.#servernames.get(new URL(String(origin)).origin)
+        const servername = this.endpoints.routeOf(String(origin))?.servername
         return new Pool(origin, servername === undefined ? opts : { ...opts, connect: { servername } })
       }
     })
@@ -251,7 +251,6 @@ export class UpstreamClient {
   }
 
   async #send (key: EndpointKey, route: EndpointRoute, req: UpstreamRequest): Promise<UpstreamResponse> {
-    if (route.servername !== undefined) this.#servernames.set(route.origin, route.servername)
     // undici's headersTimeout starts again at each interim (1xx) answer, so an upstream
     // sending 102 Processing every few seconds would hold a request for as long as it
     // keeps on: a POST with its body, or the session's standalone GET. The wait for the
