@@ -42,23 +42,35 @@ export function principalHash (kind: PrincipalKind, ...parts: readonly string[])
 /** The principal of requests that carry no credential: all of them share it. */
 export const ANONYMOUS_PRINCIPAL = principalHash('anonymous')
 
+/** PRINCIPAL_HEADER's default, whose principals are hashed without the header's name. */
+export const DEFAULT_PRINCIPAL_HEADER = 'authorization'
+
 /**
  * Without an authorization server configured: the principal is the hash of
  * one request header (PRINCIPAL_HEADER, the Authorization value by default).
  * A new token is a new principal: a client whose access token is refreshed
  * loses access to the sessions it opened with the old one. A request without
  * the header (or with it empty) is the anonymous principal.
+ *
+ * The header's name is one of the parts (Authorization's aside, whose
+ * sessions so carry over from releases that hashed the value alone): a value
+ * sent in Authorization to a replica on the default binding never stands for
+ * the principal an authenticating proxy's X-Authenticated-User of the same
+ * value made on a replica bound to that header (a migration, a rollback).
  */
 export class HeaderPrincipal implements PrincipalResolver {
   readonly kind = 'header' as const
+  /** Lower case, as Node names headers. */
   readonly #header: string
+  readonly #parts: readonly string[]
 
   constructor (header: string) {
-    this.#header = header
+    this.#header = header.toLowerCase()
+    this.#parts = this.#header === DEFAULT_PRINCIPAL_HEADER ? [] : [this.#header]
   }
 
   identify (headers: IncomingHttpHeaders): Identity {
     const value = headerValue(headers[this.#header]) ?? ''
-    return { principal: value === '' ? ANONYMOUS_PRINCIPAL : principalHash('header', value) }
+    return { principal: value === '' ? ANONYMOUS_PRINCIPAL : principalHash('header', ...this.#parts, value) }
   }
 }

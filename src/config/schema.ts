@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
+import { DEFAULT_PRINCIPAL_HEADER } from '../auth/principal.js'
 import { LOG_LEVELS } from '../lazy-logger.js'
 
 /**
@@ -52,7 +53,7 @@ export const ConfigSchema = Type.Object({
   UPSTREAM_HEADERS_TIMEOUT_SECONDS: Type.Integer({ default: 300, minimum: 1, description: 'How long the upstream may take to send response headers (the final ones: interim 1xx answers such as 102 Processing do not start it again). SSE bodies have no read timeout.' }),
   UPSTREAM_KEEPALIVE_TIMEOUT_MS: Type.Integer({ default: 3000, minimum: 100, description: 'How long an idle upstream connection is kept for the next request when the upstream\'s answers carry no Keep-Alive timeout hint (a hint is used instead, less 2 s: a Node server\'s timeout=5 keeps it 3 s). Keep it below the upstream\'s own idle timeout (uvicorn and hypercorn: 5 s; gunicorn: 2 s): a request written just as the upstream closes an idle connection gets 502 and is not sent again (it may have run).' }),
 
-  PRINCIPAL_HEADER: Type.String({ default: 'authorization', description: 'Request header whose hash identifies the principal a session is bound to.' }),
+  PRINCIPAL_HEADER: Type.String({ default: DEFAULT_PRINCIPAL_HEADER, description: 'Request header whose hash identifies the principal a session is bound to (with the header\'s name, unless it is Authorization: the same value in another header is another principal).' }),
   AUTH_JWT_ISSUER: Type.Optional(Type.String({ description: 'The OAuth authorization server\'s issuer identifier. Set with AUTH_JWKS_URL and AUTH_JWT_AUDIENCE: the MCP endpoint then verifies bearer JWTs (signature, iss, aud, exp, nbf) and binds sessions to the token\'s iss + sub, so they survive token refresh; a missing or invalid token gets 401. Unset: sessions are bound to the hash of PRINCIPAL_HEADER, and a refreshed token loses its sessions.' })),
   AUTH_JWKS_URL: Type.Optional(Type.String({ description: 'The authorization server\'s JWK Set URL (its jwks_uri), https:// (http:// only on loopback). Fetched on first use and cached; see AUTH_JWKS_CACHE_SECONDS.' })),
   AUTH_JWT_AUDIENCE: Type.Optional(Type.String({ description: 'Comma-separated audiences a token must name in aud: this MCP server\'s resource identifier (its canonical URL, RFC 8707).' })),

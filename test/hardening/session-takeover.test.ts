@@ -11,7 +11,7 @@ import { RECORD_BYTES, type MemoryEventStore } from '../../src/store/memory/memo
 import { startGateway, startGatewayOnRedis } from '../fixtures/gateway.js'
 import { deleteKeys, useRedis } from '../fixtures/redis.js'
 import { exchange, jsonRpcError, rawInitialize } from '../fixtures/hardening.js'
-import { HeaderPrincipal } from '../../src/auth/principal.js'
+import { HeaderPrincipal, principalHash } from '../../src/auth/principal.js'
 import { parseSessionId, SessionIdIssuer } from '../../src/protocol/session-id.js'
 
 const CAP = 1048576
@@ -115,6 +115,32 @@ t.test('after a real loss (Redis restarted empty), a session this replica knew i
   t.equal(owner.status, 200, 'alice: her session recovered under a new epoch (the upstream confirmed it)')
   t.not(await store.getSession(alice.sessionId), null, 'recorded again, for alice')
   t.equal((await exchange(mcpUrl, { method: 'POST', headers: alice.headers({ authorization: 'Bearer mallory' }), body: ping(4) })).status, 404, 'mallory still 404')
+})
+
+t.test('replicas over one Redis bound to different headers: the same value in another header is another principal', async t => {
+  const upstream = await startExampleServer()
+  t.teardown(() => upstream.close())
+  const testRedis = await useRedis(t, 'takeover')
+  // A migration or a rollback: one replica bound to what an authenticating proxy sets, one on the default.
+  const proxied = await startGatewayOnRedis(t, testRedis, upstream.url, { PRINCIPAL_HEADER: 'X-Authenticated-User' })
+  const plain = await startGatewayOnRedis(t, testRedis, upstream.url)
+  const alice = await rawInitialize(`${proxied.url}/mcp`, { headers: { 'x-authenticated-user': 'alice@example.com' } })
+  t.equal((await exchange(`${proxied.url}/mcp`, { method: 'POST', headers: alice.headers(), body: ping(1) })).status, 200, 'alice\'s session works')
+
+  // Mallory holds the leaked id and knows alice's user name.
+  const asMallory = { authorization: 'alice@example.com' }
+  const call = await exchange(`${plain.url}/mcp`, { method: 'POST', headers: alice.headers(asMallory), body: ping(2) })
+  t.equal(call.status, 404, 'alice\'s user name as Authorization, on the default replica: 404')
+  t.match(jsonRpcError(call.text)?.message, GATEWAY_404, 'the gateway\'s answer: nothing reached alice\'s upstream session')
+  const initializeId = alice.initEvents.find(e => e.id !== undefined)?.id
+  t.type(initializeId, 'string', 'alice\'s initialize answer was recorded under an event id')
+  const resume = await exchange(`${plain.url}/mcp`, { headers: alice.getHeaders(initializeId, asMallory) }, 800)
+  t.equal(resume.status, 404, 'nor does a resume replay what was recorded for alice')
+  t.equal((await exchange(`${proxied.url}/mcp`, { method: 'POST', headers: alice.headers(), body: ping(3) })).status, 200, 'alice\'s session goes on')
+
+  const value = 'Bearer token'
+  t.equal(new HeaderPrincipal('authorization').identify({ authorization: value }).principal, principalHash('header', value), 'Authorization\'s principals keep their form: sessions carry over an upgrade')
+  t.not(new HeaderPrincipal('x-authenticated-user').identify({ 'x-authenticated-user': value }).principal, principalHash('header', value), 'another header\'s name is part of its principals')
 })
 
 t.test('a modern-era protocol version does not get around the binding of a session whose record expired', async t => {
