@@ -1,4 +1,5 @@
 import { EventTooLargeError } from './event-too-large.js'
+import { CR, isField, keptLines, LF } from './lines.js'
 import { EventBatchBuilder } from '../store/batch/event-batch.js'
 import type { FrameEvent } from '../store/contract.js'
 
@@ -15,21 +16,10 @@ export interface UpstreamEvent extends FrameEvent {
   readonly upstreamId?: string | undefined
 }
 
-const LF = 0x0a
-const CR = 0x0d
-const COLON = 0x3a
 const BOM = Buffer.from([0xef, 0xbb, 0xbf])
 const EMPTY = Buffer.alloc(0)
 /** Bytes of a line that tell which field it is ("retry:" and one more). */
 const HEAD_BYTES = 8
-
-/** Does the line [start, end) of `buf` name the field `name` ("name" alone, or "name:...")? */
-function isField (buf: Buffer, start: number, end: number, name: string): boolean {
-  const n = name.length
-  if (end - start < n || (end - start > n && buf[start + n] !== COLON)) return false
-  for (let i = 0; i < n; i++) if (buf[start + i] !== name.charCodeAt(i)) return false
-  return true
-}
 
 /** The value of a field line: after the colon, one leading space dropped. */
 function fieldValue (buf: Buffer, start: number, end: number, nameLength: number): string {
@@ -45,16 +35,11 @@ function fieldValue (buf: Buffer, start: number, end: number, nameLength: number
  * passed on with it. A copy, only for events that carry either.
  */
 function withoutRetryLines (buf: Buffer, start: number, end: number): Buffer {
-  const kept: Buffer[] = []
-  let i = start
-  while (i < end) {
-    let j = i
-    while (j < end && buf[j] !== LF && buf[j] !== CR) j++
-    const next = buf[j] === CR && buf[j + 1] === LF && j + 1 < end ? j + 2 : j + 1
-    if (!isField(buf, i, j, 'retry') && !isField(buf, i, j, 'id')) kept.push(buf.subarray(i, Math.min(next, end)))
-    i = next
-  }
-  return Buffer.concat(kept)
+  return keptLines(buf, start, end, notRetryOrId)
+}
+
+function notRetryOrId (buf: Buffer, start: number, end: number): boolean {
+  return !isField(buf, start, end, 'retry') && !isField(buf, start, end, 'id')
 }
 
 /**
@@ -179,6 +164,10 @@ export class SseDecoder {
     let pos = 0
     // Most upstreams end lines with LF alone: then one search per line does.
     const anyCr = buf.indexOf(CR) !== -1
+    // With CRs, the next LF and the next CR from `pos` (-1: none left), each searched
+    // again only once passed: a read of many LF lines and one CR is scanned once.
+    let lf = -2
+    let cr = -2
     for (;;) {
       let end: number
       let next: number
@@ -187,8 +176,8 @@ export class SseDecoder {
         if (end === -1) break
         next = end + 1
       } else {
-        const lf = buf.indexOf(LF, pos)
-        const cr = buf.indexOf(CR, pos)
+        if (lf !== -1 && lf < pos) lf = buf.indexOf(LF, pos)
+        if (cr !== -1 && cr < pos) cr = buf.indexOf(CR, pos)
         if (lf === -1 && cr === -1) break
         end = cr === -1 || (lf !== -1 && lf < cr) ? lf : cr
         if (buf[end] === CR) {

@@ -5,6 +5,7 @@
  */
 import { createParser } from 'eventsource-parser'
 import type { GapNotice } from '../gaps.js'
+import { isField, keptLines } from './lines.js'
 
 /** Event type of the gateway's own gap notices; MCP clients only act on "message". */
 export const GAP_EVENT = 'gateway-gap'
@@ -62,17 +63,25 @@ export function frameWithoutId (frame: Buffer): Buffer {
 }
 
 /**
- * What a client makes of a stored frame: its data and event type, by the
- * same parser clients use. Off the hot path (tests, and the check whether a
- * request stream's event answers its request).
+ * What a client makes of a frame: its data and event type, by the same parser
+ * clients use. Off the hot path (tests, the check whether a request stream's
+ * event answers its request, the answers the gateway reads). Only the `data`
+ * and `event` lines reach the parser: the others change neither, and the
+ * parser makes an error object, with its stack, of every line it does not
+ * know, which for an event of millions of such lines (within MAX_EVENT_BYTES)
+ * would hold the process for seconds.
  */
 export function parseFrame (frame: Buffer): { data: string, event: string | undefined } | undefined {
   let parsed: { data: string, event: string | undefined } | undefined
   const parser = createParser({ onEvent: e => { parsed ??= { data: e.data, event: e.event } } })
   // A frame never starts a stream: a byte order mark in it is data, as for a client.
-  parser.feed(new TextDecoder('utf-8', { ignoreBOM: true }).decode(frame))
+  parser.feed(new TextDecoder('utf-8', { ignoreBOM: true }).decode(keptLines(frame, 0, frame.length, isDataOrEvent)))
   parser.feed('\n\n')
   return parsed
+}
+
+function isDataOrEvent (buf: Buffer, start: number, end: number): boolean {
+  return isField(buf, start, end, 'data') || isField(buf, start, end, 'event')
 }
 
 /** Does `bytes` hold a UTF-8 byte order mark at `at`? */

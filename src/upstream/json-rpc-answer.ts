@@ -7,7 +7,8 @@
  * bytes are never lost: `body` gives what was read, then the rest.
  */
 import type { Readable } from 'node:stream'
-import { createParser } from 'eventsource-parser'
+import { SseDecoder } from '../sse/decoder.js'
+import { parseFrame } from '../sse/frame.js'
 import { readAnswerStart } from './answer-start.js'
 
 export interface JsonRpcAnswer {
@@ -26,12 +27,21 @@ export interface JsonRpcResponse {
 /** `maxWaitMs`: as readAnswerStart's (past it, nothing is found). */
 export async function readJsonRpcAnswer (body: Readable, kind: 'json' | 'sse', id: string | number, maxBytes: number, maxWaitMs?: number): Promise<JsonRpcAnswer> {
   let response: JsonRpcResponse | undefined
-  const parser = createParser({
-    onEvent: event => { response ??= responseTo(event.data, id) }
-  })
+  // The gateway's own decoder splits the events (in one pass, whatever their lines); each
+  // event's data is parsed as a client would. An event past the bound ends the search.
+  const decoder = new SseDecoder(maxBytes)
+  let unreadable = false
   const start = await readAnswerStart(body, maxBytes, chunk => {
-    if (kind === 'sse') parser.feed(chunk.toString('utf8'))
-    return response !== undefined
+    if (kind !== 'sse' || unreadable) return response !== undefined || unreadable
+    try {
+      for (const event of decoder.push(chunk)) {
+        const data = parseFrame(event.frame)?.data
+        if (data !== undefined) response ??= responseTo(data, id)
+      }
+    } catch {
+      unreadable = true
+    }
+    return response !== undefined || unreadable
   }, maxWaitMs)
   if (kind === 'json' && start.ended) response = responseTo(Buffer.concat(start.chunks).toString('utf8'), id)
   return { response, body: start.body }

@@ -64,3 +64,27 @@ for (const [name, body] of shapes) {
     t.ok(copies.bytes <= 4 * event.length, `copied ${copies.bytes} bytes for a ${event.length}-byte event (at most 4 times its size)`)
   })
 }
+
+/** Adds up the bytes Buffer's indexOf scans (from where it starts to what it finds, or to the end) while the test runs. */
+function countSearches (t: Test): { readonly bytes: number } {
+  const counter = { bytes: 0 }
+  const indexOf = Buffer.prototype.indexOf
+  Buffer.prototype.indexOf = function (this: Buffer, value: Parameters<Buffer['indexOf']>[0], byteOffset?: number | BufferEncoding, encoding?: BufferEncoding) {
+    const found = indexOf.call(this, value, byteOffset as number, encoding)
+    counter.bytes += (found === -1 ? this.length : found + 1) - (typeof byteOffset === 'number' ? byteOffset : 0)
+    return found
+  }
+  t.teardown(() => { Buffer.prototype.indexOf = indexOf })
+  return counter
+}
+
+t.test('a read of many LF lines and one CR at its end: searched once, not once a line', async t => {
+  const read = Buffer.from(`${'data: x\n'.repeat(8000)}\r\n`)
+  const decoder = new SseDecoder(4 * 1024 * 1024)
+  const searches = countSearches(t)
+  const frames = decoder.push(read)
+  t.equal(frames.length, 1, 'one event')
+  t.equal(frames[0]?.frame?.toString(), 'data: x\n'.repeat(8000).slice(0, -1) + '\n', 'its lines as sent, without the blank line')
+  // Searching for the next CR from every line again would scan about 8,000 / 2 times the read.
+  t.ok(searches.bytes <= 4 * read.length, `scanned ${searches.bytes} bytes for a ${read.length}-byte read (at most 4 times its size)`)
+})
