@@ -31,6 +31,13 @@ export interface RecordOptions extends AppenderOptions {
   readonly resumeUpstream?: (lastEventId: string | undefined, abort: UpstreamAbort) => Promise<Readable | undefined>
   /** How far resumeUpstream is used: answers without events in a row, and (request streams) for how long. */
   readonly resumeBounds: ResumeBounds
+  /**
+   * Aborted when the session is gone (deleted, expired): the answer being read
+   * or resumed is dropped, and nothing more is asked of the upstream. Only an
+   * append would find that out otherwise, and an answer held open with
+   * comments only makes none.
+   */
+  readonly sessionGone?: AbortSignal
 }
 
 /**
@@ -86,6 +93,7 @@ class Recording implements ReadAheadSink {
     this.#resumes = new UpstreamResumes(o.resumeBounds, o.requestId !== undefined)
     this.#decoder = new SseDecoder(o.maxEventBytes)
     this.#body = o.body
+    o.sessionGone?.addEventListener('abort', () => { this.#stopForGoneSession() }, { once: true })
   }
 
   /**
@@ -146,6 +154,19 @@ class Recording implements ReadAheadSink {
     return this.#expiry === 'expired'
   }
 
+  /** The session is gone: the answer being read, if any, fails as a gone session's; a resume being asked for is aborted. */
+  #stopForGoneSession (): void {
+    this.#asking?.abort()
+    const body = this.#body
+    body.on('error', ignore)
+    body.destroy(new SessionGoneError(this.#o.sessionId))
+  }
+
+  /** Was the session found gone meanwhile (sessionGone)? A method: it changes while an await is on its way. */
+  #gone (): boolean {
+    return this.#o.sessionGone?.aborted === true
+  }
+
   #stopExpiry (): void {
     if (this.#expiry !== 'expired') clearTimeout(this.#expiry)
   }
@@ -189,7 +210,7 @@ class Recording implements ReadAheadSink {
     if (left !== undefined && left <= MAX_TIMER_MS) this.#expiry ??= setTimeout(() => { this.#expire() }, left).unref()
     await sleep(resumes.delayMs)
     // A deleted session stays deleted: nothing more is asked of the upstream for it.
-    if (await this.#sessionDeleted()) return await this.#concludeBroken(new SessionGoneError(o.sessionId))
+    if (this.#gone() || await this.#sessionDeleted()) return await this.#concludeBroken(new SessionGoneError(o.sessionId))
     // The deadline passed during the wait: nothing more is asked.
     if (this.#expired()) return await this.#gaveUp('expired')
     let body: Readable | undefined
@@ -197,11 +218,16 @@ class Recording implements ReadAheadSink {
     try {
       body = await (o.resumeUpstream as NonNullable<RecordOptions['resumeUpstream']>)(lastId, asking)
     } catch (err) {
+      if (this.#gone()) return await this.#concludeBroken(new SessionGoneError(o.sessionId))
       // Aborted for the deadline: the resumes ran out, the upstream did not fail.
       if (this.#expired()) return await this.#gaveUp('expired')
       return await this.#concludeBroken(err)
     } finally {
       this.#asking = undefined
+    }
+    if (this.#gone()) {
+      if (body !== undefined) discardBody(body)
+      return await this.#concludeBroken(new SessionGoneError(o.sessionId))
     }
     // The deadline passed as the answer came: it is not read.
     if (this.#expired()) {

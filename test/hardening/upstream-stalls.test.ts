@@ -8,6 +8,7 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { startGateway } from '../fixtures/gateway.js'
 import { answerInitialize, listenUntilEnd, postsOnly } from '../fixtures/hand-upstream.js'
 import { ACCEPT_BOTH, metricSum, metrics, rawInitialize, RawSse, rawRequest, until, type RawSession } from '../fixtures/hardening.js'
@@ -202,3 +203,41 @@ for (const answered of [0, 1]) {
     t.equal(metricSum(text, 'mcpgw_upstream_errors_total', { kind: 'request' }), 0, 'nor as a failed upstream request: the gateway aborted it')
   })
 }
+
+t.test('answers held open with comments only end with their session\'s DELETE, though their clients left and no event comes', async t => {
+  const open = new Set<ServerResponse>()
+  const tickers: NodeJS.Timeout[] = []
+  t.teardown(() => { tickers.forEach(clearInterval) })
+  const upstreamUrl = await listenUntilEnd(t, createServer((req, res) => {
+    if (req.method === 'DELETE') {
+      res.writeHead(200).end()
+      return
+    }
+    postsOnly((message, _req, res) => {
+      if (message.method === 'initialize') return answerInitialize(res, message, 'held-open-session-01', VERSION)
+      if (message.method === 'notifications/initialized') return res.writeHead(202).end()
+      // A call, and another notification: a head, then comments, for as long as the connection lasts.
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write(': open\n\n')
+      open.add(res)
+      res.on('close', () => open.delete(res))
+      tickers.push(setInterval(() => res.write(': still here\n\n'), 200))
+    })(req, res)
+  }))
+  const gw = await startGateway(t, 'memory', upstreamUrl)
+  const session = await rawInitialize(`${gw.url}/mcp`, { version: VERSION })
+  const call = callTool(t, gw.port, session, 7)
+  const notification = new RawSse(gw.port, rawRequest('POST', '/mcp', Object.entries(session.headers()), JSON.stringify({ jsonrpc: '2.0', method: 'notifications/roots/list_changed' })))
+  t.teardown(() => notification.close())
+  t.ok(await call.waitFor(s => s.status !== undefined, 5000) && await notification.waitFor(s => s.status !== undefined, 5000), 'both answered with a head')
+  t.ok(await until(() => open.size === 2, 2000), 'two answers held open upstream')
+  call.close()
+  notification.close()
+  await sleep(300)
+  t.equal(open.size, 2, 'the clients leaving does not end them (disconnect is not cancellation)')
+
+  const deleted = await fetch(`${gw.url}/mcp`, { method: 'DELETE', headers: session.headers() })
+  t.equal(deleted.status, 200, 'the session is deleted')
+  t.ok(await until(() => open.size === 0, 3000), `nothing of it is still read upstream (${open.size} open)`)
+  t.ok(await until(async () => metricSum(await metrics(gw.adminUrl), 'mcpgw_upstream_streams_open', { kind: 'request' }) === 0, 3000), 'no request stream counted open')
+})

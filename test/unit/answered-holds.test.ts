@@ -118,3 +118,41 @@ t.test('each stream asked about on its own: one the store dropped from a live se
   t.equal(kept.ended, undefined, 'the session\'s other held stream goes on')
   t.equal(followed.ended, undefined, 'and so does its live resume')
 })
+
+t.test('recordings of answers: stopped once their session is gone, never looked up again once ended', async t => {
+  const alive = new Set(['live', 'ended'])
+  const asked: string[] = []
+  const holds = new AnsweredHolds({ max: 1, checkMs: 30, alive: async (id, streamId) => { asked.push(`${id}/${streamId}`); return alive.has(id) } })
+  t.teardown(() => { holds.stop() })
+  const stopped: string[] = []
+  holds.record('live', 'call-1', () => { stopped.push('live') })
+  holds.record('gone', 'call-2', () => { stopped.push('gone') })
+  const endedByItself = holds.record('ended', 'call-3', () => { stopped.push('ended') })
+  endedByItself()
+  alive.delete('ended')
+  await sleep(80)
+  t.ok(stopped.includes('gone'), 'the recording of a session gone is stopped')
+  t.notOk(stopped.includes('live'), 'a live session\'s goes on')
+  t.notOk(stopped.includes('ended'), 'one that ended by itself is left alone')
+  t.notOk(asked.includes('ended/call-3'), 'and no longer looked up')
+  t.equal(holds.size, 0, 'recordings are not counted among the held streams')
+})
+
+t.test('endSession: everything held or followed for the session ends at once, other sessions\' goes on', async t => {
+  const holds = new AnsweredHolds({ max: 4, checkMs: 60_000, alive: async () => true })
+  t.teardown(() => { holds.stop() })
+  const held = new FakeClient()
+  const followed = new FakeClient()
+  const other = new FakeClient()
+  let recordingStopped = 0
+  holds.hold('S', 'answered', held)
+  holds.follow('S', 'live-call', followed)
+  holds.record('S', 'live-call', () => { recordingStopped++ })
+  holds.hold('T', 'answered', other)
+  holds.endSession('S')
+  t.equal(held.ended, 'session_deleted', 'the held resume')
+  t.equal(followed.ended, 'session_deleted', 'the followed resume')
+  t.equal(recordingStopped, 1, 'the recording, once')
+  t.equal(other.ended, undefined, 'another session\'s')
+  t.equal(holds.size, 1, 'only the other session\'s hold is left')
+})

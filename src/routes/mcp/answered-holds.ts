@@ -9,7 +9,11 @@
  * the store no longer has (deleted through another replica, expired) end.
  * Resumes of request streams still being answered are looked up with them
  * (`follow`): their follower hears of appends, not of the session's end
- * through another replica, and the upstream may never end the answer.
+ * through another replica, and the upstream may never end the answer. So are
+ * the recordings of the answers themselves (`record`): an upstream that holds
+ * an answer open with comments only never gives the recording an append that
+ * would find the session gone. A session dropped on this replica (its DELETE,
+ * the upstream's 404) ends all of its at once (`endSession`).
  */
 import type { CloseOutcome } from '../../metrics/metrics.js'
 import type { EventStore } from '../../store/contract.js'
@@ -24,9 +28,9 @@ export const ANSWERED_HOLDS_PER_SESSION = 4
 /** How often sessions holding streams are looked up: a held stream of a session gone outlives it this long at most. */
 export const ANSWERED_CHECK_MS = 60_000
 
-/** What a hold needs of a client stream. */
+/** What a hold needs of a client stream (or of a recording, see record). */
 export interface HeldClient {
-  onClose: (listener: (outcome: CloseOutcome) => void) => void
+  onClose: (listener: () => void) => void
   end: (outcome: CloseOutcome) => void
 }
 
@@ -48,6 +52,8 @@ export interface AnsweredHoldsOptions {
 export function heldInStore (store: Pick<EventStore, 'state'>): AnsweredHoldsOptions['alive'] {
   return async (sessionId, streamId) => await store.state(sessionId, streamId) !== null
 }
+
+function ignore (): void {}
 
 export class AnsweredHolds {
   readonly #o: AnsweredHoldsOptions
@@ -98,6 +104,23 @@ export class AnsweredHolds {
       if (clients.size === 0 && this.#followed.get(sessionId) === clients) this.#followed.delete(sessionId)
       this.#stopWhenEmpty()
     })
+  }
+
+  /**
+   * The recording of an answer of the session on this replica: `stop` is
+   * called once its session is gone (as a followed resume is ended). Returns
+   * what to call when the recording ends by itself.
+   */
+  record (sessionId: string, streamId: string, stop: () => void): () => void {
+    let ended = ignore
+    this.follow(sessionId, streamId, { onClose: listener => { ended = listener }, end: stop })
+    return () => { ended() }
+  }
+
+  /** The session is gone (dropped on this replica): everything held or followed for it ends now. */
+  endSession (sessionId: string): void {
+    for (const client of [...this.#held.get(sessionId)?.values() ?? []]) client.end('session_deleted')
+    for (const client of [...this.#followed.get(sessionId)?.keys() ?? []]) client.end('session_deleted')
   }
 
   /** Streams held now, in all. */

@@ -101,10 +101,12 @@ export class McpContext {
   readonly answeredHolds: AnsweredHolds
   /** INITIALIZES_PER_MINUTE_PER_ADDRESS, taken before the upstream and where a session is issued. */
   readonly initializes: InitializeRate
+  /** The session is gone: what this replica holds of it ends (its upstream GET, clients, held resumes, recordings). */
+  readonly dropLocal: (sessionId: string) => void
   readonly #relapses: Relapses
   readonly #keepAlive: KeepAliveTicker
 
-  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, replays: ReplayLimiter, answeredHolds: AnsweredHolds, initializes: InitializeRate }) {
+  constructor (deps: McpRouteDeps, parts: { sessions: SessionCache, guard: SessionGuard, keepAlive: KeepAliveTicker, replays: ReplayLimiter, answeredHolds: AnsweredHolds, initializes: InitializeRate, dropLocal: (sessionId: string) => void }) {
     this.deps = deps
     this.random = deps.random ?? randomBytes
     this.sessions = parts.sessions
@@ -113,6 +115,7 @@ export class McpContext {
     this.replays = parts.replays
     this.answeredHolds = parts.answeredHolds
     this.initializes = parts.initializes
+    this.dropLocal = parts.dropLocal
     this.#relapses = new Relapses({ maxEntries: Math.max(1000, deps.config.maxSessions) })
     this.replayPages = replayPagesFor(deps.config.clientBufferMaxBytes)
   }
@@ -279,7 +282,7 @@ export class McpContext {
   /** A session the upstream no longer knows: neither does the gateway. */
   async forgetSession (sessionId: string, log: Logger): Promise<void> {
     this.sessions.delete(sessionId)
-    this.deps.hub.dropSession(sessionId)
+    this.dropLocal(sessionId)
     await this.deps.metrics.timeStore('delete_session', () => this.deps.store.deleteSession(sessionId))
       .catch((err: unknown) => log.warn({ err }, 'could not drop the records of a session the upstream no longer knows'))
   }

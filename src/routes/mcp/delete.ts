@@ -72,7 +72,7 @@ async function dropRecords (ctx: McpContext, request: FastifyRequest, sessionId:
   // A lost session deleted at once is not counted as recovered: its records go below.
   ctx.guard.forgetRecovery(request)
   ctx.sessions.delete(sessionId)
-  ctx.deps.hub.dropSession(sessionId)
+  ctx.dropLocal(sessionId)
   try {
     await ctx.deps.metrics.timeStore('delete_session', () => ctx.deps.store.deleteSession(sessionId))
   } catch (err) {

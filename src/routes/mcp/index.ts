@@ -98,8 +98,18 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const { config } = deps
   const entries = Math.max(MIN_TRACKED_SESSIONS, config.maxSessions * TRACKED_PER_HELD_SESSION)
   const sessions = new SessionCache({ freshMs: SESSION_FRESH_MS, staleMs: config.retention.ttlMs, maxEntries: entries })
+  const answeredHolds = new AnsweredHolds({
+    max: ANSWERED_HOLDS_PER_SESSION,
+    checkMs: ANSWERED_CHECK_MS,
+    alive: heldInStore(deps.store)
+  })
+  // A session gone here: its upstream GET and clients, the resumes held or followed and the recordings of its answers.
+  const dropLocal = (sessionId: string): void => {
+    deps.hub.dropSession(sessionId)
+    answeredHolds.endSession(sessionId)
+  }
   // Who requests act for, and whether the sessions they name are theirs.
-  const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions, dropLocal: (sessionId) => { deps.hub.dropSession(sessionId) } })
+  const guard = new SessionGuard({ config, store: deps.store, metrics: deps.metrics, sessions, dropLocal })
   guard.register(app)
   // An upstream GET held here whose session the store loses goes on: the session is recorded
   // again for the principal of its last record, under the same rules as any recovery, with
@@ -112,16 +122,11 @@ export function registerMcpRoute (app: FastifyInstance, deps: McpRouteDeps): Ses
   const limiter = new SessionRateLimiter({ ratePerSecond: config.sessionRequestsPerSecond, maxEntries: entries })
   const initializes = new InitializeRate({ perMinute: config.initializesPerMinutePerAddress, maxEntries: entries })
   const keepAlive = new KeepAliveTicker(config.keepaliveIntervalMs)
-  const answeredHolds = new AnsweredHolds({
-    max: ANSWERED_HOLDS_PER_SESSION,
-    checkMs: ANSWERED_CHECK_MS,
-    alive: heldInStore(deps.store)
-  })
   app.addHook('onClose', async () => {
     keepAlive.stop()
     answeredHolds.stop()
   })
-  const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream), answeredHolds, initializes })
+  const ctx = new McpContext(deps, { sessions, guard, keepAlive, replays: new ReplayLimiter(config.maxReplaysPerStream), answeredHolds, initializes, dropLocal })
 
   app.route({
     method: [...ROUTED_METHODS],

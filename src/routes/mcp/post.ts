@@ -210,6 +210,10 @@ async function serveRequestStream (ctx: McpContext, request: FastifyRequest, rep
   // Subscribe before recording starts, so the first event already finds its reader.
   await new StreamFollower({ store, metrics, log, client, sessionId, ...ctx.replayPages, untilEnded: true }).start()
   metrics.upstreamStreamsOpen.inc({ kind: 'request' })
+  // Looked up with the held resumes, and ended with the session here: an upstream may hold
+  // the answer open without an event, which no append then finds the session gone for.
+  const gone = new AbortController()
+  const recorded = ctx.answeredHolds.record(sessionId, streamId, () => { gone.abort() })
   ctx.deps.inflight.track(recordUpstreamStream({
     store,
     metrics,
@@ -225,6 +229,7 @@ async function serveRequestStream (ctx: McpContext, request: FastifyRequest, rep
     requestId,
     ...(requestId !== undefined && !hub.upstreamGetRefused(sessionId) && { resumeUpstream: resumeRequestUpstream(ctx, request, sessionId) }),
     resumeBounds: config.upstreamResumes,
+    sessionGone: gone.signal,
     failureResponse: requestId === undefined ? undefined : reason => lostResponseError(requestId, reason === 'event_too_large' ? 'an upstream event exceeded MAX_EVENT_BYTES' : 'the upstream answer broke off'),
     // The store lost the session mid-answer (Redis restarted empty): rather than drop the
     // rest of the answer, the result included, the session is recorded again for the
@@ -239,6 +244,7 @@ async function serveRequestStream (ctx: McpContext, request: FastifyRequest, rep
     }
   })).then(outcome => {
     recording.done()
+    recorded()
     metrics.upstreamStreamsOpen.dec({ kind: 'request' })
     if (outcome !== 'completed') client.close('upstream_error')
   })
