@@ -275,7 +275,7 @@ export class GatewayMetrics {
     const registers = [this.registry]
     const p = 'mcpgw_memory_store_'
     const gauges: Array<[string, string, (usage: MemoryStoreUsage) => number]> = [
-      ['bytes', 'Embedded store: bytes counted against MEMORY_STORE_MAX_BYTES (event data plus per-session and per-stream records).', u => u.heldBytes],
+      ['bytes', 'Embedded store: bytes counted against MEMORY_STORE_MAX_BYTES (event data and what each append keeps besides, plus per-session and per-stream records).', u => u.heldBytes],
       ['max_bytes', 'Embedded store: MEMORY_STORE_MAX_BYTES.', u => u.maxBytes],
       ['sessions', 'Embedded store: sessions held.', u => u.sessions]
     ]

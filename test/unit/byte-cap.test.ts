@@ -3,9 +3,13 @@
 import t, { type Test } from 'tap'
 import { ByteCap } from '../../src/store/memory/byte-cap.js'
 import { MemoryStream } from '../../src/store/memory/memory-stream.js'
+import type { SegmentWeights } from '../../src/store/memory/segment.js'
 import { type MemorySession, SessionTable } from '../../src/store/memory/session-table.js'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
+
+/** Event bytes alone: what a segment holds besides them is counted in segment.test.ts. */
+const EVENT_BYTES_ONLY: SegmentWeights = { segment: 0, offset: 0, upstreamId: 0 }
 
 const RETENTION = { maxEvents: 1000, maxBytes: 100_000, ttlMs: 60_000 }
 
@@ -26,7 +30,7 @@ function session (cap: ByteCap, sessions: SessionTable, id: string): MemorySessi
 function append (cap: ByteCap, sessions: SessionTable, s: MemorySession, streamId: string, count: number): MemoryStream {
   let stream = s.streams.get(streamId)
   if (stream === undefined) {
-    stream = new MemoryStream(streamId)
+    stream = new MemoryStream(streamId, EVENT_BYTES_ONLY)
     s.streams.set(streamId, stream)
     cap.streamAdded()
   }

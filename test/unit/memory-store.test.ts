@@ -9,13 +9,14 @@ import { MemoryEventStore, RECORD_BYTES, type MemoryStoreOptions } from '../../s
 import type { EventInput, RetentionLimits, StoredEvent } from '../../src/store/contract.js'
 import { SessionGoneError } from '../../src/errors.js'
 import { EventBatch, EventBatchBuilder } from '../../src/store/batch/event-batch.js'
+import { SEGMENT_WEIGHTS } from '../../src/store/memory/segment.js'
 
 const ROOMY: RetentionLimits = { maxEvents: 1_000_000, maxBytes: 1_000_000_000, ttlMs: 3_600_000 }
 
 function makeStore (t: Test, options: Partial<MemoryStoreOptions> = {}): { store: MemoryEventStore, advance: (ms: number) => void } {
   let now = Date.UTC(2025, 0, 1)
-  // Records weigh nothing here: these tests are about event bytes (records: the tests at the end).
-  const store = new MemoryEventStore({ retention: ROOMY, maxBytes: 1000, now: () => now, recordBytes: { session: 0, stream: 0 }, ...options })
+  // Records and segments weigh nothing here: these tests are about event bytes (records and segments: the tests at the end).
+  const store = new MemoryEventStore({ retention: ROOMY, maxBytes: 1000, now: () => now, recordBytes: { session: 0, stream: 0 }, segmentBytes: { segment: 0, offset: 0, upstreamId: 0 }, ...options })
   t.teardown(() => store.close())
   return { store, advance: (ms: number) => { now += ms } }
 }
@@ -396,7 +397,7 @@ t.test('property: byte accounting and the cap hold under random operations', asy
   await fc.assert(fc.asyncProperty(fc.array(opArb, { maxLength: 60 }), fc.nat(5), async (ops, maxEventsExtra) => {
     let now = 0
     const retention = { maxEvents: 3 + maxEventsExtra, maxBytes: 700, ttlMs: 1000 }
-    const store = new MemoryEventStore({ retention, maxBytes: CAP, now: () => now, recordBytes: { session: 0, stream: 0 } })
+    const store = new MemoryEventStore({ retention, maxBytes: CAP, now: () => now, recordBytes: { session: 0, stream: 0 }, segmentBytes: { segment: 0, offset: 0, upstreamId: 0 } })
     // The model: per live session, each stream's count of appended events.
     const lastSeq = new Map<string, Map<string, number>>()
     const lastActive = new Map<string, number>()
@@ -635,4 +636,17 @@ t.test('a batch whose buffer the store keeps as it is is retained: its builder n
   await store.appendBatch('S', 's', builder.take())
   const frames = (await all(store, 'S', 's')).map(e => e.frame?.toString())
   t.same(frames, [first.toString(), second.toString(), third.toString()], 'every stored event as it was appended')
+})
+
+t.test('tiny events appended one at a time: what each append\'s segment holds counts against the cap', async (t) => {
+  // An upstream sending 7-byte events, each read on its own (one append, one segment each).
+  const cap = 200_000
+  const { store } = makeStore(t, { maxBytes: cap, segmentBytes: SEGMENT_WEIGHTS })
+  await store.createSession('S', 'p')
+  const tiny = EventBatch.from([{ frame: Buffer.from('data:x\n'), upstreamId: '1234' }])
+  for (let i = 0; i < 10_000; i++) await store.appendBatch('S', 's', tiny)
+  const kept = (await all(store, 'S', 's')).length
+  const perAppend = 7 + 4 + SEGMENT_WEIGHTS.segment + SEGMENT_WEIGHTS.offset + SEGMENT_WEIGHTS.upstreamId
+  t.ok(store.totalBytes <= cap, `within the cap (${store.totalBytes} bytes counted)`)
+  t.equal(kept, Math.floor(cap / perAppend), `${kept} events kept: the cap over ${perAppend} bytes an append, not over the 11 bytes of the event alone`)
 })

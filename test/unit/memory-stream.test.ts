@@ -3,9 +3,13 @@
 // and the bytes each change adds or frees (the byte cap's bookkeeping).
 import t from 'tap'
 import { MemoryStream } from '../../src/store/memory/memory-stream.js'
+import type { SegmentWeights } from '../../src/store/memory/segment.js'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
 import type { EventInput, RetentionLimits, StoredEvent } from '../../src/store/contract.js'
+
+/** Event bytes alone: what a segment holds besides them is counted in segment.test.ts. */
+const EVENT_BYTES_ONLY: SegmentWeights = { segment: 0, offset: 0, upstreamId: 0 }
 
 const ROOMY: RetentionLimits = { maxEvents: 1_000_000, maxBytes: 1_000_000_000, ttlMs: 60_000 }
 const frame = (text: string): EventInput => ({ frame: Buffer.from(text) })
@@ -24,7 +28,7 @@ const seqs = (stream: MemoryStream, afterSeq = 0, limit = Infinity, maxBytes = I
   read(stream, afterSeq, limit, maxBytes).map(e => e.seq)
 
 t.test('appends number events from 1 on and count their bytes', async t => {
-  const stream = new MemoryStream('s')
+  const stream = new MemoryStream('s', EVENT_BYTES_ONLY)
   t.same(stream.state('e'), { epoch: 'e', lastSeq: 0, firstSeq: 1, ended: false }, 'empty: firstSeq is lastSeq + 1')
   t.equal(append(stream, [frame('data: 1\n'), frame('data: 22\n')]), 17, 'plain frames: their bytes')
   t.equal(append(stream, [{ data: 'abc', event: 'gap', upstreamId: '9' }]), 7, 'text: data, type and id')
@@ -37,7 +41,7 @@ t.test('appends number events from 1 on and count their bytes', async t => {
 })
 
 t.test('reads start after a seq, stop at a count or a byte budget, and give at least one event', async t => {
-  const stream = new MemoryStream('s')
+  const stream = new MemoryStream('s', EVENT_BYTES_ONLY)
   for (let i = 0; i < 5; i++) append(stream, [frame('0123456789'), frame('0123456789')])
   t.same(seqs(stream, 3), [4, 5, 6, 7, 8, 9, 10], 'from the middle of a segment on')
   t.same(seqs(stream, 0, 3), [1, 2, 3], 'a count')
@@ -48,7 +52,7 @@ t.test('reads start after a seq, stop at a count or a byte budget, and give at l
 })
 
 t.test('trimming drops the oldest events beyond a count or bytes, never the newest, and frees their bytes', async t => {
-  const stream = new MemoryStream('s')
+  const stream = new MemoryStream('s', EVENT_BYTES_ONLY)
   for (let i = 0; i < 4; i++) append(stream, [frame('0123456789'), frame('0123456789')])
   t.equal(stream.trim({ ...ROOMY, maxEvents: 5 }), 30)
   t.same(seqs(stream), [4, 5, 6, 7, 8])
@@ -63,7 +67,7 @@ t.test('trimming drops the oldest events beyond a count or bytes, never the newe
 })
 
 t.test('dropping one event at a time walks across segments; compaction keeps reads right', async t => {
-  const stream = new MemoryStream('s')
+  const stream = new MemoryStream('s', EVENT_BYTES_ONLY)
   for (let i = 0; i < 300; i++) append(stream, [frame('x')])
   let freed = 0
   for (let i = 0; i < 250; i++) freed += stream.dropOldest()
@@ -76,7 +80,7 @@ t.test('dropping one event at a time walks across segments; compaction keeps rea
 })
 
 t.test('emptying frees every byte and keeps the numbering', async t => {
-  const stream = new MemoryStream('s')
+  const stream = new MemoryStream('s', EVENT_BYTES_ONLY)
   append(stream, [frame('abc'), frame('de')])
   t.equal(stream.empty(), 5)
   t.equal(stream.bytes, 0)

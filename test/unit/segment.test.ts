@@ -3,7 +3,7 @@
 // is at least half full), anything else as the events; each comes back as
 // it went in, at the size retention counts for it.
 import t, { type Test } from 'tap'
-import { eventAt, eventBytes, heldAt, segmentOf, sizeAt } from '../../src/store/memory/segment.js'
+import { eventAt, eventBytes, heldAt, SEGMENT_WEIGHTS, segmentOf, sizeAt } from '../../src/store/memory/segment.js'
 import { EventBatch } from '../../src/store/batch/event-batch.js'
 import { NumberedBatch } from '../../src/store/batch/numbered-batch.js'
 import type { EventInput } from '../../src/store/contract.js'
@@ -40,13 +40,14 @@ t.test('large plain frames: the batch\'s own buffer when at least half full (and
   const tight = segment(tightEvents)
   t.equal(tight.segment.events === undefined && tight.segment.blob, tight.batch.bytes, 'kept as it is')
   t.equal(tight.batch.release(), undefined, 'retained: its builder never packs into it again')
-  t.equal(tight.segment.slack, 0, 'no room left')
+  t.equal(tight.segment.overhead, SEGMENT_WEIGHTS.segment + 16 * SEGMENT_WEIGHTS.offset, 'no room left: the segment\'s own objects only')
   roundTrip(t, tightEvents, tight.segment)
   const halfEvents = frames(9, 512)
   const half = segment(halfEvents)
   t.equal(half.segment.events === undefined && half.segment.blob, half.batch.bytes, '4.5 KB in an 8 KB buffer: kept as it is')
-  t.equal(half.segment.slack, 8192 - 9 * 512, 'its room counted')
-  t.equal(heldAt(half.segment, 8), 512 + 8192 - 9 * 512, 'with its last event')
+  const own = SEGMENT_WEIGHTS.segment + 9 * SEGMENT_WEIGHTS.offset
+  t.equal(half.segment.overhead, own + 8192 - 9 * 512, 'its room counted, with the segment\'s own objects')
+  t.equal(heldAt(half.segment, 8), 512 + own + 8192 - 9 * 512, 'with its last event')
   t.equal(heldAt(half.segment, 0), 512)
   roundTrip(t, halfEvents, half.segment)
   const sparseEvents = frames(3, 2048)
@@ -57,7 +58,7 @@ t.test('large plain frames: the batch\'s own buffer when at least half full (and
   const copied = segmentOf(7, sparse, true, new NumberedBatch(sparse, 7))
   const blob = copied.events === undefined ? copied.blob : undefined
   t.ok(Buffer.isBuffer(blob) && blob.buffer !== room.buffer && blob.buffer.byteLength === 3 * 2048, 'a quarter full: a copy of the exact size')
-  t.equal(copied.slack, 0)
+  t.equal(copied.overhead, SEGMENT_WEIGHTS.segment + 3 * SEGMENT_WEIGHTS.offset, 'no room to count')
   roundTrip(t, sparseEvents, copied)
 })
 

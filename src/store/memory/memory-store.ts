@@ -12,6 +12,7 @@ import { ReadPage } from '../batch/read-page.js'
 import { BatchNotice } from '../batch/batch-notice.js'
 import { ByteCap, type RecordWeights } from './byte-cap.js'
 import { MemoryStream } from './memory-stream.js'
+import { SEGMENT_WEIGHTS, type SegmentWeights } from './segment.js'
 import { NoticeListeners } from './notice-listeners.js'
 import { type MemorySession, SessionTable } from './session-table.js'
 import { Tombstones } from './tombstones.js'
@@ -26,14 +27,16 @@ export const RECORD_BYTES = { session: 512, stream: 256 } as const
 export interface MemoryStoreOptions {
   readonly retention: RetentionLimits
   /**
-   * Process-wide cap on the bytes stored events hold (with the unused room of
-   * the buffers kept for them, see segment.ts) plus RECORD_BYTES per record. Over
+   * Process-wide cap on the bytes stored events hold (with what their segments
+   * hold besides, see segment.ts) plus RECORD_BYTES per record. Over
    * it, the least recently appended streams lose their events (a finished
    * answer's stream goes altogether), then the least recently used sessions go.
    */
   readonly maxBytes: number
   /** Record weights (tests about event bytes alone set them to 0). */
   readonly recordBytes?: RecordWeights
+  /** What a segment of events weighs besides their bytes (SEGMENT_WEIGHTS; tests about event bytes alone set them to 0). */
+  readonly segmentBytes?: SegmentWeights
   readonly now?: () => number
   readonly random?: (size: number) => Uint8Array
   /** How often expired sessions are swept (they are also dropped lazily on access). */
@@ -60,6 +63,7 @@ export class MemoryEventStore implements EventStore {
   readonly #deleted: Tombstones
   /** Re-establishment fences by session: few, short-lived, each released by its taker. */
   readonly #fences = new Map<string, { readonly token: string, readonly until: number }>()
+  readonly #segmentBytes: SegmentWeights
 
   constructor (options: MemoryStoreOptions) {
     this.#retention = options.retention
@@ -67,6 +71,7 @@ export class MemoryEventStore implements EventStore {
     this.#random = options.random ?? randomBytes
     this.#startedAt = this.#now()
     this.#deleted = new Tombstones(options.retention.ttlMs, this.#now)
+    this.#segmentBytes = options.segmentBytes ?? SEGMENT_WEIGHTS
     const cap = this.#cap = new ByteCap(options.maxBytes, options.recordBytes ?? RECORD_BYTES)
     this.#sessions = new SessionTable({
       retention: options.retention,
@@ -279,7 +284,7 @@ export class MemoryEventStore implements EventStore {
   #stream (session: MemorySession, streamId: string): MemoryStream {
     let stream = session.streams.get(streamId)
     if (stream === undefined) {
-      stream = new MemoryStream(streamId)
+      stream = new MemoryStream(streamId, this.#segmentBytes)
       session.streams.set(streamId, stream)
       this.#cap.streamAdded()
       this.#cap.evict(stream, session, this.#sessions)

@@ -4,7 +4,7 @@
 import type { RetentionLimits, StreamState } from '../contract.js'
 import type { EventBatch } from '../batch/event-batch.js'
 import { NumberedBatch } from '../batch/numbered-batch.js'
-import { type Segment, batchOf, eventBytes, heldAt, segmentOf, sizeAt } from './segment.js'
+import { type Segment, type SegmentWeights, batchOf, eventBytes, heldAt, SEGMENT_WEIGHTS, segmentOf, sizeAt } from './segment.js'
 
 export class MemoryStream {
   readonly id: string
@@ -18,16 +18,19 @@ export class MemoryStream {
   #retained = 0
   #lastSeq = 0
   #bytes = 0
+  readonly #weights: SegmentWeights
 
-  constructor (id: string) {
+  /** `weights`: what a segment counts besides its events' bytes (tests about event bytes alone set them to 0). */
+  constructor (id: string, weights: SegmentWeights = SEGMENT_WEIGHTS) {
     this.id = id
+    this.#weights = weights
   }
 
   /** Sequence number of the newest event, 0 when none was appended. */
   get lastSeq (): number { return this.#lastSeq }
   /** Events retained. */
   get retained (): number { return this.#retained }
-  /** Bytes the retained events hold: theirs, and the unused room of the buffers kept for them (see segment.ts). */
+  /** Bytes the retained events hold: theirs, and what their segments hold besides (see segment.ts). */
   get bytes (): number { return this.#bytes }
 
   state (epoch: string): StreamState {
@@ -48,8 +51,8 @@ export class MemoryStream {
     if (plain) size = batch.bytes.length
     else for (const e of numbered.events) size += eventBytes(e)
     this.#lastSeq += count
-    const segment = segmentOf(this.#lastSeq - count + 1, batch, plain, numbered)
-    size += segment.slack
+    const segment = segmentOf(this.#lastSeq - count + 1, batch, plain, numbered, this.#weights)
+    size += segment.overhead
     this.#segments.push(segment)
     this.#retained += count
     this.#bytes += size

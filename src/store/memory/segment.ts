@@ -27,10 +27,10 @@ interface FrameSegment {
   /** Upstream ids by position, when any event had one. */
   readonly upstreamIds: ReadonlyArray<string | undefined> | undefined
   /**
-   * Bytes of the blob's buffer past its frames (a batch's buffer kept as it
-   * is): held until the segment goes, so retention counts them with its last event.
+   * What the segment holds beyond its events' own bytes (segmentOverhead):
+   * held until the segment goes, so retention counts it with its last event.
    */
-  readonly slack: number
+  readonly overhead: number
   readonly events?: undefined
 }
 
@@ -38,8 +38,30 @@ interface EventSegment {
   readonly first: number
   readonly count: number
   readonly events: readonly StoredEvent[]
-  /** Event objects hold their own buffers: none to spare. */
-  readonly slack: 0
+  /** segmentOverhead: event objects hold their own buffers, none to spare. */
+  readonly overhead: number
+}
+
+/** Heap bytes a segment holds besides its events' bytes: its own, per event, per upstream id. */
+export interface SegmentWeights {
+  readonly segment: number
+  readonly offset: number
+  readonly upstreamId: number
+}
+
+/**
+ * SegmentWeights measured on Node 24: a segment's object, its offsets and its
+ * blob's header (about 160 bytes for one event), and per upstream id its slot
+ * and string (about 200 more). Counted with the events, so that
+ * MEMORY_STORE_MAX_BYTES and RETENTION_MAX_BYTES hold for an upstream that
+ * sends tiny events one read at a time, one segment each (7-byte events used to
+ * cost 23 to 34 times what was counted).
+ */
+export const SEGMENT_WEIGHTS: SegmentWeights = { segment: 160, offset: 8, upstreamId: 200 }
+
+/** What a segment of `count` events, `upstreamIds` of them with an upstream id, holds besides their bytes; plus `spare`, the unused room of a buffer kept as it is. */
+function segmentOverhead (weights: SegmentWeights, count: number, upstreamIds: number, spare = 0): number {
+  return weights.segment + weights.offset * count + weights.upstreamId * upstreamIds + spare
 }
 
 /** Bytes an event costs for retention: its data plus the small fields. */
@@ -62,7 +84,7 @@ const OFF_HEAP_SEGMENT_BYTES = 4096
  * A batch's buffer is kept as the blob when its events fill at least half of
  * it (a builder sizes its buffer for the largest of its last few batches, so
  * it usually does): kept as it is, the events cost no copy and no
- * allocation, and retention counts the room they leave (`slack`), so the
+ * allocation, and retention counts the room they leave (in `overhead`), so the
  * store's byte bounds hold the memory actually held. Against copying every
  * batch more than a quarter empty, this rule spent 1.77-1.99 rather than
  * 2.11-2.57 us per event with 100 flooding sessions (bench/run.mjs
@@ -72,7 +94,7 @@ const OFF_HEAP_SEGMENT_BYTES = 4096
  */
 const KEEP_BUFFER_MIN_FILL = 0.5
 
-export function segmentOf (first: number, batch: EventBatch, plain: boolean, numbered: NumberedBatch): Segment {
+export function segmentOf (first: number, batch: EventBatch, plain: boolean, numbered: NumberedBatch, weights: SegmentWeights = SEGMENT_WEIGHTS): Segment {
   const count = batch.length
   if (plain) {
     // The usual batch, the upstream's frames and nothing else: its bytes are the blob.
@@ -83,23 +105,27 @@ export function segmentOf (first: number, batch: EventBatch, plain: boolean, num
       at += batch.layout[NUMBERS_PER_EVENT * i + 1] as number
       ends[i] = at
     }
-    if (total < OFF_HEAP_SEGMENT_BYTES) return { first, count, blob: bytes.toString('latin1'), ends, upstreamIds: undefined, slack: 0 }
+    if (total < OFF_HEAP_SEGMENT_BYTES) return { first, count, blob: bytes.toString('latin1'), ends, upstreamIds: undefined, overhead: segmentOverhead(weights, count, 0) }
     if (bytes.byteOffset === 0 && total >= bytes.buffer.byteLength * KEEP_BUFFER_MIN_FILL) {
       batch.retain()
-      return { first, count, blob: bytes, ends, upstreamIds: undefined, slack: bytes.buffer.byteLength - total }
+      return { first, count, blob: bytes, ends, upstreamIds: undefined, overhead: segmentOverhead(weights, count, 0, bytes.buffer.byteLength - total) }
     }
     const blob = Buffer.allocUnsafeSlow(total)
     bytes.copy(blob)
-    return { first, count, blob, ends, upstreamIds: undefined, slack: 0 }
+    return { first, count, blob, ends, upstreamIds: undefined, overhead: segmentOverhead(weights, count, 0) }
   }
   // Frames are views of the batch's buffer (which may be twice their size): keep copies.
   const stored = numbered.events
   let total = 0
   let upstreamIds: Array<string | undefined> | undefined
+  let ids = 0
   for (const [i, e] of stored.entries()) {
-    if (e.frame === undefined) return { first, count, events: stored.map(e => e.frame === undefined ? e : { ...e, frame: Buffer.from(e.frame) }), slack: 0 }
+    if (e.frame === undefined) return { first, count, events: stored.map(e => e.frame === undefined ? e : { ...e, frame: Buffer.from(e.frame) }), overhead: segmentOverhead(weights, count, 0) }
     total += e.frame.length
-    if (e.upstreamId !== undefined) (upstreamIds ??= [])[i] = e.upstreamId
+    if (e.upstreamId !== undefined) {
+      (upstreamIds ??= [])[i] = e.upstreamId
+      ids++
+    }
   }
   const offHeap = total >= OFF_HEAP_SEGMENT_BYTES
   const bytes = offHeap ? Buffer.allocUnsafeSlow(total) : Buffer.allocUnsafe(total)
@@ -110,7 +136,7 @@ export function segmentOf (first: number, batch: EventBatch, plain: boolean, num
     at += (e.frame as Buffer).length
     ends[i] = at
   }
-  return { first, count, blob: offHeap ? bytes : bytes.toString('latin1'), ends, upstreamIds, slack: 0 }
+  return { first, count, blob: offHeap ? bytes : bytes.toString('latin1'), ends, upstreamIds, overhead: segmentOverhead(weights, count, ids) }
 }
 
 /** The event at position `i` of a segment. */
@@ -147,9 +173,9 @@ export function batchOf (segment: Segment, from: number, to: number): NumberedBa
   return new NumberedBatch(new EventBatch(bytes, layout, ''), first)
 }
 
-/** Bytes the event at position `i` holds: its own, and for the last one the segment's slack. */
+/** Bytes the event at position `i` holds: its own, and for the last one the segment's overhead. */
 export function heldAt (segment: Segment, i: number): number {
-  return sizeAt(segment, i) + (i === segment.count - 1 ? segment.slack : 0)
+  return sizeAt(segment, i) + (i === segment.count - 1 ? segment.overhead : 0)
 }
 
 /** Bytes of the event at position `i` (its frame or data and small fields). */
