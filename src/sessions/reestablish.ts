@@ -19,7 +19,7 @@ import { discardBody, type UpstreamClient, type UpstreamResponse } from '../upst
 import { headerValue, mediaType } from '../upstream/headers.js'
 import { readAnswerStart } from '../upstream/answer-start.js'
 import { isConnectFailure } from '../upstream/connect-failure.js'
-import { readJsonRpcAnswer, type JsonRpcResponse } from '../upstream/json-rpc-answer.js'
+import { readJsonRpcAnswer, type JsonRpcResponse } from '../recording/json-rpc-answer.js'
 import { abandonUpstreamSession, samePlacement, sessionRequest } from '../upstream/session-request.js'
 import type { LeftBehind } from './left-behind.js'
 

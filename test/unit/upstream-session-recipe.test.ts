@@ -5,7 +5,7 @@ import t from 'tap'
 import { Readable } from 'node:stream'
 import { canonicalJson, initializePromise } from '../../src/protocol/initialize.js'
 import { sessionStateChange } from '../../src/protocol/session-state.js'
-import { readJsonRpcAnswer } from '../../src/upstream/json-rpc-answer.js'
+import { readJsonRpcAnswer } from '../../src/recording/json-rpc-answer.js'
 import type { UpstreamResponse } from '../../src/upstream/client.js'
 
 async function text (body: Readable): Promise<string> {

@@ -15,7 +15,7 @@ import { confirmWindow, recordUpstreamStream, type RecordOptions } from '../../r
 import { initializePromise } from '../../protocol/initialize.js'
 import { RECIPE_INITIALIZE_MAX_BYTES, STANDALONE_STREAM, type CreateSessionOptions, type SessionRecord, type StreamState } from '../../store/contract.js'
 import { discardBody, type UpstreamRequest, type UpstreamResponse } from '../../upstream/client.js'
-import { readJsonRpcAnswer } from '../../upstream/json-rpc-answer.js'
+import { readJsonRpcAnswer } from '../../recording/json-rpc-answer.js'
 import { sessionStateChange } from '../../protocol/session-state.js'
 import { sessionRequest } from '../../upstream/session-request.js'
 import { clientResponseHeaders, headerValue, mediaType } from '../../upstream/headers.js'

@@ -9,7 +9,7 @@
 import type { Readable } from 'node:stream'
 import { SseDecoder } from '../sse/decoder.js'
 import { parseFrame } from '../sse/frame.js'
-import { readAnswerStart } from './answer-start.js'
+import { readAnswerStart } from '../upstream/answer-start.js'
 
 export interface JsonRpcAnswer {
   /** The response (result or error) to the request, when found within the bound. */
