@@ -20,8 +20,12 @@ t.setTimeout(120_000)
 const VERSION = '2025-06-18'
 /** About 3.8 MB of one-letter lines: under MAX_EVENT_BYTES (4 MiB). */
 const PADDING = Buffer.alloc(2 * 1_900_000, 'x\n')
-/** The old gateway stood still 12-14 s on one such event; a pass over it takes milliseconds. */
-const STALL_BOUND_MS = 1000
+/**
+ * The old gateway stood still 10-12 s on one such event (on a quiet machine); a
+ * pass over it takes tens of milliseconds there, and up to a second beside the
+ * other test files of a CI run on two cores.
+ */
+const STALL_BOUND_MS = 3000
 
 /** An event whose data is `message`, with an upstream id, padded after its data line. */
 function paddedEvent (message: unknown, upstreamId: string): Buffer {
@@ -106,7 +110,7 @@ t.test('a call\'s result padded with a million unknown lines: answered, and resu
   const call = await worstStall(async () => await rawExchange(t, gw.port, callTool(session, 7), answerEnded))
   t.ok(call.result.includes(RESULT), 'the client gets the result')
   t.ok(call.result.length > PADDING.length, 'with its event as the upstream sent it')
-  t.ok(call.worstMs < STALL_BOUND_MS, `the process never stood still a second (worst ${Math.round(call.worstMs)} ms)`)
+  t.ok(call.worstMs < STALL_BOUND_MS, `the process never stood still for seconds (worst ${Math.round(call.worstMs)} ms)`)
 
   // The result's gateway id: the id line after the padding.
   const idAt = call.result.lastIndexOf('\nid: ')
@@ -116,7 +120,7 @@ t.test('a call\'s result padded with a million unknown lines: answered, and resu
   const headers = Object.entries(session.getHeaders(resultId))
   const resume = await worstStall(async () => await rawExchange(t, gw.port, rawRequest('GET', '/mcp', headers), received => received.includes('\r\n\r\n')))
   t.match(resume.result.toString('latin1', 0, 12), /^HTTP\/1\.1 \d{3}/, 'the resume is answered')
-  t.ok(resume.worstMs < STALL_BOUND_MS, `the process never stood still a second (worst ${Math.round(resume.worstMs)} ms)`)
+  t.ok(resume.worstMs < STALL_BOUND_MS, `the process never stood still for seconds (worst ${Math.round(resume.worstMs)} ms)`)
 })
 
 t.test('an initialize answered over SSE with its result padded: the session keeps the result, without holding the process', async t => {
@@ -127,7 +131,7 @@ t.test('an initialize answered over SSE with its result padded: the session keep
   const SERVER = Buffer.from('"serverInfo":{"name":"padded"')
   const answer = await worstStall(async () => await rawExchange(t, gw.port, init, answerEnded))
   t.ok(answer.result.includes(SERVER), 'the client gets the result')
-  t.ok(answer.worstMs < STALL_BOUND_MS, `the process never stood still a second (worst ${Math.round(answer.worstMs)} ms)`)
+  t.ok(answer.worstMs < STALL_BOUND_MS, `the process never stood still for seconds (worst ${Math.round(answer.worstMs)} ms)`)
   const sessionId = /mcp-session-id: (\S+)\r\n/i.exec(answer.result.toString('latin1', 0, 2048))?.[1]
   t.type(sessionId, 'string', 'a session was issued')
   const recipe = await gw.store.recipe(sessionId as string)

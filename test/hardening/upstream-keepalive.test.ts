@@ -21,7 +21,7 @@ import { metricSum, metrics, rawInitialize } from '../fixtures/hardening.js'
 t.setTimeout(60_000)
 
 /** The upstream's own idle timeout, which it announces to no one. */
-const UPSTREAM_IDLE_MS = 1000
+const UPSTREAM_IDLE_MS = 2000
 
 interface Upstream {
   readonly url: string
