@@ -32,14 +32,15 @@ export async function readJsonRpcAnswer (body: Readable, kind: 'json' | 'sse', i
   const decoder = new SseDecoder(maxBytes)
   let unreadable = false
   const start = await readAnswerStart(body, maxBytes, chunk => {
-    if (kind !== 'sse' || unreadable) return response !== undefined || unreadable
-    try {
-      for (const event of decoder.push(chunk)) {
-        const data = parseFrame(event.frame)?.data
-        if (data !== undefined) response ??= responseTo(data, id)
+    if (kind === 'sse' && !unreadable) {
+      try {
+        for (const event of decoder.push(chunk)) {
+          const data = parseFrame(event.frame)?.data
+          if (data !== undefined) response ??= responseTo(data, id)
+        }
+      } catch {
+        unreadable = true
       }
-    } catch {
-      unreadable = true
     }
     return response !== undefined || unreadable
   }, maxWaitMs)

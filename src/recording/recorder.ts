@@ -143,10 +143,15 @@ class Recording implements ReadAheadSink {
   /** The deadline passed: the answer being read, if any, is ended (fail, then end, conclude it). */
   #expire (): void {
     this.#expiry = 'expired'
+    this.#cut(new ResumesExpiredError())
+  }
+
+  /** Stops reading from the upstream: a resume being asked for is aborted, the answer being read fails with `err`. */
+  #cut (err: Error): void {
     this.#asking?.abort()
     const body = this.#body
     body.on('error', ignore)
-    body.destroy(new ResumesExpiredError())
+    body.destroy(err)
   }
 
   /** A method, not a field's test: the deadline passes while an await is on its way. */
@@ -156,10 +161,7 @@ class Recording implements ReadAheadSink {
 
   /** The session is gone: the answer being read, if any, fails as a gone session's; a resume being asked for is aborted. */
   #stopForGoneSession (): void {
-    this.#asking?.abort()
-    const body = this.#body
-    body.on('error', ignore)
-    body.destroy(new SessionGoneError(this.#o.sessionId))
+    this.#cut(new SessionGoneError(this.#o.sessionId))
   }
 
   /** Was the session found gone meanwhile (sessionGone)? A method: it changes while an await is on its way. */
